@@ -1,0 +1,35 @@
+# `make test` and `make swarm` work on a fresh machine: they build .venv first.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: test swarm venv lint pytest slow bench clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	# the CPU build of torch lies on local disk; asking for it first keeps pip
+	# from resolving the range to a CUDA wheel
+	$(BIN)/pip install -q "torch==2.13.0"
+	$(BIN)/pip install -q -e ".[test]"
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+lint: $(STAMP)
+	$(BIN)/ruff check p2p learner gossip peersampling scripts tests
+
+pytest: $(STAMP)
+	$(BIN)/python -m pytest -q
+
+test: lint pytest
+
+slow: $(STAMP)
+	$(BIN)/python -m pytest -q -m slow
+
+swarm: $(STAMP)
+	$(BIN)/python scripts/swarm.py $(ARGS)
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache

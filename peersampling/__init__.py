@@ -1,0 +1,1 @@
+"""peersampling package."""
