@@ -1,1 +1,76 @@
-"""peersampling package."""
+"""Gossip peer sampling: Cyclon-style views plus one holder view per partial model.
+
+The core (:class:`PeerSampler`) is sans-IO; :func:`run_peer_sampling` (trio)
+drives it over a :class:`ShuffleTransport`; :class:`Simulator` runs thousands
+of cores in memory. The driver names are imported lazily so that importing
+this package never imports trio.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from .core import PeerEntry, PeerSampler, SamplerStats
+from .descriptor import (
+    MAX_AGE,
+    MAX_TAGS,
+    TAG_LENGTH,
+    Descriptor,
+    parse_address,
+    validate_descriptor,
+)
+from .directory import HolderDirectory
+from .errors import InvalidDescriptor, InvalidMessage, PeerSamplingError, PeerUnreachable
+from .graph import (
+    DegreeStats,
+    dead_links,
+    in_degree_stats,
+    in_degrees,
+    largest_strong_component,
+    largest_weak_component,
+)
+from .messages import ShuffleReply, ShuffleRequest
+from .simulator import Simulator
+from .view import PartialView
+
+if TYPE_CHECKING:
+    from .driver import ShuffleTransport, run_peer_sampling
+
+__all__ = [
+    "MAX_AGE",
+    "MAX_TAGS",
+    "TAG_LENGTH",
+    "DegreeStats",
+    "Descriptor",
+    "HolderDirectory",
+    "InvalidDescriptor",
+    "InvalidMessage",
+    "PartialView",
+    "PeerEntry",
+    "PeerSampler",
+    "PeerSamplingError",
+    "PeerUnreachable",
+    "SamplerStats",
+    "ShuffleReply",
+    "ShuffleRequest",
+    "ShuffleTransport",
+    "Simulator",
+    "dead_links",
+    "in_degree_stats",
+    "in_degrees",
+    "largest_strong_component",
+    "largest_weak_component",
+    "parse_address",
+    "run_peer_sampling",
+    "validate_descriptor",
+]
+
+_DRIVER_NAMES = {"ShuffleTransport", "run_peer_sampling"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _DRIVER_NAMES:
+        from . import driver
+
+        return getattr(driver, name)
+    raise AttributeError(f"module 'peersampling' has no attribute {name!r}")

@@ -1,0 +1,147 @@
+"""One node's data: its training shard and the shared test part, under its label permutation.
+
+Every node of a swarm calls `load_node_data` with the same task, seed,
+`num_nodes` and `test_fraction` and its own `node_index`: the seeded split then
+gives all nodes the same test part and disjoint training shards, without any
+coordination. Each node's labels (train and test) go through its own
+permutation, so each node is scored on the shared test part as its task sees it.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from learner.data_errors import DataError
+from learner.permutations import parse_permutation
+from learner.tasks import TASKS, TaskData, load_task
+
+__all__ = ["DataSpec", "NodeData", "load_node_data", "split_task"]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class DataSpec:
+    """What data a node trains and is tested on.
+
+    task: one of "digits", "synthetic", "npz", "idx"; path: the `.npz` file or
+    IDX directory (npz/idx only); node_index in 0..num_nodes-1; permutation: a
+    label permutation spec (see `learner.permutations`) or None; seed: the
+    swarm-wide data seed (same on every node); test_fraction: share of samples
+    held out as the shared test part when the source has no test set;
+    samples_per_node: cap on each node's shard (None: the whole shard);
+    num_classes: class count for npz/idx (None: highest label + 1).
+    """
+
+    task: str = "digits"
+    path: str | None = None
+    node_index: int = 0
+    num_nodes: int = 1
+    permutation: str | None = None
+    seed: int = 0
+    test_fraction: float = 0.2
+    samples_per_node: int | None = None
+    num_classes: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.task not in TASKS:
+            raise DataError(f"data.task: unknown task {self.task!r}; expected one of {', '.join(TASKS)}")
+        if self.task in ("npz", "idx") and not self.path:
+            raise DataError(f"data.path: task {self.task!r} needs a path")
+        if self.num_nodes < 1:
+            raise DataError(f"data.num_nodes: expected an integer >= 1, got {self.num_nodes}")
+        if not 0 <= self.node_index < self.num_nodes:
+            raise DataError(
+                f"data.node_index: expected 0..{self.num_nodes - 1} (num_nodes={self.num_nodes}), "
+                f"got {self.node_index}"
+            )
+        if not 0.0 < self.test_fraction < 1.0:
+            raise DataError(f"data.test_fraction: expected a number in (0, 1), got {self.test_fraction}")
+        if self.samples_per_node is not None and self.samples_per_node < 1:
+            raise DataError(
+                f"data.samples_per_node: expected an integer >= 1 or None, got {self.samples_per_node}"
+            )
+        if self.num_classes is not None and self.num_classes < 2:
+            raise DataError(f"data.num_classes: expected an integer >= 2 or None, got {self.num_classes}")
+
+
+@dataclass(frozen=True, eq=False)
+class NodeData:
+    """Float32 features and int64 (permuted) labels of one node."""
+
+    train_x: np.ndarray
+    train_y: np.ndarray
+    test_x: np.ndarray
+    test_y: np.ndarray
+    num_features: int
+    num_classes: int
+    permutation: np.ndarray = field(repr=False)
+
+
+def split_task(
+    task: TaskData,
+    *,
+    num_nodes: int,
+    seed: int,
+    test_fraction: float,
+    samples_per_node: int | None = None,
+) -> tuple[np.ndarray, list[np.ndarray]]:
+    """Indices into `task.x` of the shared test part (empty when the task has its
+    own test set) and of each node's disjoint training shard (seeded)."""
+    rng = np.random.default_rng(np.random.SeedSequence([seed, 0xDA7A]))
+    order = rng.permutation(task.x.shape[0])
+    if task.x_test is None:
+        num_test = max(1, int(round(test_fraction * order.size)))
+        test_idx, pool = np.sort(order[:num_test]), order[num_test:]
+    else:
+        test_idx, pool = np.empty(0, dtype=np.int64), order
+    if pool.size < num_nodes:
+        raise DataError(
+            f"data.num_nodes: {num_nodes} nodes but only {pool.size} training samples; "
+            "expected at most one node per training sample"
+        )
+    shards = np.array_split(pool, num_nodes)
+    if samples_per_node is not None:
+        smallest = min(s.size for s in shards)
+        if samples_per_node > smallest:
+            raise DataError(
+                f"data.samples_per_node: {samples_per_node} exceeds the smallest shard "
+                f"({smallest} samples = {pool.size} training samples / {num_nodes} nodes)"
+            )
+        shards = [s[:samples_per_node] for s in shards]
+    return test_idx, shards
+
+
+def load_node_data(spec: DataSpec) -> NodeData:
+    """Load the task named by `spec` and return this node's shard and the shared test part."""
+    task = load_task(spec.task, spec.path, spec.seed, spec.num_classes)
+    perm = parse_permutation(spec.permutation, task.num_classes)
+    test_idx, shards = split_task(
+        task,
+        num_nodes=spec.num_nodes,
+        seed=spec.seed,
+        test_fraction=spec.test_fraction,
+        samples_per_node=spec.samples_per_node,
+    )
+    shard = shards[spec.node_index]
+    if task.x_test is None or task.y_test is None:
+        test_x, test_y = task.x[test_idx], task.y[test_idx]
+    else:
+        test_x, test_y = task.x_test, task.y_test
+    data = NodeData(
+        train_x=np.ascontiguousarray(task.x[shard], dtype=np.float32),
+        train_y=perm[task.y[shard]],
+        test_x=np.ascontiguousarray(test_x, dtype=np.float32),
+        test_y=perm[test_y],
+        num_features=task.num_features,
+        num_classes=task.num_classes,
+        permutation=perm,
+    )
+    logger.debug(
+        "node %d/%d: %d training samples, %d test samples, permutation %s",
+        spec.node_index, spec.num_nodes, data.train_y.size, data.test_y.size, spec.permutation,
+    )
+    return data

@@ -1,0 +1,231 @@
+"""A torch MLP built from a :class:`~learner.layout.ModelLayout`.
+
+All parameters live in one flat tensor (``PartialMLP.flat``); the layer weights
+and biases are views of it taken in ``forward``. So moving a partial model in
+or out is one gather (``extract``) or one scatter (``assign``) through the
+layout's precomputed index array: O(size), no per-parameter Python loop.
+
+Canonical vectors are float64 numpy arrays (the gossip layer averages in
+float64); parameters are stored as float32.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from learner.layout import VECTOR_DTYPE, Block, ModelLayout
+from learner.spec import LOCAL_MODEL
+
+__all__ = ["PartialMLP", "assign", "extract"]
+
+logger = logging.getLogger(__name__)
+
+_ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "relu": torch.relu,
+    "sigmoid": torch.sigmoid,
+    "tanh": torch.tanh,
+}
+
+
+_F32_MAX = float(np.finfo(np.float32).max)
+
+
+@dataclass(frozen=True)
+class _Copy:
+    """One block of a canonical vector, ready for a strided numpy copy."""
+
+    vec: slice  # where the block sits in the canonical vector
+    layer: int  # 0-based index into the layer list
+    bias: bool
+    rows: slice
+    cols: slice
+    shape: tuple[int, ...]
+
+    @classmethod
+    def of(cls, b: Block) -> _Copy:
+        rows = slice(b.row_start, b.row_start + b.rows)
+        shape = (b.rows,) if b.bias else (b.rows, b.cols)
+        return cls(slice(b.vector_offset, b.vector_offset + b.size), b.layer - 1, b.bias,
+                   rows, slice(b.col_start, b.col_start + b.cols), shape)
+
+    def view(self, arrays: list[tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
+        weight, bias = arrays[self.layer]
+        return bias[self.rows] if self.bias else weight[self.rows, self.cols]
+
+
+class PartialMLP(nn.Module):
+    """Multi-layer perceptron whose parameters are split into partial models.
+
+    Args:
+        layout: the node's layout (network + partial models + ownership).
+        seed: the node's own seed; it initialises the local parameters. Every
+            shared model is initialised from a seed derived from its
+            fingerprint, so all holders start from identical values.
+
+    Initialisation is uniform in ``±1/sqrt(fan_in)`` (torch's ``nn.Linear``
+    default). For shared models ``fan_in`` counts only the previous-layer
+    neurons of the model and its dependencies, which all holders agree on.
+    """
+
+    def __init__(self, layout: ModelLayout, seed: int) -> None:
+        super().__init__()
+        if not isinstance(layout, ModelLayout):
+            raise TypeError(f"layout: expected ModelLayout, got {type(layout).__name__}")
+        self.layout = layout
+        self.seed = int(seed)
+        self._act = _ACTIVATIONS[layout.network.activation]
+        self.flat = nn.Parameter(torch.empty(layout.total_parameters, dtype=torch.float32))
+        # int64 index tensors (for torch-side use); extract/assign use the blocks
+        self._index: dict[str, torch.Tensor] = {
+            name: torch.from_numpy(np.array(layout.owned_indices(name), dtype=np.int64))
+            for name in (*layout.shared_models, LOCAL_MODEL)
+        }
+        self._plan: dict[str, tuple[_Copy, ...]] = {
+            name: tuple(_Copy.of(b) for b in layout.blocks(name)) for name in layout.shared_models
+        }
+        self.reset_parameters()
+
+    # ---------------------------------------------------------------- init
+    def reset_parameters(self) -> None:
+        """Re-initialise: local parts from ``seed``, shared models from their fingerprints."""
+        gen = torch.Generator().manual_seed(self.seed)
+        with torch.no_grad():
+            for slot in self.layout.layers:
+                bound = 1.0 / float(np.sqrt(slot.in_features))
+                part = self.flat[slot.weight_offset:slot.bias_offset + slot.out_features]
+                part.uniform_(-bound, bound, generator=gen)
+        for name in self.layout.shared_models:
+            rng = np.random.Generator(np.random.PCG64(self.layout.init_seed(name)))
+            bounds = self.layout.init_bounds(name)
+            self.assign(name, rng.uniform(-1.0, 1.0, size=bounds.size) * bounds)
+
+    # ---------------------------------------------------------------- views
+    def weight(self, layer: int) -> torch.Tensor:
+        """Weight of ``layer`` (1..k), shape ``(out, in)``: a view of ``flat``."""
+        s = self.layout.layers[layer - 1]
+        return self.flat[s.weight_offset:s.bias_offset].view(s.out_features, s.in_features)
+
+    def bias(self, layer: int) -> torch.Tensor:
+        """Bias of ``layer`` (1..k): a view of ``flat``."""
+        s = self.layout.layers[layer - 1]
+        return self.flat[s.bias_offset:s.bias_offset + s.out_features]
+
+    def owned_index_tensor(self, name: str) -> torch.Tensor:
+        """int64 tensor of flat indices owned by ``name`` (shared model or ``"local"``).
+
+        Shared models: canonical-vector order. Do not modify it.
+        """
+        if name not in self._index:
+            self.layout.owned_indices(name)  # raises KeyError naming the model
+        return self._index[name]
+
+    def flat_parameters(self) -> torch.Tensor:
+        """The single flat parameter tensor (what the optimizer trains)."""
+        return self.flat
+
+    # -------------------------------------------------------------- forward
+    def activations(self, x: torch.Tensor) -> list[torch.Tensor]:
+        """Outputs of every layer after the input: hidden activations, then logits."""
+        n_in = self.layout.network.sizes[0]
+        if x.shape[-1] != n_in:
+            raise ValueError(f"PartialMLP input: last dimension is {x.shape[-1]}, expected "
+                             f"{n_in} (network {self.layout.network.notation()})")
+        outs: list[torch.Tensor] = []
+        h = x
+        last = len(self.layout.layers)
+        for slot in self.layout.layers:
+            h = F.linear(h, self.weight(slot.index), self.bias(slot.index))
+            if slot.index != last:
+                h = self._act(h)
+            outs.append(h)
+        return outs
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Logits (no activation on the output layer)."""
+        return self.activations(x)[-1]
+
+    # ------------------------------------------------------- extract / assign
+    def _steps(self, name: str) -> tuple[_Copy, ...]:
+        plan = self._plan.get(name)
+        if plan is None:
+            held = ", ".join(self.layout.shared_models) or "none"
+            raise KeyError(f"partial model {name!r} is not a shared model of this network; "
+                           f"shared models: {held}")
+        return plan
+
+    def _layer_arrays(self) -> list[tuple[np.ndarray, np.ndarray]]:
+        """numpy views (no copy) of every layer's weight and bias."""
+        values = self.flat.detach().numpy()
+        return [
+            (values[s.weight_offset:s.bias_offset].reshape(s.out_features, s.in_features),
+             values[s.bias_offset:s.bias_offset + s.out_features])
+            for s in self.layout.layers
+        ]
+
+    def extract(self, name: str, out: np.ndarray | None = None) -> np.ndarray:
+        """Canonical vector of shared model ``name``: a float64 copy.
+
+        With ``out`` (float64, right length) the values are written there and
+        nothing is allocated.
+        """
+        steps = self._steps(name)
+        n = self.layout.vector_length(name)
+        if out is None:
+            out = np.empty(n, dtype=VECTOR_DTYPE)
+        elif out.dtype != VECTOR_DTYPE or out.shape != (n,):
+            raise ValueError(f"extract({name!r}): out must be float64 of shape ({n},), got "
+                             f"{out.dtype} {out.shape}")
+        arrays = self._layer_arrays()
+        for step in steps:  # one strided copy per block, widening float32 -> float64
+            np.copyto(out[step.vec].reshape(step.shape), step.view(arrays))
+        return out
+
+    def assign(self, name: str, vector: np.ndarray) -> None:
+        """Write the canonical vector of shared model ``name`` into the parameters.
+
+        Raises ValueError (naming the model) on a wrong shape or dtype, or a
+        value that is not a finite float32; the parameters are then untouched.
+        """
+        steps = self._steps(name)
+        n = self.layout.vector_length(name)
+        vec = np.asarray(vector)
+        if vec.ndim != 1 or vec.shape[0] != n:
+            raise ValueError(f"assign({name!r}): vector has shape {vec.shape}, expected "
+                             f"({n},) for partial model {name!r}")
+        if vec.dtype.kind not in "fiu":
+            raise ValueError(f"assign({name!r}): vector dtype {vec.dtype} is not numeric")
+        if n:
+            # min and max propagate NaN and need no temporary array
+            lo, hi = vec.min(), vec.max()
+            if not (-_F32_MAX <= lo and hi <= _F32_MAX):
+                with np.errstate(over="ignore", invalid="ignore"):
+                    bad = int(np.flatnonzero(~np.isfinite(vec.astype(np.float32)))[0])
+                raise ValueError(f"assign({name!r}): value at index {bad} ({vec[bad]}) is not "
+                                 f"a finite float32; partial model {name!r} left unchanged")
+        arrays = self._layer_arrays()
+        for step in steps:
+            np.copyto(step.view(arrays), vec[step.vec].reshape(step.shape), casting="same_kind")
+        # numpy wrote behind autograd's back: mark the parameter as modified so a
+        # stale graph cannot silently backpropagate through old values
+        torch.autograd.graph.increment_version(self.flat)
+
+    def extra_repr(self) -> str:
+        return (f"network={self.layout.network}, shared={list(self.layout.shared_models)}, "
+                f"seed={self.seed}")
+
+
+def extract(model: PartialMLP, name: str) -> np.ndarray:
+    """Canonical float64 vector of shared model ``name`` of ``model``."""
+    return model.extract(name)
+
+
+def assign(model: PartialMLP, name: str, vector: np.ndarray) -> None:
+    """Write ``vector`` as shared model ``name`` of ``model``."""
+    model.assign(name, vector)

@@ -1,0 +1,173 @@
+"""The synchronous reference: thesis Algorithm 2, in process.
+
+Every round, every node trains `steps_per_round` mini-batches on its own
+shard; then every shared partial model is replaced, on each of its holders,
+by the exact average of the holders' vectors. No networking, no asynchrony:
+this is the yardstick the gossiping daemons are compared with. Deterministic
+for given node seeds and `TrainConfig.seed`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from learner.data import NodeData
+from learner.layout import ModelLayout
+from learner.network import PartialMLP
+from learner.spec import NetworkSpec, PartialModelSpec
+from learner.trainer import TrainConfig, Trainer, evaluate_model
+
+__all__ = [
+    "NodeSetup",
+    "ReferenceResult",
+    "ReferenceSetupError",
+    "average_shared_models",
+    "run_reference",
+]
+
+logger = logging.getLogger(__name__)
+
+
+class ReferenceSetupError(ValueError):
+    """The nodes given to the reference cannot run together (the message says why)."""
+
+
+@dataclass(frozen=True, eq=False)
+class NodeSetup:
+    """One simulated node: its network, declared partial models, data and seed.
+
+    `seed` initialises the node's local parameters and its mini-batch order;
+    shared models start identical on all holders whatever the seed.
+    """
+
+    network: NetworkSpec
+    models: tuple[PartialModelSpec, ...]
+    data: NodeData
+    seed: int
+    cross_models: bool = False
+
+
+@dataclass(frozen=True)
+class ReferenceResult:
+    """Per-node test accuracy over time and at the end.
+
+    `eval_rounds[k]` is the number of rounds done when `accuracy[k]` (one value
+    per node) and `loss[k]` were measured; the last entry is after the final round.
+    """
+
+    eval_rounds: tuple[int, ...]
+    accuracy: tuple[tuple[float, ...], ...]
+    loss: tuple[tuple[float, ...], ...]
+
+    @property
+    def final_accuracy(self) -> tuple[float, ...]:
+        """Each node's accuracy after the last round."""
+        return self.accuracy[-1]
+
+    @property
+    def mean_final_accuracy(self) -> float:
+        """Mean over nodes of the final accuracy."""
+        return float(np.mean(self.final_accuracy))
+
+    @property
+    def mean_accuracy(self) -> tuple[float, ...]:
+        """Mean over nodes at each evaluation."""
+        return tuple(float(np.mean(row)) for row in self.accuracy)
+
+
+def average_shared_models(
+    networks: Sequence[PartialMLP], layouts: Sequence[ModelLayout]
+) -> dict[str, int]:
+    """Replace every shared model, on each holder, by the exact mean over its holders.
+
+    Holders are grouped by (name, fingerprint): a node whose declaration of a
+    model differs is not averaged with the others (as on the wire). Returns the
+    number of holders averaged per model name (groups of one are skipped).
+    """
+    groups: dict[tuple[str, bytes], list[int]] = {}
+    for index, layout in enumerate(layouts):
+        for name in layout.shared_models:
+            groups.setdefault((name, layout.fingerprint(name)), []).append(index)
+    names_seen: dict[str, int] = {}
+    for (name, _), holders in groups.items():
+        names_seen[name] = names_seen.get(name, 0) + 1
+        if len(holders) < 2:
+            continue
+        vectors = [networks[i].extract(name) for i in holders]
+        mean = np.mean(np.stack(vectors), axis=0, dtype=np.float64).astype(vectors[0].dtype)
+        for i in holders:
+            networks[i].assign(name, mean)
+    for name, variants in names_seen.items():
+        if variants > 1:
+            logger.warning("model %r is declared in %d incompatible ways; each variant is "
+                           "averaged separately", name, variants)
+    return {name: len(holders) for (name, _), holders in groups.items() if len(holders) > 1}
+
+
+def _node_train_seed(config_seed: int, node_seed: int) -> int:
+    return int(np.random.SeedSequence([config_seed, node_seed]).generate_state(1, np.uint32)[0])
+
+
+def run_reference(
+    nodes: Sequence[NodeSetup],
+    rounds: int,
+    train_config: TrainConfig,
+    eval_every: int = 1,
+    *,
+    on_eval: Callable[[int, tuple[float, ...]], None] | None = None,
+) -> ReferenceResult:
+    """Run Algorithm 2 for `rounds` rounds and test every node on its own test set.
+
+    Evaluates every `eval_every` rounds and after the last one. `on_eval`, if
+    given, is called with (rounds done, per-node accuracies) at each evaluation.
+    """
+    if not nodes:
+        raise ReferenceSetupError("run_reference: no nodes given")
+    if rounds < 1:
+        raise ReferenceSetupError(f"run_reference: rounds must be >= 1, got {rounds}")
+    if eval_every < 1:
+        raise ReferenceSetupError(f"run_reference: eval_every must be >= 1, got {eval_every}")
+    layouts: list[ModelLayout] = []
+    networks: list[PartialMLP] = []
+    trainers: list[Trainer] = []
+    for index, node in enumerate(nodes):
+        if node.data.num_features != node.network.sizes[0]:
+            raise ReferenceSetupError(
+                f"node {index}: data has {node.data.num_features} features but the network "
+                f"{node.network.notation()} has {node.network.sizes[0]} inputs"
+            )
+        if node.data.num_classes != node.network.sizes[-1]:
+            raise ReferenceSetupError(
+                f"node {index}: data has {node.data.num_classes} classes but the network "
+                f"{node.network.notation()} has {node.network.sizes[-1]} outputs"
+            )
+        layout = ModelLayout(node.network, list(node.models), cross_models=node.cross_models)
+        network = PartialMLP(layout, node.seed)
+        config = dataclasses.replace(train_config, seed=_node_train_seed(train_config.seed, node.seed))
+        layouts.append(layout)
+        networks.append(network)
+        trainers.append(Trainer(network, node.data.train_x, node.data.train_y, config))
+
+    eval_rounds: list[int] = []
+    accuracy: list[tuple[float, ...]] = []
+    loss: list[tuple[float, ...]] = []
+    for done in range(1, rounds + 1):
+        for trainer in trainers:
+            trainer.train_round()
+        average_shared_models(networks, layouts)
+        if done % eval_every == 0 or done == rounds:
+            results = [
+                evaluate_model(net, node.data.test_x, node.data.test_y)
+                for net, node in zip(networks, nodes, strict=True)
+            ]
+            eval_rounds.append(done)
+            accuracy.append(tuple(r.accuracy for r in results))
+            loss.append(tuple(r.loss for r in results))
+            if on_eval is not None:
+                on_eval(done, accuracy[-1])
+    return ReferenceResult(tuple(eval_rounds), tuple(accuracy), tuple(loss))

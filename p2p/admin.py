@@ -1,0 +1,467 @@
+"""Admin socket server: a local control channel for a running node.
+
+The node listens on a Unix stream socket, ``admin.sock`` in its data
+directory, created with mode 0600 (only the node's user may connect). The
+protocol is one JSON object per line in each direction, so ``socat`` works::
+
+    $ echo '{"cmd": "status"}' | socat - UNIX-CONNECT:/var/lib/p2p/admin.sock
+    {"ok": true, "result": {"id": "9f1c...", "round": 42, ...}}
+
+A request is ``{"cmd": NAME}`` (a bare command word such as ``status`` is
+accepted too, for typing by hand). A reply is ``{"ok": true, "result": {...}}``
+or ``{"ok": false, "error": "message"}``. Malformed lines, unknown commands and
+over-long lines get an error reply; a handler that raises gets an error reply
+and a log line; a client that disconnects or stalls never affects the server or
+other clients.
+
+Commands and the fields of their results (the report dataclasses below build
+them; handlers may return those dataclasses or plain dicts):
+
+``status``
+    ``id`` (node id, hex), ``name``, ``addresses`` (listen addresses), ``uptime``
+    (seconds), ``round``, ``steps`` (SGD mini-batches), ``loss`` (last training
+    loss or null), ``accuracy`` (last local test accuracy in [0, 1] or null),
+    ``isolated`` (true when no peer is known), ``view_size`` (peers in the
+    view), ``connections`` (open peer connections), ``pid``, ``data_dir``.
+``peers``
+    ``view``: list of peers, each ``id``, ``address``, ``age`` (shuffle periods
+    since the descriptor was fresh), ``last_contact`` (seconds ago or null),
+    ``failures`` (consecutive failed contacts), ``models`` (names or
+    fingerprints it holds); ``models``: per shared model name, the per-model
+    view as the same kind of list.
+``models``
+    ``models``: list of partial models, each ``name``, ``kind`` (``global``,
+    ``semi-local`` or ``local``), ``size`` (parameters), ``fingerprint`` (hex),
+    ``weight`` (push-sum weight; null for the local model), ``holders`` (known
+    peers holding it), ``pushes_sent``, ``pushes_received``, ``pushes_rejected``,
+    ``bytes_sent``, ``bytes_received``.
+``metrics``
+    ``counters``: name -> number; ``timings``: name -> ``count``, ``mean``,
+    ``max``, ``total`` (seconds).
+``checkpoint``
+    writes a checkpoint now: ``path``, ``bytes``, ``round``, ``seconds``.
+``stop``
+    asks the node to shut down cleanly (checkpoint, close, exit 0):
+    ``stopping`` (true). The reply is sent before the node stops.
+``help``
+    ``commands``: the list of command names.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import errno
+import inspect
+import json
+import logging
+import math
+import os
+import socket as stdlib_socket
+import stat
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+import trio
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "ADMIN_COMMANDS",
+    "ADMIN_SOCKET_NAME",
+    "AdminError",
+    "AdminHandler",
+    "AdminServer",
+    "CheckpointReport",
+    "MAX_REQUEST_BYTES",
+    "MetricsReport",
+    "ModelReport",
+    "ModelsReport",
+    "PeerReport",
+    "PeersReport",
+    "StatusReport",
+    "StopReport",
+    "TimingReport",
+    "admin_socket_path",
+    "serve_admin",
+    "to_jsonable",
+]
+
+ADMIN_SOCKET_NAME = "admin.sock"
+ADMIN_COMMANDS = ("status", "peers", "models", "metrics", "checkpoint", "stop")
+MAX_REQUEST_BYTES = 64 * 1024
+# AF_UNIX paths are limited to sizeof(sun_path) - 1 on Linux.
+_MAX_UNIX_PATH = 107
+
+
+class AdminError(Exception):
+    """The admin socket cannot be set up (path too long, in use, ...)."""
+
+
+def admin_socket_path(data_dir: str | os.PathLike[str]) -> Path:
+    """Where a node with data directory ``data_dir`` listens for admin commands."""
+    return Path(data_dir) / ADMIN_SOCKET_NAME
+
+
+# --------------------------------------------------------------------------- reports
+
+
+@dataclass(frozen=True)
+class StatusReport:
+    """Result of ``status``."""
+
+    id: str
+    name: str
+    addresses: list[str]
+    uptime: float
+    round: int
+    steps: int
+    loss: float | None
+    accuracy: float | None
+    isolated: bool
+    view_size: int = 0
+    connections: int = 0
+    pid: int = field(default_factory=os.getpid)
+    data_dir: str | None = None
+
+
+@dataclass(frozen=True)
+class PeerReport:
+    """One peer in ``peers``."""
+
+    id: str
+    address: str
+    age: int
+    last_contact: float | None = None
+    failures: int = 0
+    models: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class PeersReport:
+    """Result of ``peers``: the view and the per-model views."""
+
+    view: list[PeerReport]
+    models: dict[str, list[PeerReport]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ModelReport:
+    """One partial model in ``models``."""
+
+    name: str
+    kind: str
+    size: int
+    fingerprint: str | None = None
+    weight: float | None = None
+    holders: int | None = None
+    pushes_sent: int = 0
+    pushes_received: int = 0
+    pushes_rejected: int = 0
+    bytes_sent: int = 0
+    bytes_received: int = 0
+
+
+@dataclass(frozen=True)
+class ModelsReport:
+    """Result of ``models``."""
+
+    models: list[ModelReport]
+
+
+@dataclass(frozen=True)
+class TimingReport:
+    """Summary of one timed operation (seconds)."""
+
+    count: int
+    mean: float
+    max: float
+    total: float
+
+
+@dataclass(frozen=True)
+class MetricsReport:
+    """Result of ``metrics``."""
+
+    counters: dict[str, int | float] = field(default_factory=dict)
+    timings: dict[str, TimingReport] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class CheckpointReport:
+    """Result of ``checkpoint``."""
+
+    path: str
+    bytes: int
+    round: int
+    seconds: float
+
+
+@dataclass(frozen=True)
+class StopReport:
+    """Result of ``stop``."""
+
+    stopping: bool = True
+
+
+Report = dict[str, Any] | Any  # a dict or one of the report dataclasses
+
+
+@runtime_checkable
+class AdminHandler(Protocol):
+    """What the node implements to answer admin commands.
+
+    Each method returns a dict or a report dataclass, or an awaitable of one
+    (``async def`` is fine). Methods run in the admin server's trio task: keep
+    them quick (``stop`` should only *request* shutdown).
+    """
+
+    def status(self) -> Report | Awaitable[Report]: ...
+
+    def peers(self) -> Report | Awaitable[Report]: ...
+
+    def models(self) -> Report | Awaitable[Report]: ...
+
+    def metrics(self) -> Report | Awaitable[Report]: ...
+
+    def checkpoint(self) -> Report | Awaitable[Report]: ...
+
+    def stop(self) -> Report | Awaitable[Report]: ...
+
+
+# --------------------------------------------------------------------------- JSON
+
+
+def to_jsonable(value: Any) -> Any:
+    """Convert a result to JSON-ready values: dataclasses to dicts, bytes to hex,
+    paths to strings, numpy scalars/arrays to Python numbers/lists, non-finite
+    floats to null."""
+    if value is None or isinstance(value, bool | int | str):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: to_jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, dict):
+        return {str(k): to_jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple | set | frozenset):
+        return [to_jsonable(v) for v in value]
+    if isinstance(value, bytes | bytearray):
+        return bytes(value).hex()
+    if isinstance(value, os.PathLike):
+        return os.fspath(value)
+    if hasattr(value, "tolist"):  # numpy scalars and arrays, torch tensors
+        return to_jsonable(value.tolist())
+    return str(value)
+
+
+def _reply_ok(result: Any) -> bytes:
+    return (json.dumps({"ok": True, "result": result}, allow_nan=False) + "\n").encode()
+
+
+def _reply_error(message: str) -> bytes:
+    return (json.dumps({"ok": False, "error": message}) + "\n").encode()
+
+
+# --------------------------------------------------------------------------- server
+
+
+class AdminServer:
+    """Serves admin commands on a Unix socket, dispatching to ``handler``.
+
+    Use ``await nursery.start(server.serve)``; cancelling the task closes the
+    socket and removes the socket file.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        handler: AdminHandler,
+        *,
+        max_request_bytes: int = MAX_REQUEST_BYTES,
+        max_clients: int = 16,
+        idle_timeout: float = 300.0,
+    ) -> None:
+        self.path = Path(path)
+        self.handler = handler
+        self.max_request_bytes = max_request_bytes
+        self.max_clients = max_clients
+        self.idle_timeout = idle_timeout
+        self._clients = 0
+        self._commands: dict[str, Callable[[], Any]] = {
+            "status": handler.status,
+            "peers": handler.peers,
+            "models": handler.models,
+            "metrics": handler.metrics,
+            "checkpoint": handler.checkpoint,
+            "stop": handler.stop,
+            "help": lambda: {"commands": [*ADMIN_COMMANDS, "help"]},
+        }
+
+    async def serve(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        """Bind the socket (mode 0600), report started, and serve until cancelled."""
+        sock = self._bind()
+        listener = trio.SocketListener(sock)
+        bound_inode = os.stat(self.path).st_ino
+        logger.info("admin socket listening on %s", self.path)
+        try:
+            async with trio.open_nursery() as nursery:
+                task_status.started(self.path)
+                while True:
+                    try:
+                        stream = await listener.accept()
+                    except OSError as exc:  # e.g. EMFILE: wait and retry, never die
+                        logger.warning("admin socket accept failed: %s", exc)
+                        await trio.sleep(0.1)
+                        continue
+                    nursery.start_soon(self._serve_client, stream)
+        finally:
+            with contextlib.suppress(OSError):
+                sock.close()
+            # Remove the file only if it is still ours (not a successor's socket).
+            with contextlib.suppress(OSError):
+                if os.stat(self.path).st_ino == bound_inode:
+                    os.unlink(self.path)
+
+    def _bind(self) -> trio.socket.SocketType:
+        path = self.path
+        if len(os.fsencode(path)) > _MAX_UNIX_PATH:
+            raise AdminError(
+                f"admin socket path {path} is {len(os.fsencode(path))} bytes long; Unix sockets "
+                f"allow at most {_MAX_UNIX_PATH}: use a shorter data directory path"
+            )
+        self._remove_stale(path)
+        sock = stdlib_socket.socket(stdlib_socket.AF_UNIX, stdlib_socket.SOCK_STREAM)
+        old_umask = os.umask(0o177)  # the file is created 0600: no window where others connect
+        try:
+            sock.bind(os.fspath(path))
+        except OSError as exc:
+            sock.close()
+            raise AdminError(f"cannot create admin socket {path}: "
+                             f"{exc.strerror or exc}") from exc
+        finally:
+            os.umask(old_umask)
+        os.chmod(path, 0o600)
+        sock.listen(16)
+        return trio.socket.from_stdlib_socket(sock)
+
+    @staticmethod
+    def _remove_stale(path: Path) -> None:
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            return
+        if not stat.S_ISSOCK(st.st_mode):
+            raise AdminError(f"{path} exists and is not a socket; refusing to replace it")
+        probe = stdlib_socket.socket(stdlib_socket.AF_UNIX, stdlib_socket.SOCK_STREAM)
+        probe.settimeout(1.0)
+        try:
+            probe.connect(os.fspath(path))
+        except OSError as exc:
+            if exc.errno not in (errno.ECONNREFUSED, errno.ENOENT):
+                raise AdminError(f"cannot check existing admin socket {path}: "
+                                 f"{exc.strerror or exc}") from exc
+            logger.info("removing stale admin socket %s", path)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+        else:
+            raise AdminError(f"another node is already running with this data directory "
+                             f"(it answers on {path})")
+        finally:
+            probe.close()
+
+    async def _serve_client(self, stream: trio.SocketStream) -> None:
+        self._clients += 1
+        try:
+            async with stream:
+                if self._clients > self.max_clients:
+                    await stream.send_all(_reply_error(
+                        f"too many admin clients (limit {self.max_clients}); try again"))
+                    return
+                await self._client_loop(stream)
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+            logger.debug("admin client went away: %s", exc)
+        except Exception:  # a bug here must not take the node down
+            logger.exception("admin client handler failed")
+        finally:
+            self._clients -= 1
+
+    async def _client_loop(self, stream: trio.SocketStream) -> None:
+        buffer = bytearray()
+        while True:
+            chunk: bytes | None = None
+            with trio.move_on_after(self.idle_timeout):
+                chunk = await stream.receive_some(65536)
+            if chunk is None:
+                logger.debug("closing idle admin client")
+                return
+            if not chunk:  # client closed: answer a last request sent without newline
+                if buffer.strip():
+                    await self._answer(stream, bytes(buffer))
+                return
+            buffer += chunk
+            while (newline := buffer.find(b"\n")) >= 0:
+                line = bytes(buffer[:newline])
+                del buffer[: newline + 1]
+                await self._answer(stream, line)
+            if len(buffer) > self.max_request_bytes:
+                await stream.send_all(_reply_error(
+                    f"request line too long (limit {self.max_request_bytes} bytes)"))
+                return
+
+    async def _answer(self, stream: trio.SocketStream, line: bytes) -> None:
+        reply = await self._dispatch(line)
+        if reply is not None:
+            await stream.send_all(reply)
+
+    async def _dispatch(self, line: bytes) -> bytes | None:
+        """Answer one request line; ``None`` for a blank line (no reply)."""
+        if len(line) > self.max_request_bytes:
+            return _reply_error(f"request line too long (limit {self.max_request_bytes} bytes)")
+        try:
+            text = line.decode("utf-8").strip()
+        except UnicodeDecodeError:
+            return _reply_error("malformed request: not UTF-8 text")
+        if not text:
+            return None
+        known = ", ".join([*ADMIN_COMMANDS, "help"])
+        if text in self._commands:
+            command = text
+        else:
+            try:
+                request = json.loads(text)
+            except (json.JSONDecodeError, RecursionError):
+                return _reply_error('malformed request: expected one JSON object per line, '
+                                    'e.g. {"cmd": "status"}')
+            if not isinstance(request, dict) or not isinstance(request.get("cmd"), str):
+                return _reply_error('malformed request: expected a JSON object with a "cmd" '
+                                    f'string, e.g. {{"cmd": "status"}} (commands: {known})')
+            command = request["cmd"]
+            if command not in self._commands:
+                return _reply_error(f"unknown command {command[:64]!r}; known commands: {known}")
+        try:
+            result = self._commands[command]()
+            if inspect.isawaitable(result):
+                result = await result
+        except Exception as exc:
+            logger.exception("admin command %r failed", command)
+            return _reply_error(f"command {command!r} failed: {type(exc).__name__}: {exc}")
+        payload = to_jsonable(result)
+        if not isinstance(payload, dict):
+            logger.error("admin handler for %r returned %s, not a dict", command,
+                         type(result).__name__)
+            return _reply_error(f"command {command!r} failed: the node returned no result")
+        return _reply_ok(payload)
+
+
+async def serve_admin(
+    path: str | os.PathLike[str],
+    handler: AdminHandler,
+    *,
+    task_status: Any = trio.TASK_STATUS_IGNORED,
+    **options: Any,
+) -> None:
+    """Run an :class:`AdminServer` on ``path`` (``await nursery.start(serve_admin, path, h)``)."""
+    await AdminServer(path, handler, **options).serve(task_status=task_status)

@@ -1,0 +1,145 @@
+"""Admin socket client: send one command to a running node and return its result.
+
+Synchronous and dependency-free (plain :mod:`socket`), so the CLI starts fast
+and scripts can use it without trio::
+
+    from p2p.admin_client import AdminClient
+    status = AdminClient.for_data_dir("/var/lib/p2p").request("status")
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import socket
+from pathlib import Path
+from typing import Any
+
+from p2p.admin import ADMIN_SOCKET_NAME
+
+__all__ = [
+    "AdminClient",
+    "AdminClientError",
+    "AdminCommandError",
+    "AdminConnectionError",
+    "AdminProtocolError",
+    "admin_request",
+]
+
+MAX_REPLY_BYTES = 64 * 1024 * 1024
+
+
+class AdminClientError(Exception):
+    """Talking to a node's admin socket failed; the message says why."""
+
+
+class AdminConnectionError(AdminClientError):
+    """No node answers on the socket (not running, wrong path, permissions, timeout)."""
+
+
+class AdminCommandError(AdminClientError):
+    """The node answered with ``{"ok": false, "error": ...}``."""
+
+
+class AdminProtocolError(AdminClientError):
+    """The reply was not a well-formed admin reply."""
+
+
+class AdminClient:
+    """Client for the admin socket at ``socket_path``; one connection per request."""
+
+    def __init__(self, socket_path: str | os.PathLike[str], *, timeout: float = 10.0) -> None:
+        self.socket_path = Path(socket_path)
+        self.timeout = timeout
+
+    @classmethod
+    def for_data_dir(cls, data_dir: str | os.PathLike[str], *,
+                     timeout: float = 10.0) -> AdminClient:
+        """Client for the node whose data directory is ``data_dir``."""
+        return cls(Path(data_dir) / ADMIN_SOCKET_NAME, timeout=timeout)
+
+    def request(self, cmd: str) -> dict[str, Any]:
+        """Send ``{"cmd": cmd}`` and return the reply's ``result``.
+
+        Raises :class:`AdminConnectionError` when no node answers,
+        :class:`AdminCommandError` when the node reports an error, and
+        :class:`AdminProtocolError` on a malformed reply.
+        """
+        reply = self._exchange(json.dumps({"cmd": cmd}).encode() + b"\n")
+        if reply.get("ok") is True and isinstance(reply.get("result"), dict):
+            return reply["result"]
+        if reply.get("ok") is False:
+            raise AdminCommandError(f"node error: {reply.get('error', 'unknown error')}")
+        raise AdminProtocolError(f"malformed reply from {self.socket_path}: expected "
+                                 '{"ok": ..., "result"|"error": ...}')
+
+    def _exchange(self, request: bytes) -> dict[str, Any]:
+        path = self.socket_path
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(self.timeout)
+        try:
+            try:
+                sock.connect(os.fspath(path))
+            except FileNotFoundError:
+                raise AdminConnectionError(
+                    f"no admin socket at {path}: is the node running with this data "
+                    "directory?") from None
+            except ConnectionRefusedError:
+                raise AdminConnectionError(
+                    f"nothing listens on {path}: the node is not running "
+                    "(stale socket file)") from None
+            except PermissionError:
+                raise AdminConnectionError(
+                    f"permission denied on {path}: run as the node's user") from None
+            except TimeoutError:
+                raise AdminConnectionError(f"timed out connecting to {path}") from None
+            except OSError as exc:
+                if exc.errno == errno.ENOTSOCK or exc.errno == errno.ECONNREFUSED:
+                    raise AdminConnectionError(f"{path} is not a node's admin socket") from None
+                raise AdminConnectionError(f"cannot connect to {path}: "
+                                           f"{exc.strerror or exc}") from None
+            try:
+                sock.sendall(request)
+                data = self._read_line(sock)
+            except TimeoutError:
+                raise AdminConnectionError(
+                    f"the node did not answer within {self.timeout:g} s on {path}") from None
+            except OSError as exc:
+                raise AdminConnectionError(f"connection to {path} failed: "
+                                           f"{exc.strerror or exc}") from None
+        finally:
+            sock.close()
+        try:
+            reply = json.loads(data)
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            raise AdminProtocolError(f"malformed reply from {path}: not JSON") from None
+        if not isinstance(reply, dict):
+            raise AdminProtocolError(f"malformed reply from {path}: not a JSON object")
+        return reply
+
+    def _read_line(self, sock: socket.socket) -> bytes:
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            chunk = sock.recv(65536)
+            if not chunk:
+                if not chunks:
+                    raise AdminProtocolError(
+                        f"the node closed {self.socket_path} without answering")
+                return b"".join(chunks)
+            newline = chunk.find(b"\n")
+            if newline >= 0:
+                chunks.append(chunk[:newline])
+                return b"".join(chunks)
+            chunks.append(chunk)
+            size += len(chunk)
+            if size > MAX_REPLY_BYTES:
+                raise AdminProtocolError(f"reply from {self.socket_path} exceeds "
+                                         f"{MAX_REPLY_BYTES} bytes")
+
+
+def admin_request(socket_path: str | os.PathLike[str], cmd: str, *,
+                  timeout: float = 10.0) -> dict[str, Any]:
+    """One-shot helper: ``AdminClient(socket_path, timeout=timeout).request(cmd)``."""
+    return AdminClient(socket_path, timeout=timeout).request(cmd)

@@ -1,0 +1,391 @@
+"""Node state on disk: atomic file writes and the checkpoint store.
+
+A checkpoint is one file, ``checkpoint.pt`` in the data directory, written with
+:func:`torch.save` from a dict holding only tensors and plain values (ints,
+floats, strings, bytes, lists, tuples, dicts), and read back with
+``torch.load(..., weights_only=True)``, which refuses to unpickle anything
+else: a tampered checkpoint cannot run code.
+
+Writes are atomic (:func:`atomic_write_bytes`): the bytes go to a temporary file
+in the same directory, are fsync'ed, then renamed over the old file, and the
+directory is fsync'ed. A crash or a full disk at any point leaves either the
+old checkpoint or the new one, never a mix, and no temporary file behind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import errno
+import io
+import logging
+import os
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "CHECKPOINT_FILENAME",
+    "CHECKPOINT_FORMAT",
+    "CHECKPOINT_VERSION",
+    "CheckpointError",
+    "CheckpointStore",
+    "DataDirError",
+    "NodeState",
+    "PeerRecord",
+    "PushSumRecord",
+    "atomic_write_bytes",
+    "check_data_dir_writable",
+]
+
+CHECKPOINT_FILENAME = "checkpoint.pt"
+CHECKPOINT_FORMAT = "p2p-gossip-learning/checkpoint"
+CHECKPOINT_VERSION = 1
+
+
+class CheckpointError(Exception):
+    """Writing or reading node state failed; the message names the file and why.
+
+    ``errno`` is the underlying OS error number when there is one.
+    """
+
+    def __init__(self, code: int | None, message: str) -> None:
+        super().__init__(message)
+        self.errno = code
+
+
+class DataDirError(CheckpointError):
+    """The data directory is missing, not a directory, or not writable."""
+
+
+# --------------------------------------------------------------------------- atomic write
+
+
+def atomic_write_bytes(path: str | os.PathLike[str], data: bytes, mode: int = 0o600) -> None:
+    """Replace ``path`` with ``data`` atomically, with permissions ``mode``.
+
+    Writes a temporary file in the same directory, fsyncs it, renames it over
+    ``path`` and fsyncs the directory. On failure (unwritable directory, full
+    disk, ...) raises :class:`CheckpointError` naming ``path`` and the cause;
+    the previous file is left untouched and the temporary file is removed.
+    """
+    target = Path(path)
+    directory = target.parent
+    try:
+        fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp",
+                                        dir=directory)
+    except OSError as exc:
+        raise CheckpointError(exc.errno, f"cannot write {target}: cannot create a temporary "
+                              f"file in {directory}: {_reason(exc)}") from exc
+    try:
+        try:
+            os.fchmod(fd, mode)
+            view = memoryview(data)
+            while view:
+                written = os.write(fd, view)
+                if written <= 0:  # defensive: a 0-byte write would loop forever
+                    raise OSError(errno.EIO, "write returned 0 bytes")
+                view = view[written:]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp_name, target)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp_name)
+        raise CheckpointError(exc.errno, f"cannot write {target}: {_reason(exc)}; "
+                              "the previous file (if any) is unchanged") from exc
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp_name)
+        raise
+    _fsync_directory(directory)
+
+
+def _reason(exc: OSError) -> str:
+    if exc.errno == errno.ENOSPC:
+        return "no space left on device"
+    if exc.errno in (errno.EACCES, errno.EPERM):
+        return "permission denied"
+    if exc.errno == errno.EROFS:
+        return "read-only file system"
+    return exc.strerror or str(exc)
+
+
+def _fsync_directory(directory: Path) -> None:
+    """Make the rename durable; some file systems refuse directory fsync."""
+    try:
+        dir_fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(dir_fd)
+    except OSError:
+        pass
+    finally:
+        os.close(dir_fd)
+
+
+def check_data_dir_writable(path: str | os.PathLike[str], *, create: bool = True) -> Path:
+    """Check (creating it with mode 0700 if needed) that ``path`` is a writable
+    directory; returns it as an absolute path.
+
+    Raises :class:`DataDirError` with a clear message otherwise: meant to be
+    called at start-up, before any network activity.
+    """
+    p = Path(path).expanduser().absolute()
+    if p.exists() and not p.is_dir():
+        raise DataDirError(errno.ENOTDIR, f"data directory {p} exists but is not a directory")
+    if not p.exists():
+        if not create:
+            raise DataDirError(errno.ENOENT, f"data directory {p} does not exist")
+        try:
+            p.mkdir(mode=0o700, parents=True, exist_ok=True)
+        except OSError as exc:
+            raise DataDirError(exc.errno, f"cannot create data directory {p}: "
+                               f"{_reason(exc)}") from exc
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".write-test.", dir=p)
+    except OSError as exc:
+        raise DataDirError(exc.errno, f"data directory {p} is not writable: "
+                           f"{_reason(exc)}") from exc
+    os.close(fd)
+    with contextlib.suppress(OSError):
+        os.unlink(probe)
+    return p
+
+
+# --------------------------------------------------------------------------- state
+
+
+@dataclass(frozen=True)
+class PeerRecord:
+    """One peer-sampling descriptor as stored: (node id, address, age, tags)."""
+
+    node_id: bytes
+    address: str
+    age: int
+    tags: tuple[str | bytes, ...] = ()
+
+
+@dataclass(frozen=True)
+class PushSumRecord:
+    """Push-sum state of one shared model: weight ``w_m``, values ``z_m`` and
+    (optionally) the de-biased estimate the trainer uses, when it differs from
+    ``values`` (e.g. during the masked phase)."""
+
+    weight: float
+    values: np.ndarray
+    estimate: np.ndarray | None = None
+
+
+@dataclass
+class NodeState:
+    """Everything a node needs to resume where it stopped.
+
+    ``model_state`` is the torch ``state_dict`` of the node's network;
+    ``optimizer_state`` an optional optimizer ``state_dict``; ``pushsum`` maps a
+    shared model's name to its push-sum record; ``counters`` are plain ints
+    (pushes sent, masked pushes done, ...); ``view`` is the peer-sampling view
+    and ``model_views`` the per-model views keyed by model name. ``node_id`` (the
+    public key) lets a loader refuse a checkpoint written by another identity.
+    """
+
+    model_state: dict[str, torch.Tensor]
+    pushsum: dict[str, PushSumRecord] = field(default_factory=dict)
+    counters: dict[str, int] = field(default_factory=dict)
+    round: int = 0
+    steps: int = 0
+    view: list[PeerRecord] = field(default_factory=list)
+    model_views: dict[str, list[PeerRecord]] = field(default_factory=dict)
+    optimizer_state: dict[str, Any] | None = None
+    node_id: bytes | None = None
+    saved_at: float | None = None
+
+
+def _tag(tag: object) -> str | bytes:
+    return tag if isinstance(tag, str | bytes) else str(tag)
+
+
+def _peers_to_plain(
+    peers: list[PeerRecord],
+) -> list[tuple[bytes, str, int, tuple[str | bytes, ...]]]:
+    return [(bytes(p.node_id), str(p.address), int(p.age), tuple(_tag(t) for t in p.tags))
+            for p in peers]
+
+
+def _state_to_plain(state: NodeState) -> dict[str, Any]:
+    return {
+        "format": CHECKPOINT_FORMAT,
+        "version": CHECKPOINT_VERSION,
+        "node_id": state.node_id,
+        "saved_at": state.saved_at,
+        "round": int(state.round),
+        "steps": int(state.steps),
+        "counters": {str(k): int(v) for k, v in state.counters.items()},
+        "model_state": {k: v.detach().cpu() for k, v in state.model_state.items()},
+        "optimizer_state": state.optimizer_state,
+        "pushsum": {
+            name: {"weight": float(rec.weight),
+                   # copy: the tensor must not share memory with a live array
+                   "values": torch.from_numpy(np.array(rec.values, copy=True)),
+                   "estimate": None if rec.estimate is None
+                   else torch.from_numpy(np.array(rec.estimate, copy=True))}
+            for name, rec in state.pushsum.items()
+        },
+        "view": _peers_to_plain(state.view),
+        "model_views": {name: _peers_to_plain(peers) for name, peers in state.model_views.items()},
+    }
+
+
+def _bad(path: Path, what: str) -> CheckpointError:
+    return CheckpointError(errno.EINVAL, f"checkpoint {path} is invalid: {what}")
+
+
+def _peers_from_plain(raw: object, path: Path, where: str) -> list[PeerRecord]:
+    if not isinstance(raw, list):
+        raise _bad(path, f"{where} is not a list")
+    peers = []
+    for item in raw:
+        if (not isinstance(item, tuple | list) or len(item) != 4
+                or not isinstance(item[0], bytes) or not isinstance(item[1], str)
+                or not isinstance(item[2], int) or not isinstance(item[3], tuple | list)):
+            raise _bad(path, f"{where} holds a malformed peer entry")
+        peers.append(PeerRecord(item[0], item[1], item[2], tuple(_tag(t) for t in item[3])))
+    return peers
+
+
+def _state_from_plain(raw: object, path: Path) -> NodeState:
+    if not isinstance(raw, dict) or raw.get("format") != CHECKPOINT_FORMAT:
+        raise _bad(path, "not a checkpoint of this program")
+    version = raw.get("version")
+    if version != CHECKPOINT_VERSION:
+        raise _bad(path, f"format version {version!r}, this program reads version "
+                   f"{CHECKPOINT_VERSION}")
+    model_state = raw.get("model_state")
+    if not isinstance(model_state, Mapping) or not all(
+        isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in model_state.items()
+    ):
+        raise _bad(path, "model_state is not a mapping of names to tensors")
+    pushsum: dict[str, PushSumRecord] = {}
+    raw_pushsum = raw.get("pushsum", {})
+    if not isinstance(raw_pushsum, Mapping):
+        raise _bad(path, "pushsum is not a mapping")
+    for name, rec in raw_pushsum.items():
+        if (not isinstance(rec, Mapping) or not isinstance(rec.get("weight"), float)
+                or not isinstance(rec.get("values"), torch.Tensor)):
+            raise _bad(path, f"push-sum record of model {name!r} is malformed")
+        estimate = rec.get("estimate")
+        if estimate is not None and not isinstance(estimate, torch.Tensor):
+            raise _bad(path, f"push-sum estimate of model {name!r} is not a tensor")
+        pushsum[str(name)] = PushSumRecord(
+            rec["weight"], rec["values"].numpy().copy(),
+            None if estimate is None else estimate.numpy().copy(),
+        )
+    counters = raw.get("counters", {})
+    if not isinstance(counters, Mapping) or not all(
+        isinstance(k, str) and isinstance(v, int) for k, v in counters.items()
+    ):
+        raise _bad(path, "counters are not a mapping of names to integers")
+    rnd, steps = raw.get("round"), raw.get("steps")
+    if not isinstance(rnd, int) or not isinstance(steps, int):
+        raise _bad(path, "round/steps are not integers")
+    raw_views = raw.get("model_views", {})
+    if not isinstance(raw_views, Mapping):
+        raise _bad(path, "model_views is not a mapping")
+    node_id = raw.get("node_id")
+    if node_id is not None and not isinstance(node_id, bytes):
+        raise _bad(path, "node_id is not bytes")
+    optimizer_state = raw.get("optimizer_state")
+    if optimizer_state is not None and not isinstance(optimizer_state, dict):
+        raise _bad(path, "optimizer_state is not a mapping")
+    saved_at = raw.get("saved_at")
+    return NodeState(
+        model_state=dict(model_state),
+        pushsum=pushsum,
+        counters=dict(counters),
+        round=rnd,
+        steps=steps,
+        view=_peers_from_plain(raw.get("view", []), path, "view"),
+        model_views={str(n): _peers_from_plain(v, path, f"model_views[{n!r}]")
+                     for n, v in raw_views.items()},
+        optimizer_state=optimizer_state,
+        node_id=node_id,
+        saved_at=float(saved_at) if isinstance(saved_at, int | float) else None,
+    )
+
+
+class CheckpointStore:
+    """Saves and loads the node's :class:`NodeState` in ``data_dir``.
+
+    ``save`` is atomic and may be called from a worker thread (it does blocking
+    I/O: from trio, use ``trio.to_thread.run_sync(store.save, state)``).
+    """
+
+    def __init__(self, data_dir: str | os.PathLike[str],
+                 filename: str = CHECKPOINT_FILENAME) -> None:
+        self.data_dir = Path(data_dir)
+        self.path = self.data_dir / filename
+
+    def encode(self, state: NodeState) -> bytes:
+        """The checkpoint file's bytes for ``state``."""
+        buffer = io.BytesIO()
+        torch.save(_state_to_plain(state), buffer)
+        return buffer.getvalue()
+
+    def save(self, state: NodeState) -> int:
+        """Write ``state`` atomically (mode 0600); returns the file size in bytes.
+
+        Raises :class:`CheckpointError` on failure, leaving the previous
+        checkpoint intact.
+        """
+        data = self.encode(state)
+        atomic_write_bytes(self.path, data, mode=0o600)
+        logger.debug("checkpoint written: %s (%d bytes, round %d)", self.path, len(data),
+                     state.round)
+        return len(data)
+
+    def exists(self) -> bool:
+        """Whether a checkpoint file is present."""
+        return self.path.is_file()
+
+    def load(self, *, expected_node_id: bytes | None = None) -> NodeState | None:
+        """Read the checkpoint; ``None`` if there is none.
+
+        Raises :class:`CheckpointError` if the file cannot be read, is not a
+        checkpoint (or was tampered with: only tensors and plain values are
+        accepted), has another format version, or (with ``expected_node_id``)
+        belongs to another identity.
+        """
+        try:
+            data = self.path.read_bytes()
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise CheckpointError(exc.errno, f"cannot read checkpoint {self.path}: "
+                                  f"{_reason(exc)}") from exc
+        try:
+            raw = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
+        except Exception as exc:  # torch raises many types for bad input
+            first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+            raise _bad(self.path, f"cannot decode it ({type(exc).__name__}: "
+                       f"{first_line[:200]})") from exc
+        state = _state_from_plain(raw, self.path)
+        if (expected_node_id is not None and state.node_id is not None
+                and state.node_id != expected_node_id):
+            raise _bad(self.path, "it was written by another node identity "
+                       f"({state.node_id.hex()[:16]}..., this node is "
+                       f"{expected_node_id.hex()[:16]}...)")
+        return state
+
+
+def replace_state(state: NodeState, **changes: Any) -> NodeState:
+    """A copy of ``state`` with ``changes`` applied (convenience for callers)."""
+    return dataclasses.replace(state, **changes)

@@ -1,0 +1,371 @@
+"""The ``p2p`` command line: run a node, inspect or stop it, make a swarm key.
+
+::
+
+    p2p run --config node.toml --data-dir ./n0 [--listen H:P] [--bootstrap H:P,...]
+    p2p status|peers|models|metrics (--data-dir DIR | --socket PATH) [--json]
+    p2p checkpoint|stop (--data-dir DIR | --socket PATH)
+    p2p keygen [--out FILE] [--force]
+    p2p config --config FILE          # validate and print the resolved config
+
+Errors print one line to stderr (``p2p: error: ...``) and exit non-zero:
+2 for usage and configuration errors, 1 when the node cannot be reached or a
+command fails. Tracebacks are shown only with ``--log-level debug`` or
+``P2P_DEBUG=1``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime as dt
+import json
+import logging
+import os
+import sys
+import tempfile
+import time
+import traceback
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, TextIO
+
+from p2p.config import (
+    LOG_FORMATS,
+    LOG_LEVELS,
+    ConfigError,
+    NodeConfig,
+    encode_swarm_key,
+    generate_swarm_key,
+    load_config,
+    load_swarm_key,
+    render_config_toml,
+)
+
+__all__ = ["JsonLogFormatter", "build_parser", "main", "setup_logging"]
+
+EXIT_OK = 0
+EXIT_FAILURE = 1
+EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
+
+QUERY_COMMANDS = ("status", "peers", "models", "metrics")
+
+
+class UsageError(Exception):
+    """Bad command-line usage (exit status 2)."""
+
+
+class CommandFailed(Exception):
+    """A command could not do its job (exit status 1)."""
+
+
+# --------------------------------------------------------------------------- logging
+
+# Attributes every LogRecord has; anything else was passed with ``extra=``.
+_STANDARD_RECORD_ATTRS = frozenset(
+    vars(logging.LogRecord("", 0, "", 0, "", None, None)).keys()
+) | {"message", "asctime", "taskName"}
+
+
+class JsonLogFormatter(logging.Formatter):
+    """One JSON object per line: ``time`` (UTC ISO 8601), ``level``, ``logger``,
+    ``message``, ``exc`` when there is a traceback, plus any ``extra=`` fields."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        entry: dict[str, Any] = {
+            "time": dt.datetime.fromtimestamp(record.created, dt.UTC)
+            .isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        for key, value in vars(record).items():
+            if key not in _STANDARD_RECORD_ATTRS and not key.startswith("_"):
+                entry[key] = value
+        if record.exc_info:
+            entry["exc"] = self.formatException(record.exc_info)
+        return json.dumps(entry, default=str)
+
+
+def setup_logging(log_format: str = "text", level: str = "info",
+                  stream: TextIO | None = None) -> None:
+    """Configure the root logger: human text lines or JSON lines, on stderr."""
+    handler = logging.StreamHandler(stream if stream is not None else sys.stderr)
+    if log_format == "json":
+        handler.setFormatter(JsonLogFormatter())
+    else:
+        handler.setFormatter(logging.Formatter(
+            "%(asctime)s %(levelname)-7s %(name)s: %(message)s", "%Y-%m-%d %H:%M:%S"))
+    root = logging.getLogger()
+    for old in list(root.handlers):
+        root.removeHandler(old)
+    root.addHandler(handler)
+    root.setLevel(level.upper())
+
+
+# --------------------------------------------------------------------------- parser
+
+
+def _add_target_options(parser: argparse.ArgumentParser) -> None:
+    target = parser.add_mutually_exclusive_group()
+    target.add_argument("--data-dir", metavar="DIR",
+                        help="the node's data directory (its admin socket is DIR/admin.sock); "
+                             "default: $P2P_DATA_DIR")
+    target.add_argument("--socket", metavar="PATH", help="path of the node's admin socket")
+    parser.add_argument("--timeout", type=float, default=10.0, metavar="SECONDS",
+                        help="how long to wait for the node's answer (default: 10)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of the ``p2p`` command."""
+    parser = argparse.ArgumentParser(
+        prog="p2p",
+        description="Peer-to-peer gossip learning daemon: train neural networks together, "
+                    "averaging shared partial models by gossip, without a server.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    run = sub.add_parser(
+        "run", help="run a node in the foreground",
+        description="Run a node in the foreground until SIGINT/SIGTERM or `p2p stop`. "
+                    "Command-line options override the config file.",
+    )
+    run.add_argument("--config", required=True, metavar="FILE",
+                     help="TOML config file (see docs/operations.md and examples/)")
+    run.add_argument("--data-dir", metavar="DIR",
+                     help="data directory: identity key, checkpoint, admin socket "
+                          "(overrides node.data_dir; created with mode 0700 if missing)")
+    run.add_argument("--listen", metavar="HOST:PORT",
+                     help="TCP address to accept peers on, port 0 = any free port "
+                          "(overrides node.listen)")
+    run.add_argument("--bootstrap", metavar="HOST:PORT,...",
+                     help="comma-separated peers to join through (overrides node.bootstrap; "
+                          "an empty string means none)")
+    run.add_argument("--swarm-key-file", metavar="FILE",
+                     help="swarm key written by `p2p keygen`: only nodes holding it can join "
+                          "(overrides security.swarm_key_file)")
+    run.add_argument("--log-format", choices=LOG_FORMATS,
+                     help="log lines as human text or JSON objects (overrides node.log_format)")
+    run.add_argument("--log-level", choices=LOG_LEVELS, type=str.lower,
+                     help="minimum level logged (overrides node.log_level)")
+
+    for name, text in (("status", "show a running node's status"),
+                       ("peers", "show a running node's peer views"),
+                       ("models", "show a running node's partial models"),
+                       ("metrics", "show a running node's counters and timings")):
+        p = sub.add_parser(name, help=text, description=text[0].upper() + text[1:] + ".")
+        _add_target_options(p)
+        p.add_argument("--json", action="store_true",
+                       help="print the raw JSON result instead of tables")
+
+    ck = sub.add_parser("checkpoint", help="make a running node write a checkpoint now",
+                        description="Make a running node write a checkpoint now.")
+    _add_target_options(ck)
+    ck.add_argument("--json", action="store_true", help="print the raw JSON result")
+
+    stop = sub.add_parser("stop", help="stop a running node cleanly",
+                          description="Ask a running node to checkpoint, close its "
+                                      "connections and exit.")
+    _add_target_options(stop)
+    stop.add_argument("--wait", action="store_true",
+                      help="wait (up to --timeout) until the node has exited")
+    stop.add_argument("--json", action="store_true", help="print the raw JSON result")
+
+    keygen = sub.add_parser(
+        "keygen", help="create a swarm key",
+        description="Create a swarm key: 32 random bytes, base64. Give the same file to "
+                    "every node of a private swarm (`--swarm-key-file`).",
+    )
+    keygen.add_argument("--out", metavar="FILE",
+                        help="write the key to FILE (mode 0600) instead of printing it")
+    keygen.add_argument("--force", action="store_true", help="overwrite an existing FILE")
+
+    cfg = sub.add_parser("config", help="validate a config file and print it resolved",
+                         description="Validate a config file and print it with every default "
+                                     "filled in (exit 2 on the first error).")
+    cfg.add_argument("--config", required=True, metavar="FILE", help="TOML config file")
+    return parser
+
+
+# --------------------------------------------------------------------------- commands
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    config = load_config(args.config)
+    bootstrap: str | None = args.bootstrap
+    config = config.with_overrides(
+        listen=args.listen,
+        bootstrap=bootstrap,
+        data_dir=args.data_dir,
+        swarm_key_file=args.swarm_key_file,
+        log_format=args.log_format,
+        log_level=args.log_level,
+    )
+    if config.node.data_dir is None:
+        raise UsageError("no data directory: pass --data-dir DIR or set node.data_dir in "
+                         f"{args.config}")
+    setup_logging(config.node.log_format, config.node.log_level)
+    from p2p.checkpoint import check_data_dir_writable  # imports torch: only when running
+
+    check_data_dir_writable(config.node.data_dir)
+    if config.security.swarm_key_file is not None:
+        load_swarm_key(config.security.swarm_key_file)  # fail now, not after start-up
+    return _start_node(config)
+
+
+def _start_node(config: NodeConfig) -> int:
+    try:
+        from p2p.node import run_node
+    except ModuleNotFoundError as exc:
+        if exc.name == "p2p.node":
+            raise CommandFailed("the node runtime (p2p.node) is not installed") from exc
+        raise
+    return int(run_node(config) or 0)
+
+
+def _socket_path(args: argparse.Namespace) -> Path:
+    from p2p.admin import admin_socket_path
+
+    if args.socket:
+        return Path(args.socket)
+    data_dir = args.data_dir or os.environ.get("P2P_DATA_DIR")
+    if not data_dir:
+        raise UsageError(f"`p2p {args.command}` needs --data-dir DIR or --socket PATH "
+                         "(or $P2P_DATA_DIR)")
+    return admin_socket_path(data_dir)
+
+
+def _cmd_query(args: argparse.Namespace) -> int:
+    from p2p.admin_client import AdminClient
+
+    result = AdminClient(_socket_path(args), timeout=args.timeout).request(args.command)
+    if args.json:
+        print(json.dumps(result, indent=2, sort_keys=True))
+        return EXIT_OK
+    from p2p.render import make_console, render_result
+
+    make_console().print(render_result(args.command, result))
+    return EXIT_OK
+
+
+def _cmd_stop(args: argparse.Namespace) -> int:
+    from p2p.admin_client import AdminClient, AdminConnectionError
+
+    path = _socket_path(args)
+    client = AdminClient(path, timeout=args.timeout)
+    result = client.request("stop")
+    if args.json:
+        print(json.dumps(result, indent=2, sort_keys=True))
+    else:
+        from rich.console import Console
+
+        from p2p.render import render_stop
+
+        Console().print(render_stop(result))
+    if args.wait:
+        deadline = time.monotonic() + args.timeout
+        while time.monotonic() < deadline:
+            try:
+                AdminClient(path, timeout=1.0).request("help")
+            except AdminConnectionError:
+                if not args.json:
+                    print("node has exited")
+                return EXIT_OK
+            time.sleep(0.1)
+        raise CommandFailed(f"the node still answers on {path} after {args.timeout:g} s")
+    return EXIT_OK
+
+
+def _cmd_keygen(args: argparse.Namespace) -> int:
+    text = encode_swarm_key(generate_swarm_key())
+    if not args.out:
+        sys.stdout.write(text)
+        return EXIT_OK
+    out = Path(args.out).expanduser()
+    if out.is_dir():
+        raise CommandFailed(f"{out} is a directory; give a file name to --out")
+    if out.exists() and not args.force:
+        raise CommandFailed(f"{out} already exists; refusing to overwrite a swarm key "
+                            "(use --force to replace it)")
+    _write_secret(out, text.encode("ascii"), replace=args.force)
+    print(f"swarm key written to {out} (mode 0600); give this file to every node of the "
+          "swarm with --swarm-key-file", file=sys.stderr)
+    return EXIT_OK
+
+
+def _write_secret(path: Path, data: bytes, *, replace: bool) -> None:
+    """Write a 0600 file; with ``replace`` atomically over an existing one."""
+    try:
+        if not replace:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+            return
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent or ".")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+    except FileExistsError:
+        raise CommandFailed(f"{path} already exists; use --force to replace it") from None
+    except OSError as exc:
+        raise CommandFailed(f"cannot write {path}: {exc.strerror or exc}") from None
+
+
+def _cmd_config(args: argparse.Namespace) -> int:
+    sys.stdout.write(render_config_toml(load_config(args.config)))
+    return EXIT_OK
+
+
+_COMMANDS = {
+    "run": _cmd_run,
+    "status": _cmd_query,
+    "peers": _cmd_query,
+    "models": _cmd_query,
+    "metrics": _cmd_query,
+    "checkpoint": _cmd_query,
+    "stop": _cmd_stop,
+    "keygen": _cmd_keygen,
+    "config": _cmd_config,
+}
+
+
+def _error(message: str) -> None:
+    print(f"p2p: error: {message}", file=sys.stderr)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``p2p`` command; returns the exit status."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    debug = os.environ.get("P2P_DEBUG") == "1" or getattr(args, "log_level", None) == "debug"
+    from p2p.admin_client import AdminClientError
+
+    try:
+        return _COMMANDS[args.command](args)
+    except (ConfigError, UsageError) as exc:
+        _error(str(exc))
+        return EXIT_USAGE
+    except (AdminClientError, CommandFailed) as exc:
+        _error(str(exc))
+        return EXIT_FAILURE
+    except KeyboardInterrupt:
+        _error("interrupted")
+        return EXIT_INTERRUPTED
+    except Exception as exc:
+        checkpoint = sys.modules.get("p2p.checkpoint")  # only loaded by `run`
+        if checkpoint is not None and isinstance(exc, checkpoint.CheckpointError):
+            _error(str(exc))
+            return EXIT_USAGE if isinstance(exc, checkpoint.DataDirError) else EXIT_FAILURE
+        if debug:
+            traceback.print_exc()
+        _error(f"{type(exc).__name__}: {exc}" + ("" if debug else
+               " (set P2P_DEBUG=1 or --log-level debug for a traceback)"))
+        return EXIT_FAILURE

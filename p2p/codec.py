@@ -1,0 +1,568 @@
+"""The one codec for typed wire messages.
+
+Every message type is a frozen dataclass registered under a wire type name.
+A payload is one msgpack map ``{"v": PROTOCOL_VERSION, "t": name, <field>: ...}``.
+Fields are encoded by their annotated type:
+
+- ``int``, ``float``, ``str``, ``bytes``, ``bool``, ``None``;
+- ``X | None`` (and other unions of supported types, tried in order);
+- ``tuple[X, ...]``, ``tuple[X, Y]``, ``list[X]``, ``frozenset[X]`` (sets are
+  encoded sorted so that encoding is deterministic), ``dict[K, V]``;
+- nested frozen dataclasses (a map of their fields, no ``v``/``t``);
+- 1-D numpy arrays (annotation ``np.ndarray`` or ``numpy.typing.NDArray[...]``)
+  as a map ``{"dtype": "<f8", "n": length, "data": raw little-endian bytes}``.
+  Only float64 and float32 are accepted; nothing is ever unpickled. Decoded
+  arrays are read-only views of the received bytes (copy them to modify).
+
+Decoding checks every value against the annotations (``bool`` is not an
+``int``; a float field needs a float) and raises :class:`DecodeError` naming the
+message type and the field. Unknown types, another protocol version, malformed
+msgpack, extra or missing fields are all a :class:`DecodeError`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import logging
+import types
+import typing
+from collections.abc import Callable
+from typing import Any
+
+import msgpack
+import numpy as np
+
+__all__ = [
+    "PROTOCOL_VERSION",
+    "CodecError",
+    "DecodeError",
+    "EncodeError",
+    "RegistrationError",
+    "VersionMismatch",
+    "decode",
+    "encode",
+    "is_registered",
+    "register",
+    "register_core_messages",
+    "registered_types",
+    "type_name",
+]
+
+logger = logging.getLogger(__name__)
+
+PROTOCOL_VERSION = 1
+_RESERVED_KEYS = frozenset({"v", "t"})
+# dtype name on the wire -> numpy dtype; little-endian only.
+_ARRAY_DTYPES: dict[str, np.dtype] = {"<f8": np.dtype("<f8"), "<f4": np.dtype("<f4")}
+
+
+class CodecError(Exception):
+    """Base class of codec errors."""
+
+
+class RegistrationError(CodecError):
+    """A class that cannot be registered as a wire message."""
+
+
+class EncodeError(CodecError):
+    """A message whose field values do not match its annotations."""
+
+
+class DecodeError(CodecError):
+    """A payload that is not a valid message."""
+
+
+class VersionMismatch(DecodeError):
+    """A payload written by another protocol version."""
+
+    def __init__(self, message: str, remote_version: object) -> None:
+        super().__init__(message)
+        self.remote_version = remote_version
+
+
+# ---------------------------------------------------------------------------
+# Field type descriptions: compiled once per registered class.
+
+
+class _Invalid(Exception):
+    """Internal: a value that does not match its type; carries the path inside a field."""
+
+    def __init__(self, reason: str, path: str = "") -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.path = path
+
+    def prefixed(self, part: str) -> _Invalid:
+        return _Invalid(self.reason, part + self.path)
+
+
+_Encoder = Callable[[Any], Any]
+_Decoder = Callable[[Any], Any]
+
+
+@dataclasses.dataclass(frozen=True)
+class _FieldCodec:
+    describe: str
+    encode: _Encoder
+    decode: _Decoder
+
+
+def _scalar(tp: type, describe: str) -> _FieldCodec:
+    def check(value: Any) -> Any:
+        # Exact type: subclasses (bool for int, str enums) are not silently accepted.
+        if type(value) is not tp:
+            raise _Invalid(f"expected {describe}, got {type(value).__name__}")
+        return value
+
+    return _FieldCodec(describe, check, check)
+
+
+def _float_codec() -> _FieldCodec:
+    def enc(value: Any) -> float:
+        if isinstance(value, bool) or not isinstance(value, int | float | np.floating):
+            raise _Invalid(f"expected float, got {type(value).__name__}")
+        return float(value)
+
+    def dec(value: Any) -> float:
+        if type(value) is not float:
+            raise _Invalid(f"expected float, got {type(value).__name__}")
+        return value
+
+    return _FieldCodec("float", enc, dec)
+
+
+def _int_codec() -> _FieldCodec:
+    def enc(value: Any) -> int:
+        if isinstance(value, bool) or not isinstance(value, int | np.integer):
+            raise _Invalid(f"expected int, got {type(value).__name__}")
+        return int(value)
+
+    def dec(value: Any) -> int:
+        if type(value) is not int:
+            raise _Invalid(f"expected int, got {type(value).__name__}")
+        return value
+
+    return _FieldCodec("int", enc, dec)
+
+
+def _bytes_codec() -> _FieldCodec:
+    def enc(value: Any) -> bytes:
+        if not isinstance(value, bytes | bytearray | memoryview):
+            raise _Invalid(f"expected bytes, got {type(value).__name__}")
+        return bytes(value)
+
+    def dec(value: Any) -> bytes:
+        if type(value) is not bytes:
+            raise _Invalid(f"expected bytes, got {type(value).__name__}")
+        return value
+
+    return _FieldCodec("bytes", enc, dec)
+
+
+def _none_codec() -> _FieldCodec:
+    def check(value: Any) -> None:
+        if value is not None:
+            raise _Invalid(f"expected None, got {type(value).__name__}")
+        return None
+
+    return _FieldCodec("None", check, check)
+
+
+def _array_codec(dtypes: tuple[str, ...]) -> _FieldCodec:
+    allowed = {name: _ARRAY_DTYPES[name] for name in dtypes}
+    describe = "1-D numpy array of " + "/".join(str(d) for d in allowed.values())
+
+    def enc(value: Any) -> dict[str, Any]:
+        if not isinstance(value, np.ndarray):
+            raise _Invalid(f"expected {describe}, got {type(value).__name__}")
+        if value.ndim != 1:
+            raise _Invalid(f"expected a 1-D array, got shape {value.shape}")
+        wire = value.dtype.newbyteorder("<") if value.dtype.byteorder != "|" else value.dtype
+        name = wire.str
+        if name not in allowed:
+            raise _Invalid(f"expected {describe}, got dtype {value.dtype}")
+        # A byte view, not a copy: msgpack copies it once into the payload.
+        data = memoryview(np.ascontiguousarray(value, dtype=allowed[name])).cast("B")
+        return {"dtype": name, "n": int(value.shape[0]), "data": data}
+
+    def dec(value: Any) -> np.ndarray:
+        if type(value) is not dict or set(value) != {"dtype", "n", "data"}:
+            raise _Invalid(f"expected an array map with keys dtype, n, data for {describe}")
+        name, n, data = value["dtype"], value["n"], value["data"]
+        if type(name) is not str or name not in allowed:
+            raise _Invalid(f"array dtype {name!r} not allowed (expected one of {sorted(allowed)})")
+        if type(n) is not int or n < 0:
+            raise _Invalid(f"array length must be a non-negative int, got {n!r}")
+        if type(data) is not bytes:
+            raise _Invalid(f"array data must be bytes, got {type(data).__name__}")
+        dtype = allowed[name]
+        if len(data) != n * dtype.itemsize:
+            raise _Invalid(
+                f"array data has {len(data)} bytes, expected {n} x {dtype.itemsize} = "
+                f"{n * dtype.itemsize}"
+            )
+        # A read-only view of the received bytes (no copy), like the frozen message
+        # holding it; converted only on a big-endian host.
+        array = np.frombuffer(data, dtype=dtype)
+        return array if dtype.isnative else array.astype(dtype.newbyteorder("="))
+
+    return _FieldCodec(describe, enc, dec)
+
+
+def _sequence_codec(item: _FieldCodec, build: Callable[[list[Any]], Any], kind: str) -> _FieldCodec:
+    describe = f"{kind}[{item.describe}, ...]" if kind == "tuple" else f"{kind}[{item.describe}]"
+    accepted: tuple[type, ...] = (tuple, list) if kind in ("tuple", "list") else (frozenset, set)
+
+    def enc(value: Any) -> list[Any]:
+        if not isinstance(value, accepted):
+            raise _Invalid(f"expected {describe}, got {type(value).__name__}")
+        out = []
+        for i, element in enumerate(value):
+            try:
+                out.append(item.encode(element))
+            except _Invalid as exc:
+                raise exc.prefixed(f"[{i}]") from None
+        if kind == "frozenset":
+            try:
+                out.sort()
+            except TypeError as exc:
+                raise _Invalid(f"frozenset items must be mutually orderable: {exc}") from None
+        return out
+
+    def dec(value: Any) -> Any:
+        if type(value) is not list:
+            raise _Invalid(f"expected {describe}, got {type(value).__name__}")
+        out = []
+        for i, element in enumerate(value):
+            try:
+                out.append(item.decode(element))
+            except _Invalid as exc:
+                raise exc.prefixed(f"[{i}]") from None
+        result = build(out)
+        if kind == "frozenset" and len(result) != len(out):
+            raise _Invalid(f"{describe} contains duplicates")
+        return result
+
+    return _FieldCodec(describe, enc, dec)
+
+
+def _fixed_tuple_codec(items: list[_FieldCodec]) -> _FieldCodec:
+    describe = "tuple[" + ", ".join(i.describe for i in items) + "]"
+
+    def run(value: Any, accepted: tuple[type, ...], encoding: bool) -> Any:
+        if not isinstance(value, accepted):
+            raise _Invalid(f"expected {describe}, got {type(value).__name__}")
+        if len(value) != len(items):
+            raise _Invalid(f"expected {describe}, got {len(value)} items")
+        out = []
+        for i, (codec, element) in enumerate(zip(items, value, strict=True)):
+            try:
+                out.append(codec.encode(element) if encoding else codec.decode(element))
+            except _Invalid as exc:
+                raise exc.prefixed(f"[{i}]") from None
+        return out if encoding else tuple(out)
+
+    return _FieldCodec(
+        describe,
+        lambda v: run(v, (tuple, list), True),
+        lambda v: run(v, (list,), False),
+    )
+
+
+def _dict_codec(key: _FieldCodec, val: _FieldCodec) -> _FieldCodec:
+    describe = f"dict[{key.describe}, {val.describe}]"
+
+    def run(value: Any, encoding: bool) -> dict[Any, Any]:
+        if not isinstance(value, dict):
+            raise _Invalid(f"expected {describe}, got {type(value).__name__}")
+        out = {}
+        for k, v in value.items():
+            try:
+                kk = key.encode(k) if encoding else key.decode(k)
+            except _Invalid as exc:
+                raise exc.prefixed(f"[key {k!r:.40}]") from None
+            try:
+                out[kk] = val.encode(v) if encoding else val.decode(v)
+            except _Invalid as exc:
+                raise exc.prefixed(f"[{k!r:.40}]") from None
+        return out
+
+    return _FieldCodec(describe, lambda v: run(v, True), lambda v: run(v, False))
+
+
+def _union_codec(options: list[_FieldCodec]) -> _FieldCodec:
+    describe = " | ".join(o.describe for o in options)
+
+    def run(value: Any, encoding: bool) -> Any:
+        reasons = []
+        for option in options:
+            try:
+                return option.encode(value) if encoding else option.decode(value)
+            except _Invalid as exc:
+                reasons.append(exc.path + ": " + exc.reason if exc.path else exc.reason)
+        raise _Invalid(f"expected {describe}; " + "; ".join(reasons))
+
+    return _FieldCodec(describe, lambda v: run(v, True), lambda v: run(v, False))
+
+
+@dataclasses.dataclass(frozen=True)
+class _ClassCodec:
+    cls: type
+    fields: tuple[tuple[str, _FieldCodec], ...]
+    names: frozenset[str]
+
+
+_CLASS_CODECS: dict[type, _ClassCodec] = {}
+
+
+def _dataclass_codec(cls: type) -> _FieldCodec:
+    codec = _class_codec(cls)
+    label = cls.__name__
+
+    def enc(value: Any) -> dict[str, Any]:
+        if type(value) is not cls:
+            raise _Invalid(f"expected {label}, got {type(value).__name__}")
+        return _encode_fields(codec, value)
+
+    def dec(value: Any) -> Any:
+        if type(value) is not dict:
+            raise _Invalid(f"expected a map for {label}, got {type(value).__name__}")
+        return _decode_fields(codec, value)
+
+    return _FieldCodec(label, enc, dec)
+
+
+def _field_codec(tp: Any, where: str) -> _FieldCodec:
+    """Build the codec for annotation ``tp``; ``where`` names it in errors."""
+    if tp is int:
+        return _int_codec()
+    if tp is float:
+        return _float_codec()
+    if tp is bytes:
+        return _bytes_codec()
+    if tp is str:
+        return _scalar(str, "str")
+    if tp is bool:
+        return _scalar(bool, "bool")
+    if tp is None or tp is type(None):
+        return _none_codec()
+    if tp is np.ndarray:
+        return _array_codec(tuple(_ARRAY_DTYPES))
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if origin is np.ndarray:
+        # numpy.typing.NDArray[np.float64] is ndarray[Any, dtype[float64]]
+        dtype_args = typing.get_args(args[1]) if len(args) == 2 else ()
+        if dtype_args and dtype_args[0] is not Any:
+            try:
+                name = np.dtype(dtype_args[0]).newbyteorder("<").str
+            except TypeError:
+                name = ""
+            if name not in _ARRAY_DTYPES:
+                raise RegistrationError(f"{where}: array dtype {dtype_args[0]} is not allowed")
+            return _array_codec((name,))
+        return _array_codec(tuple(_ARRAY_DTYPES))
+    if origin in (typing.Union, types.UnionType):
+        return _union_codec([_field_codec(a, where) for a in args])
+    if origin is tuple:
+        if len(args) == 2 and args[1] is Ellipsis:
+            return _sequence_codec(_field_codec(args[0], where), tuple, "tuple")
+        if not args:
+            raise RegistrationError(f"{where}: bare tuple needs item types")
+        return _fixed_tuple_codec([_field_codec(a, where) for a in args])
+    if origin is list:
+        return _sequence_codec(_field_codec(args[0], where), list, "list")
+    if origin is frozenset:
+        return _sequence_codec(_field_codec(args[0], where), frozenset, "frozenset")
+    if origin is dict:
+        return _dict_codec(_field_codec(args[0], where), _field_codec(args[1], where))
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
+        return _dataclass_codec(tp)
+    raise RegistrationError(f"{where}: unsupported field type {tp!r}")
+
+
+def _class_codec(cls: type) -> _ClassCodec:
+    cached = _CLASS_CODECS.get(cls)
+    if cached is not None:
+        return cached
+    if not (isinstance(cls, type) and dataclasses.is_dataclass(cls)):
+        raise RegistrationError(f"{cls!r} is not a dataclass")
+    if not cls.__dataclass_params__.frozen:  # type: ignore[attr-defined]
+        raise RegistrationError(f"{cls.__name__} must be a frozen dataclass")
+    try:
+        hints = typing.get_type_hints(cls)
+    except Exception as exc:  # unresolvable forward references
+        raise RegistrationError(f"cannot resolve annotations of {cls.__name__}: {exc}") from exc
+    fields = []
+    for f in dataclasses.fields(cls):
+        if not f.init:
+            raise RegistrationError(f"{cls.__name__}.{f.name}: init=False fields are not supported")
+        if f.name in _RESERVED_KEYS:
+            raise RegistrationError(f"{cls.__name__}.{f.name}: field name is reserved")
+        fields.append((f.name, _field_codec(hints[f.name], f"{cls.__name__}.{f.name}")))
+    codec = _ClassCodec(cls, tuple(fields), frozenset(name for name, _ in fields))
+    _CLASS_CODECS[cls] = codec
+    return codec
+
+
+def _encode_fields(codec: _ClassCodec, msg: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name, field in codec.fields:
+        try:
+            out[name] = field.encode(getattr(msg, name))
+        except _Invalid as exc:
+            raise exc.prefixed(f"{codec.cls.__name__}.{name}") from None
+    return out
+
+
+def _decode_fields(codec: _ClassCodec, data: dict[Any, Any]) -> Any:
+    keys = set(data)
+    if keys != codec.names:
+        missing = sorted(codec.names - keys)
+        extra = ", ".join(sorted(f"{k!r:.40}" for k in keys - codec.names))
+        parts = []
+        if missing:
+            parts.append(f"missing fields {missing}")
+        if extra:
+            parts.append(f"unexpected fields [{extra}]")
+        raise _Invalid("; ".join(parts), codec.cls.__name__)
+    kwargs = {}
+    for name, field in codec.fields:
+        try:
+            kwargs[name] = field.decode(data[name])
+        except _Invalid as exc:
+            raise exc.prefixed(f"{codec.cls.__name__}.{name}") from None
+    try:
+        return codec.cls(**kwargs)
+    except Exception as exc:  # __post_init__ validation of the dataclass itself
+        raise _Invalid(f"rejected by {codec.cls.__name__}: {exc}", codec.cls.__name__) from exc
+
+
+# ---------------------------------------------------------------------------
+# Registry
+
+
+_BY_NAME: dict[str, type] = {}
+_BY_CLASS: dict[type, str] = {}
+
+
+def register(cls: type, name: str) -> type:
+    """Register frozen dataclass ``cls`` under wire type ``name``; returns ``cls``.
+
+    Registering the same class under the same name again is a no-op; reusing a
+    name or a class differently raises :class:`RegistrationError`. Field types
+    are checked now, so an unsupported annotation fails at start-up.
+    """
+    if not isinstance(name, str) or not name:
+        raise RegistrationError(f"wire type name must be a non-empty str, got {name!r}")
+    if _BY_NAME.get(name) is cls and _BY_CLASS.get(cls) == name:
+        return cls
+    if name in _BY_NAME:
+        raise RegistrationError(f"wire type {name!r} is already used by {_BY_NAME[name].__name__}")
+    if cls in _BY_CLASS:
+        raise RegistrationError(f"{cls.__name__} is already registered as {_BY_CLASS[cls]!r}")
+    _class_codec(cls)
+    _BY_NAME[name] = cls
+    _BY_CLASS[cls] = name
+    return cls
+
+
+def is_registered(cls: type) -> bool:
+    """True if ``cls`` is a registered message class."""
+    return cls in _BY_CLASS
+
+
+def type_name(cls: type) -> str:
+    """Wire type name of registered class ``cls``."""
+    try:
+        return _BY_CLASS[cls]
+    except KeyError:
+        raise CodecError(f"{cls.__name__} is not a registered message type") from None
+
+
+def registered_types() -> dict[str, type]:
+    """A copy of the registry: wire name -> class."""
+    return dict(_BY_NAME)
+
+
+def encode(msg: object) -> bytes:
+    """Encode registered message ``msg`` to a msgpack payload (no framing)."""
+    cls = type(msg)
+    name = _BY_CLASS.get(cls)
+    if name is None:
+        raise EncodeError(f"{cls.__name__} is not a registered message type")
+    try:
+        body = _encode_fields(_CLASS_CODECS[cls], msg)
+    except _Invalid as exc:
+        raise EncodeError(f"cannot encode {name}: {exc.path}: {exc.reason}") from None
+    body["v"] = PROTOCOL_VERSION
+    body["t"] = name
+    return msgpack.packb(body, use_bin_type=True)
+
+
+def decode(payload: bytes) -> object:
+    """Decode one payload into its registered dataclass, validating every field."""
+    try:
+        data = msgpack.unpackb(
+            payload,
+            raw=False,
+            use_list=True,
+            strict_map_key=False,
+            max_ext_len=0,
+        )
+    except Exception as exc:
+        raise DecodeError(f"malformed msgpack payload: {type(exc).__name__}: {exc}") from None
+    if type(data) is not dict:
+        raise DecodeError(f"payload is a {type(data).__name__}, expected a map")
+    version = data.pop("v", None)
+    name = data.pop("t", None)
+    if version != PROTOCOL_VERSION or type(version) is not int:
+        label = f" (type {name!r:.60})" if isinstance(name, str) else ""
+        raise VersionMismatch(
+            f"protocol version {version!r:.40}{label}, expected {PROTOCOL_VERSION}", version
+        )
+    if type(name) is not str:
+        raise DecodeError(f"message type 't' must be a str, got {type(name).__name__}")
+    cls = _BY_NAME.get(name)
+    if cls is None:
+        raise DecodeError(f"unknown message type {name!r:.60}")
+    try:
+        return _decode_fields(_CLASS_CODECS[cls], data)
+    except _Invalid as exc:
+        raise DecodeError(f"invalid {name} message: {exc.path}: {exc.reason}") from None
+
+
+# ---------------------------------------------------------------------------
+# Core message set
+
+# (module, class name, wire name) of the messages other packages define.
+CORE_MESSAGES: tuple[tuple[str, str, str], ...] = (
+    ("peersampling.messages", "ShuffleRequest", "shuffle_request"),
+    ("peersampling.messages", "ShuffleReply", "shuffle_reply"),
+    ("gossip.messages", "Push", "push"),
+    ("gossip.messages", "PushAck", "push_ack"),
+)
+
+
+def register_core_messages() -> list[str]:
+    """Register the p2p, peer-sampling and gossip messages; returns the wire names.
+
+    Imports the other packages lazily so that ``p2p.codec`` itself has no
+    dependency on them. Safe to call more than once. Raises
+    :class:`RegistrationError` naming the module or class that is missing.
+    """
+    from p2p import messages as p2p_messages
+
+    names = p2p_messages.register_p2p_messages()
+    for module_name, class_name, wire_name in CORE_MESSAGES:
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError as exc:
+            raise RegistrationError(f"cannot import {module_name} for {wire_name}: {exc}") from exc
+        cls = getattr(module, class_name, None)
+        if cls is None:
+            raise RegistrationError(f"{module_name} has no class {class_name} (for {wire_name})")
+        register(cls, wire_name)
+        names.append(wire_name)
+    return names

@@ -1,0 +1,79 @@
+"""Keep a node's torch network and its push-sum cores consistent.
+
+The trainer owns the torch network and runs SGD in a worker thread; pushes
+arrive on the event loop at any time and are merged into the push-sum cores
+(plain numpy), never into the network during a step. Between steps, the
+training progress since the last synchronisation is carried into each core as
+a delta and the merged values are written back into the network:
+
+    z_core <- z_core + (extract(net) - z_synced);  assign(net, z_core)
+
+so a merge that arrived while the worker was training is neither lost nor
+applied in the middle of a step, and the push-sum invariants only ever see
+"local SGD changed z" between exchanges (the Stochastic Gradient Push pattern).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from typing import Protocol
+
+import numpy as np
+
+logger = logging.getLogger(__name__)
+
+
+class VectorModel(Protocol):
+    """What the synchroniser needs from a network holding partial models."""
+
+    def extract(self, name: str) -> np.ndarray: ...
+
+    def assign(self, name: str, vector: np.ndarray) -> None: ...
+
+
+class AveragingCore(Protocol):
+    """What the synchroniser needs from a push-sum core."""
+
+    @property
+    def values(self) -> np.ndarray: ...
+
+    def set_values(self, values: np.ndarray) -> None: ...
+
+
+class ModelSync:
+    """Carries training deltas into push-sum cores and merged values back.
+
+    Call :meth:`sync` only while no SGD step is running (the trainer task
+    calls it between worker-thread batches).
+    """
+
+    def __init__(self, network: VectorModel, cores: dict[str, AveragingCore]) -> None:
+        self._network = network
+        self._cores = dict(cores)
+        self._synced: dict[str, np.ndarray] = {}
+        for name in self._cores:
+            self._write_back(name)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(self._cores)
+
+    def sync(self, names: Iterable[str] | None = None) -> None:
+        """Fold local training into the cores, then load merged values into the net."""
+        for name in self._cores if names is None else names:
+            core = self._cores[name]
+            trained = self._network.extract(name).astype(np.float64, copy=False)
+            delta = trained - self._synced[name]
+            if not np.all(np.isfinite(delta)):
+                # A diverged step must not poison the average shared with peers.
+                logger.error("model %s: training produced non-finite values; step dropped", name)
+                delta = np.zeros_like(delta)
+            core.set_values(core.values + delta)
+            self._write_back(name)
+
+    def _write_back(self, name: str) -> None:
+        values = self._cores[name].values
+        self._network.assign(name, values)
+        # What the net holds now (after float32 rounding): the base of the next delta.
+        self._synced[name] = self._network.extract(name).astype(np.float64, copy=True)

@@ -1,0 +1,372 @@
+"""The node runtime: one trio nursery running every part of a daemon.
+
+Tasks: the listener (transport server), peer sampling, the trainer (SGD in a
+worker thread, merges folded in between batches by :class:`ModelSync`), the
+gossip sender, the admin server, the checkpointer and the signal watcher.
+
+Ownership: the torch network is touched only by the trainer task (and its
+worker thread); the push-sum cores only on the event loop, so a merge never
+lands in the middle of an SGD step.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import random
+import signal
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+import trio
+
+from gossip import Push, PushAck, PushSum, RejectedAck, RejectedPush
+from p2p.admin import serve_admin
+from p2p.assembly import LearningSetup, build_learning
+from p2p.checkpoint import CheckpointError, CheckpointStore, check_data_dir_writable
+from p2p.codec import register_core_messages
+from p2p.config import ConfigError, NodeConfig, load_swarm_key
+from p2p.identity import Identity
+from p2p.messages import ERROR_BAD_REQUEST, ERROR_REJECTED, Error, Ping, Pong
+from p2p.model_sync import ModelSync
+from p2p.node_admin import NodeAdmin
+from p2p.node_state import restore_state, snapshot_state
+from p2p.transport import PeerUnreachable, RemoteError, Transport, TransportError
+from peersampling import Descriptor, PeerSampler, ShuffleReply, ShuffleRequest, run_peer_sampling
+from peersampling import PeerUnreachable as ShuffleFailed
+
+logger = logging.getLogger(__name__)
+
+ADMIN_SOCKET = "admin.sock"
+
+
+@dataclass
+class Progress:
+    """What the trainer has done; read by the admin commands."""
+
+    round: int = 0
+    steps: int = 0
+    loss: float | None = None
+    accuracy: float | None = None
+    test_loss: float | None = None
+    history: list[tuple[float, int, float]] = field(default_factory=list)  # (time, round, acc)
+    finished: bool = False
+
+
+class Node:
+    """A gossip learning daemon; run it with ``await node.run()``.
+
+    ``transport`` may be injected (tests use an in-memory network); by default
+    a TCP :class:`Transport` is built from the configuration.
+    """
+
+    def __init__(self, config: NodeConfig, *, transport: Any | None = None,
+                 swarm_key: bytes | None = None) -> None:
+        if config.node.data_dir is None:
+            raise ConfigError("node.data_dir: required (set it in the file or pass --data-dir)")
+        self.config = config
+        self.data_dir = check_data_dir_writable(config.node.data_dir)
+        self.identity = Identity.load_or_create(self.data_dir)
+        self.learning: LearningSetup = build_learning(config)
+        self.progress = Progress()
+        self.started = time.time()
+        if swarm_key is None and config.security.swarm_key_file is not None:
+            swarm_key = load_swarm_key(config.security.swarm_key_file)
+        self.swarm_key = swarm_key
+        torch.set_num_threads(1)  # many daemons share a machine's cores
+        register_core_messages()
+        g = config.gossip
+        self.cores: dict[str, PushSum] = {
+            name: PushSum(
+                fp,
+                self.learning.network.extract(name).astype(np.float64),
+                fanout=g.fanout,
+                privacy=g.privacy,
+                masked_pushes=g.masked_pushes,
+            )
+            for name, fp in self.learning.fingerprints.items()
+        }
+        self.by_fingerprint = {fp: name for name, fp in self.learning.fingerprints.items()}
+        listen = config.node.listen
+        self.transport = transport or Transport(
+            self.identity,
+            listen.host,
+            listen.port,
+            tags=frozenset(self.by_fingerprint),
+            swarm_key=swarm_key,
+            cipher=config.security.cipher,
+            max_connections=config.limits.max_connections,
+            connect_timeout=config.limits.connect_timeout,
+            read_timeout=config.limits.read_timeout,
+            max_frame_size=config.limits.max_frame_size,
+            max_messages_per_second=config.limits.max_messages_per_second,
+        )
+        # Created once the listener is bound (port 0 picks the port then).
+        self.sampler: PeerSampler = None  # type: ignore[assignment]
+        self.restored_view: list[Descriptor] = []
+        self.store = CheckpointStore(self.data_dir)
+        self.counters: dict[str, int] = {"rejected_messages": 0, "checkpoints": 0}
+        self.timings: dict[str, list[float]] = {"train_round": [], "push": [], "checkpoint": []}
+        self._addresses: dict[bytes, str] = {}  # node id -> address, from sampled descriptors
+        # push-sum counters carried over from a checkpoint, per model
+        self.counter_base: dict[str, dict[str, int]] = {}
+        self.peer_failures: dict[str, int] = {}  # address -> failed pushes
+        self._resume()
+        self.sync = ModelSync(self.learning.network, self.cores)
+        self._round_done = trio.Event()
+        self._stop = trio.Event()
+        self.admin = NodeAdmin(self)
+
+    # ------------------------------------------------------------------ state
+
+    def _resume(self) -> None:
+        try:
+            state = self.store.load(expected_node_id=self.identity.node_id)
+        except CheckpointError as exc:
+            logger.error("checkpoint not loaded, starting fresh: %s", exc)
+            return
+        if state is None:
+            return
+        restore_state(self, state)
+        logger.info("resumed from checkpoint at round %d", self.progress.round)
+
+    async def save_checkpoint(self) -> int:
+        """Write the node state atomically; returns the bytes written."""
+        state = snapshot_state(self)
+        t0 = time.perf_counter()
+        size = await trio.to_thread.run_sync(self.store.save, state)
+        self.timings["checkpoint"].append(time.perf_counter() - t0)
+        self.counters["checkpoints"] += 1
+        return size
+
+    def model_counters(self, name: str) -> dict[str, int]:
+        """Push-sum counters of model ``name`` since the data directory was created."""
+        base = self.counter_base.get(name, {})
+        return {k: v + base.get(k, 0) for k, v in asdict(self.cores[name].counters).items()}
+
+    def request_stop(self) -> None:
+        self._stop.set()
+
+    # ------------------------------------------------------------------ run
+
+    async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        """Run until stopped (admin ``stop``, a signal, or cancellation)."""
+        async with trio.open_nursery() as nursery:
+            await nursery.start(self.transport.serve, self.handle_request)
+            self._start_sampler(self.transport.listen_address)
+            await nursery.start(serve_admin, self.data_dir / ADMIN_SOCKET, self.admin)
+            nursery.start_soon(self._watch_signals)
+            nursery.start_soon(self._peer_sampling)
+            nursery.start_soon(self._gossip_loop)
+            nursery.start_soon(self._checkpoint_loop)
+            trainer_done = trio.Event()
+            nursery.start_soon(self._trainer_loop, trainer_done)
+            logger.info("node %s listening on %s", self.identity.node_id[:6].hex(),
+                        self.transport.listen_address)
+            task_status.started(self.transport.listen_address)
+            await self._stop.wait()
+            logger.info("stopping: finishing the current step")
+            # The trainer finishes its current batch (worker threads are not
+            # abandoned), then everything else is cancelled.
+            with trio.move_on_after(30):
+                await trainer_done.wait()
+            try:
+                await self.save_checkpoint()
+            except CheckpointError as exc:
+                logger.error("final checkpoint failed: %s", exc)
+            nursery.cancel_scope.cancel()
+        await self.transport.aclose()
+        logger.info("stopped")
+
+    def _start_sampler(self, address: str) -> None:
+        ps = self.config.peer_sampling
+        self.sampler = PeerSampler(
+            Descriptor(self.identity.node_id, address, 0, frozenset(self.by_fingerprint)),
+            c=ps.view_size,
+            l=ps.shuffle_length,
+            rng=random.Random(int.from_bytes(os.urandom(8), "big")),
+        )
+        self.sampler.restore(self.restored_view)
+        self.sampler.bootstrap([f"{b.host}:{b.port}" for b in self.config.node.bootstrap])
+
+    async def _watch_signals(self) -> None:
+        with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+            async for signum in signals:
+                logger.info("received %s", signal.Signals(signum).name)
+                self.request_stop()
+
+    async def _peer_sampling(self) -> None:
+        await run_peer_sampling(self.sampler, _ShuffleOverTransport(self.transport),
+                                period=self.config.peer_sampling.period)
+
+    async def _checkpoint_loop(self) -> None:
+        interval = self.config.checkpoint.interval
+        while True:
+            await trio.sleep(interval)
+            try:
+                await self.save_checkpoint()
+            except CheckpointError as exc:
+                logger.error("periodic checkpoint failed (previous one kept): %s", exc)
+
+    # ------------------------------------------------------------------ training
+
+    async def _trainer_loop(self, done: trio.Event) -> None:
+        t = self.config.training
+        trainer = self.learning.trainer
+        try:
+            while not self._stop.is_set():
+                if t.rounds and self.progress.round >= t.rounds:
+                    if not self.progress.finished:
+                        self.progress.finished = True
+                        self._evaluate()
+                        logger.info("finished %d rounds; still serving peers", t.rounds)
+                    # Keep averaging after the last round so late peers still
+                    # find partners; the model only changes through merges now.
+                    self.sync.sync()
+                    self._round_done.set()
+                    await trio.sleep(max(t.round_interval, 0.2))
+                    continue
+                t0 = time.perf_counter()
+                loss = await trio.to_thread.run_sync(trainer.train_steps, t.steps_per_round)
+                self.timings["train_round"].append(time.perf_counter() - t0)
+                self.progress.round += 1
+                self.progress.steps += t.steps_per_round
+                self.progress.loss = loss if math.isfinite(loss) else None
+                self.sync.sync()
+                if self.progress.round % t.eval_every == 0:
+                    self._evaluate()
+                self._round_done.set()
+                await trio.sleep(t.round_interval)
+        finally:
+            done.set()
+
+    def _evaluate(self) -> None:
+        data = self.learning.data
+        ev = self.learning.trainer.evaluate(data.test_x, data.test_y)
+        self.progress.accuracy = ev.accuracy
+        self.progress.test_loss = ev.loss
+        self.progress.history.append((time.time(), self.progress.round, ev.accuracy))
+
+    # ------------------------------------------------------------------ gossip
+
+    async def _gossip_loop(self) -> None:
+        timeout = self.config.gossip.push_timeout
+        while True:
+            await self._round_done.wait()
+            self._round_done = trio.Event()
+            now = trio.current_time()
+            async with trio.open_nursery() as nursery:
+                for name, core in self.cores.items():
+                    for peer, push in core.expire(now, timeout):
+                        nursery.start_soon(self._send_push, name, peer, push)
+                    peers = self._holders(core.fingerprint, core.fanout)
+                    for peer, push in core.make_pushes([p.node_id for p in peers], now):
+                        nursery.start_soon(self._send_push, name, peer, push)
+            await trio.sleep(0)
+
+    def _holders(self, fingerprint: bytes, count: int) -> list[Descriptor]:
+        chosen: dict[bytes, Descriptor] = {}
+        for _ in range(count * 3):
+            d = self.sampler.sample(fingerprint)
+            if d is None:
+                break
+            chosen.setdefault(d.node_id, d)
+            if len(chosen) == count:
+                break
+        self._addresses.update({d.node_id: d.address for d in chosen.values()})
+        return list(chosen.values())
+
+    async def _send_push(self, name: str, peer: bytes, push: Push) -> None:
+        core = self.cores[name]
+        address = self._addresses.get(peer)
+        if address is None:
+            core.on_failure(push.push_id)
+            return
+        t0 = time.perf_counter()
+        try:
+            reply = await self.transport.request(address, push, node_id=peer,
+                                                 timeout=self.config.gossip.push_timeout)
+        except RemoteError as exc:
+            logger.info("push of %s to %s refused: %s", name, address, exc.reason)
+            core.on_failure(push.push_id)
+            return
+        except PeerUnreachable as exc:
+            logger.debug("push of %s to %s failed: %s", name, address, exc)
+            core.on_failure(push.push_id)
+            self.sampler.on_failure(address)
+            self.peer_failures[address] = self.peer_failures.get(address, 0) + 1
+            return
+        if isinstance(reply, PushAck):
+            try:
+                core.on_ack(peer, reply, trio.current_time())
+            except RejectedAck as exc:
+                logger.warning("ack from %s for %s rejected: %s", address, name, exc)
+            else:
+                self.timings["push"].append(time.perf_counter() - t0)
+        else:
+            logger.warning("push of %s to %s answered with %s", name, address,
+                           type(reply).__name__)
+            core.on_failure(push.push_id)
+
+    # ------------------------------------------------------------------ serving
+
+    async def handle_request(self, peer: Any, msg: Any) -> Any:
+        """Answer one request from a connected, authenticated peer."""
+        now = trio.current_time()
+        if isinstance(msg, Push):
+            name = self.by_fingerprint.get(msg.model)
+            if name is None:
+                self.counters["rejected_messages"] += 1
+                logger.warning("push from %s for a model this node does not hold (%s)",
+                               _short(peer), msg.model[:4].hex())
+                return Error(code=ERROR_REJECTED, reason="this node does not hold that model")
+            try:
+                return self.cores[name].on_push(peer.node_id, msg, now)
+            except RejectedPush as exc:
+                logger.warning("push of %s from %s rejected: %s", name, _short(peer), exc)
+                return Error(code=ERROR_REJECTED, reason=str(exc))
+        if isinstance(msg, ShuffleRequest):
+            return self.sampler.on_request(msg, now)
+        if isinstance(msg, Ping):
+            return Pong(nonce=msg.nonce)
+        self.counters["rejected_messages"] += 1
+        logger.warning("unexpected %s from %s", type(msg).__name__, _short(peer))
+        return Error(code=ERROR_BAD_REQUEST, reason=f"{type(msg).__name__} is not a request")
+
+
+class _ShuffleOverTransport:
+    """Peer sampling's request/reply transport over the node's connections."""
+
+    def __init__(self, transport: Any) -> None:
+        self._transport = transport
+
+    async def request(self, address: str, req: ShuffleRequest) -> ShuffleReply:
+        try:
+            reply = await self._transport.request(address, req)
+        except RemoteError as exc:
+            raise ShuffleFailed(address, f"refused the shuffle: {exc.reason}") from exc
+        except TransportError as exc:
+            raise ShuffleFailed(address, str(exc)) from exc
+        if not isinstance(reply, ShuffleReply):
+            raise ShuffleFailed(address, f"answered a shuffle with {type(reply).__name__}")
+        return reply
+
+
+def _short(peer: Any) -> str:
+    node_id = getattr(peer, "node_id", b"")
+    address = getattr(peer, "listen_address", "?")
+    return f"{node_id[:4].hex()}@{address}"
+
+
+def run_node(config: NodeConfig) -> int:
+    """Run a daemon until stopped; the process exit status."""
+    node = Node(config)
+    trio.run(node.run)
+    return 0
+
+
+__all__ = ["ADMIN_SOCKET", "Node", "Progress", "run_node"]

@@ -1,0 +1,124 @@
+"""The node's answers to admin commands (DESIGN section 9)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict
+from typing import TYPE_CHECKING
+
+from p2p.admin import (
+    CheckpointReport,
+    MetricsReport,
+    ModelReport,
+    ModelsReport,
+    PeerReport,
+    PeersReport,
+    StatusReport,
+    StopReport,
+    TimingReport,
+)
+
+if TYPE_CHECKING:
+    from p2p.node import Node
+
+
+def _timing(samples: list[float]) -> TimingReport:
+    total = float(sum(samples))
+    return TimingReport(count=len(samples), mean=total / len(samples) if samples else 0.0,
+                        max=max(samples, default=0.0), total=total)
+
+
+class NodeAdmin:
+    """Implements :class:`p2p.admin.AdminHandler` over a running :class:`Node`."""
+
+    def __init__(self, node: Node) -> None:
+        self._node = node
+
+    def status(self) -> StatusReport:
+        n = self._node
+        p = n.progress
+        return StatusReport(
+            id=n.identity.node_id.hex(),
+            name=n.config.node.name,
+            addresses=[n.transport.listen_address] if n.transport.listen_address else [],
+            uptime=time.time() - n.started,
+            round=p.round,
+            steps=p.steps,
+            loss=p.loss,
+            accuracy=p.accuracy,
+            isolated=n.sampler.is_isolated,
+            view_size=len(n.sampler.view()),
+            connections=getattr(n.transport, "open_connections", 0),
+            data_dir=str(n.data_dir),
+        )
+
+    def peers(self) -> PeersReport:
+        n = self._node
+        names = {fp: name for name, fp in n.learning.fingerprints.items()}
+        view: list[PeerReport] = []
+        models: dict[str, list[PeerReport]] = {name: [] for name in n.cores}
+        for entry in n.sampler.peer_entries():
+            d = entry.descriptor
+            row = PeerReport(
+                id=d.node_id.hex(),
+                address=d.address,
+                age=d.age,
+                last_contact=entry.last_contact,
+                failures=n.peer_failures.get(d.address, 0),
+                models=sorted(names.get(t, t.hex()[:12]) for t in d.tags),
+            )
+            if entry.view is None:
+                view.append(row)
+            else:
+                models.setdefault(names.get(entry.view, entry.view.hex()[:12]), []).append(row)
+        return PeersReport(view=view, models=models)
+
+    def models(self) -> ModelsReport:
+        n = self._node
+        layout = n.learning.layout
+        rows = []
+        for name in layout.shared_models:
+            core = n.cores[name]
+            c = n.model_counters(name)
+            rows.append(ModelReport(
+                name=name,
+                kind=layout.model_kind(name),
+                size=layout.vector_length(name),
+                fingerprint=core.fingerprint.hex(),
+                weight=core.weight,
+                holders=len(n.sampler.model_view(core.fingerprint)),
+                pushes_sent=c["pushes_sent"],
+                pushes_received=c["pushes_received"],
+                pushes_rejected=c["rejected"],
+                bytes_sent=c["bytes_sent"],
+                bytes_received=c["bytes_received"],
+            ))
+        rows.append(ModelReport(name="local", kind="local",
+                                size=layout.owned_parameter_count("local")))
+        return ModelsReport(models=rows)
+
+    def metrics(self) -> MetricsReport:
+        n = self._node
+        counters: dict[str, int | float] = dict(n.counters)
+        for name in n.cores:
+            for key, value in n.model_counters(name).items():
+                counters[f"{name}.{key}"] = value
+        for key, value in asdict(n.sampler.stats).items():
+            counters[f"peer_sampling.{key}"] = value
+        counters["round"] = n.progress.round
+        counters["steps"] = n.progress.steps
+        if n.progress.test_loss is not None:
+            counters["test_loss"] = n.progress.test_loss
+        return MetricsReport(counters=counters,
+                             timings={k: _timing(v) for k, v in n.timings.items()})
+
+    async def checkpoint(self) -> CheckpointReport:
+        n = self._node
+        t0 = time.perf_counter()
+        size = await n.save_checkpoint()
+        return CheckpointReport(path=str(n.store.path), bytes=size, round=n.progress.round,
+                                seconds=time.perf_counter() - t0)
+
+    def stop(self) -> StopReport:
+        self._node.request_stop()
+        return StopReport(stopping=True)

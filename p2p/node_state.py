@@ -1,0 +1,78 @@
+"""Convert between a running node and its checkpoint (:class:`NodeState`)."""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import TYPE_CHECKING
+
+from gossip import PushSumSnapshot
+from p2p.checkpoint import NodeState, PeerRecord, PushSumRecord
+from peersampling import Descriptor
+
+if TYPE_CHECKING:
+    from p2p.node import Node
+
+logger = logging.getLogger(__name__)
+
+# push-sum counters are kept per model under "<model>.<counter>"
+_SEP = "."
+
+
+def _record(d: Descriptor) -> PeerRecord:
+    return PeerRecord(d.node_id, d.address, d.age, tuple(sorted(d.tags)))
+
+
+def snapshot_state(node: Node) -> NodeState:
+    """Everything needed to resume ``node``: network, push-sum state, counters, view."""
+    pushsum = {}
+    counters = dict(node.counters)
+    for name, core in node.cores.items():
+        snap = core.snapshot()
+        pushsum[name] = PushSumRecord(snap.weight, snap.values, snap.estimate)
+        for key, value in node.model_counters(name).items():
+            counters[f"{name}{_SEP}{key}"] = int(value)
+    return NodeState(
+        model_state={k: v.detach().clone() for k, v in node.learning.network.state_dict().items()},
+        pushsum=pushsum,
+        counters=counters,
+        round=node.progress.round,
+        steps=node.progress.steps,
+        view=[_record(d) for d in
+              (node.sampler.snapshot() if node.sampler is not None else node.restored_view)],
+        optimizer_state=node.learning.trainer.optimizer.state_dict(),
+        node_id=node.identity.node_id,
+        saved_at=time.time(),
+    )
+
+
+def restore_state(node: Node, state: NodeState) -> None:
+    """Load ``state`` into a freshly built ``node`` (before it starts running)."""
+    node.learning.network.load_state_dict(state.model_state)
+    if state.optimizer_state is not None:
+        try:
+            node.learning.trainer.optimizer.load_state_dict(state.optimizer_state)
+        except (ValueError, KeyError) as exc:
+            logger.warning("optimizer state not restored (%s); starting it fresh", exc)
+    for name, rec in state.pushsum.items():
+        core = node.cores.get(name)
+        if core is None:
+            logger.warning("checkpoint holds model %r, which this configuration does not", name)
+            continue
+        estimate = rec.values if rec.estimate is None else rec.estimate
+        core.restore(PushSumSnapshot(
+            fingerprint=core.fingerprint, values=rec.values, estimate=estimate,
+            weight=rec.weight, noisy=bool((estimate != rec.values).any()), noise_age=0,
+        ))
+    for key, value in state.counters.items():
+        name, sep, counter = key.rpartition(_SEP)
+        if sep and name in node.cores:
+            node.counter_base.setdefault(name, {})[counter] = value
+        elif key in node.counters:
+            node.counters[key] = value
+    node.progress.round = state.round
+    node.progress.steps = state.steps
+    node.restored_view = [
+        Descriptor(p.node_id, p.address, p.age, frozenset(t for t in p.tags if isinstance(t, bytes)))
+        for p in state.view
+    ]

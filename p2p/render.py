@@ -1,0 +1,307 @@
+"""Tables for people: render admin results (the JSON dicts) with :mod:`rich`.
+
+Every renderer takes the ``result`` dict of one admin command (see
+:mod:`p2p.admin` for the fields) and tolerates missing or extra fields: a
+missing value shows as ``-``, unknown status fields are listed at the end, so
+an older CLI still shows a newer node's answers.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from rich.console import Console, Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+__all__ = [
+    "RENDERERS",
+    "fmt_age",
+    "fmt_bytes",
+    "fmt_duration",
+    "make_console",
+    "render_checkpoint",
+    "render_metrics",
+    "render_models",
+    "render_peers",
+    "render_result",
+    "render_status",
+    "render_stop",
+    "to_text",
+]
+
+MISSING = "-"
+
+
+# --------------------------------------------------------------------------- formatting
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def fmt_duration(seconds: object) -> str:
+    """``3725.2`` -> ``"1h 02m 05s"``; sub-minute values keep one decimal."""
+    if not _is_number(seconds) or seconds < 0:  # type: ignore[operator]
+        return MISSING
+    s = float(seconds)  # type: ignore[arg-type]
+    if s < 60:
+        return f"{s:.1f}s"
+    total = int(s)
+    days, rem = divmod(total, 86400)
+    hours, rem = divmod(rem, 3600)
+    minutes, secs = divmod(rem, 60)
+    if days:
+        return f"{days}d {hours:02d}h {minutes:02d}m"
+    if hours:
+        return f"{hours}h {minutes:02d}m {secs:02d}s"
+    return f"{minutes}m {secs:02d}s"
+
+
+def fmt_age(seconds: object) -> str:
+    """Seconds since an event as ``"4.2s ago"`` (``never`` for null)."""
+    if seconds is None:
+        return "never"
+    text = fmt_duration(seconds)
+    return text if text == MISSING else f"{text} ago"
+
+
+def fmt_bytes(n: object) -> str:
+    """``1536`` -> ``"1.5 KiB"``."""
+    if not _is_number(n):
+        return MISSING
+    value = float(n)  # type: ignore[arg-type]
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(value) < 1024 or unit == "GiB":
+            return f"{int(value)} B" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return MISSING  # pragma: no cover
+
+
+def _fmt_int(n: object) -> str:
+    if isinstance(n, bool) or not _is_number(n):
+        return MISSING
+    return f"{int(n):,}"  # type: ignore[arg-type]
+
+
+def _fmt_float(x: object, digits: int = 4) -> str:
+    return f"{float(x):.{digits}g}" if _is_number(x) else MISSING  # type: ignore[arg-type]
+
+
+def _fmt_percent(x: object) -> str:
+    return f"{100 * float(x):.1f}%" if _is_number(x) else MISSING  # type: ignore[arg-type]
+
+
+def _fmt_id(node_id: object, width: int = 10) -> str:
+    if not isinstance(node_id, str) or not node_id:
+        return MISSING
+    return node_id if len(node_id) <= width else node_id[:width] + "…"
+
+
+def _fmt_text(value: object) -> str:
+    if value is None:
+        return MISSING
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, list | tuple):
+        return ", ".join(str(v) for v in value) or MISSING
+    return str(value)
+
+
+def _mapping(value: object) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _rows(value: object) -> list[Mapping[str, Any]]:
+    if not isinstance(value, list):
+        return []
+    return [v for v in value if isinstance(v, Mapping)]
+
+
+# --------------------------------------------------------------------------- renderers
+
+_STATUS_FIELDS: tuple[tuple[str, str, Callable[[object], str]], ...] = (
+    ("id", "node id", _fmt_text),
+    ("name", "name", _fmt_text),
+    ("addresses", "addresses", _fmt_text),
+    ("uptime", "uptime", fmt_duration),
+    ("round", "round", _fmt_int),
+    ("steps", "steps", _fmt_int),
+    ("loss", "loss", _fmt_float),
+    ("accuracy", "accuracy", _fmt_percent),
+    ("isolated", "isolated", _fmt_text),
+    ("view_size", "peers in view", _fmt_int),
+    ("connections", "connections", _fmt_int),
+    ("pid", "pid", _fmt_text),
+    ("data_dir", "data dir", _fmt_text),
+)
+
+
+def render_status(result: Mapping[str, Any]) -> RenderableType:
+    """Two-column table of the ``status`` fields."""
+    table = Table(title="node status", show_header=False, title_justify="left")
+    table.add_column("field", style="bold", no_wrap=True)
+    table.add_column("value", overflow="fold")
+    for key, label, fmt in _STATUS_FIELDS:
+        if key not in result:
+            continue
+        value = fmt(result[key])
+        if key == "isolated" and result[key] is True:
+            table.add_row(label, Text("yes (no peer reachable)", style="bold red"))
+        else:
+            table.add_row(label, value)
+    known = {key for key, _, _ in _STATUS_FIELDS}
+    for key in sorted(k for k in result if k not in known):
+        table.add_row(key.replace("_", " "), _fmt_text(result[key]))
+    return table
+
+
+def _peer_table(title: str, peers: list[Mapping[str, Any]]) -> Table:
+    table = Table(title=title, title_justify="left")
+    table.add_column("peer", no_wrap=True)
+    table.add_column("address", no_wrap=True)
+    table.add_column("age", justify="right")
+    table.add_column("last contact", justify="right", no_wrap=True)
+    table.add_column("failures", justify="right")
+    table.add_column("models")
+    for peer in sorted(peers, key=lambda p: (p.get("age") if _is_number(p.get("age")) else 1e18,
+                                             str(p.get("id", "")))):
+        failures = peer.get("failures")
+        table.add_row(
+            _fmt_id(peer.get("id")),
+            _fmt_text(peer.get("address")),
+            _fmt_int(peer.get("age")),
+            fmt_age(peer.get("last_contact")) if "last_contact" in peer else MISSING,
+            Text(_fmt_int(failures), style="red") if _is_number(failures) and failures
+            else _fmt_int(failures),
+            _fmt_text(peer.get("models")),
+        )
+    if not peers:
+        table.add_row("(none)", "", "", "", "", "")
+    return table
+
+
+def render_peers(result: Mapping[str, Any]) -> RenderableType:
+    """The peer-sampling view, then one table per shared model's view."""
+    parts: list[RenderableType] = []
+    view = _rows(result.get("view"))
+    parts.append(_peer_table(f"view ({len(view)} peers)", view))
+    for name, peers in sorted(_mapping(result.get("models")).items()):
+        rows = _rows(peers)
+        parts.append(_peer_table(f"model {name!r} ({len(rows)} holders)", rows))
+    return Group(*parts)
+
+
+def render_models(result: Mapping[str, Any]) -> RenderableType:
+    """One row per partial model: kind, size, fingerprint, weight, pushes, traffic."""
+    table = Table(title="partial models", title_justify="left")
+    table.add_column("model", no_wrap=True)
+    table.add_column("kind", no_wrap=True)
+    table.add_column("params", justify="right", overflow="fold")
+    table.add_column("fingerprint", no_wrap=True, max_width=11)
+    table.add_column("weight", justify="right", overflow="fold")
+    table.add_column("holders", justify="right", overflow="fold")
+    table.add_column("pushes\nout/in/rej", justify="right", overflow="fold")
+    table.add_column("sent", justify="right", overflow="fold")
+    table.add_column("received", justify="right", overflow="fold")
+    models = _rows(result.get("models"))
+    for m in models:
+        rejected = m.get("pushes_rejected")
+        pushes = Text(f"{_fmt_int(m.get('pushes_sent'))}/{_fmt_int(m.get('pushes_received'))}/")
+        pushes.append(_fmt_int(rejected),
+                      style="red" if _is_number(rejected) and rejected else "")
+        table.add_row(
+            _fmt_text(m.get("name")),
+            _fmt_text(m.get("kind")),
+            _fmt_int(m.get("size")),
+            _fmt_id(m.get("fingerprint")),
+            _fmt_float(m.get("weight")),
+            _fmt_int(m.get("holders")),
+            pushes,
+            fmt_bytes(m.get("bytes_sent")),
+            fmt_bytes(m.get("bytes_received")),
+        )
+    if not models:
+        table.add_row("(none)", *[""] * 8)
+    return table
+
+
+def render_metrics(result: Mapping[str, Any]) -> RenderableType:
+    """Counters, then timings (count, mean, max, total)."""
+    counters = Table(title="counters", title_justify="left")
+    counters.add_column("counter")
+    counters.add_column("value", justify="right")
+    for name, value in sorted(_mapping(result.get("counters")).items()):
+        shown = _fmt_int(value) if isinstance(value, int) else _fmt_float(value, 6)
+        counters.add_row(str(name), shown)
+    timings = Table(title="timings", title_justify="left")
+    for header in ("operation", "count", "mean", "max", "total"):
+        timings.add_column(header, justify="left" if header == "operation" else "right")
+    for name, t in sorted(_mapping(result.get("timings")).items()):
+        t = _mapping(t)
+        timings.add_row(str(name), _fmt_int(t.get("count")), _fmt_seconds(t.get("mean")),
+                        _fmt_seconds(t.get("max")), _fmt_seconds(t.get("total")))
+    return Group(counters, timings)
+
+
+def _fmt_seconds(x: object) -> str:
+    if not _is_number(x):
+        return MISSING
+    s = float(x)  # type: ignore[arg-type]
+    if s < 1e-3:
+        return f"{s * 1e6:.0f} µs"
+    if s < 1:
+        return f"{s * 1e3:.1f} ms"
+    return f"{s:.2f} s"
+
+
+def render_checkpoint(result: Mapping[str, Any]) -> RenderableType:
+    """One line: where the checkpoint went, its size and round."""
+    return Text(
+        f"checkpoint written: {_fmt_text(result.get('path'))} "
+        f"({fmt_bytes(result.get('bytes'))}, round {_fmt_int(result.get('round'))}, "
+        f"{_fmt_seconds(result.get('seconds'))})"
+    )
+
+
+def render_stop(result: Mapping[str, Any]) -> RenderableType:
+    """Acknowledge a stop request."""
+    if result.get("stopping") is False:
+        return Text("the node refused to stop")
+    return Text("node is stopping (it checkpoints and exits)")
+
+
+RENDERERS: dict[str, Callable[[Mapping[str, Any]], RenderableType]] = {
+    "status": render_status,
+    "peers": render_peers,
+    "models": render_models,
+    "metrics": render_metrics,
+    "checkpoint": render_checkpoint,
+    "stop": render_stop,
+}
+
+
+def render_result(command: str, result: Mapping[str, Any]) -> RenderableType:
+    """The renderer for ``command`` applied to ``result``."""
+    return RENDERERS[command](result)
+
+
+def make_console(file: Any = None) -> Console:
+    """A console for CLI output: the terminal's width, or 120 columns when piped
+    (rich would use 80, which squeezes the wider tables)."""
+    console = Console(file=file)
+    if not console.is_terminal:
+        console = Console(file=file, width=120)
+    return console
+
+
+def to_text(renderable: RenderableType, *, width: int = 100) -> str:
+    """Render to plain text (no colours): for tests, docs and pipes."""
+    buffer = io.StringIO()
+    console = Console(file=buffer, width=width, color_system=None, force_terminal=False,
+                      legacy_windows=False)
+    console.print(renderable)
+    return buffer.getvalue()

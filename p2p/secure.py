@@ -1,0 +1,100 @@
+"""AEAD sealing of frames after the handshake.
+
+Each direction has its own key and a 64-bit frame counter used as the nonce
+(4 zero bytes + 8-byte big-endian counter). The receiver expects exactly the
+next counter value, so a replayed, reordered, dropped or forged frame fails to
+open; the connection must then be closed (an :class:`Opener` refuses to work
+after a failure).
+"""
+
+from __future__ import annotations
+
+import struct
+
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM, ChaCha20Poly1305
+
+__all__ = [
+    "CIPHERS",
+    "DEFAULT_CIPHER",
+    "KEY_SIZE",
+    "TAG_SIZE",
+    "Opener",
+    "SealError",
+    "Sealer",
+    "check_cipher",
+]
+
+CIPHERS = ("chacha20", "aes-gcm")
+DEFAULT_CIPHER = "chacha20"
+KEY_SIZE = 32
+TAG_SIZE = 16
+_NONCE = struct.Struct(">4xQ")
+_MAX_COUNTER = 2**64 - 1
+_AAD = b"p2p-gossip frame v1"
+
+
+class SealError(Exception):
+    """A frame that cannot be opened (wrong key, tampering, replay or reordering)."""
+
+
+def check_cipher(cipher: str) -> str:
+    """Return ``cipher`` if it is supported, else raise ``ValueError`` naming the options."""
+    if cipher not in CIPHERS:
+        raise ValueError(f"unknown cipher {cipher!r}; expected one of {', '.join(CIPHERS)}")
+    return cipher
+
+
+def _aead(cipher: str, key: bytes) -> ChaCha20Poly1305 | AESGCM:
+    check_cipher(cipher)
+    if len(key) != KEY_SIZE:
+        raise ValueError(f"AEAD key must be {KEY_SIZE} bytes, got {len(key)}")
+    return ChaCha20Poly1305(key) if cipher == "chacha20" else AESGCM(key)
+
+
+class Sealer:
+    """Seals outgoing frames of one direction."""
+
+    def __init__(self, key: bytes, cipher: str = DEFAULT_CIPHER) -> None:
+        self._aead = _aead(cipher, key)
+        self.cipher = cipher
+        self._counter = 0
+
+    def seal(self, plaintext: bytes) -> bytes:
+        """Ciphertext + 16-byte tag of ``plaintext`` under the next counter."""
+        if self._counter > _MAX_COUNTER:
+            raise SealError("frame counter exhausted; reconnect to rekey")
+        nonce = _NONCE.pack(self._counter)
+        self._counter += 1
+        return self._aead.encrypt(nonce, plaintext, _AAD)
+
+
+class Opener:
+    """Opens incoming frames of one direction, strictly in order."""
+
+    def __init__(self, key: bytes, cipher: str = DEFAULT_CIPHER) -> None:
+        self._aead = _aead(cipher, key)
+        self.cipher = cipher
+        self._counter = 0
+        self._broken = False
+
+    def open(self, ciphertext: bytes) -> bytes:
+        """Plaintext of ``ciphertext``; raises :class:`SealError` on any failure."""
+        if self._broken:
+            raise SealError("channel already failed to decrypt; it must be closed")
+        if len(ciphertext) < TAG_SIZE:
+            self._broken = True
+            raise SealError(f"sealed frame of {len(ciphertext)} bytes is shorter than the tag")
+        if self._counter > _MAX_COUNTER:
+            self._broken = True
+            raise SealError("frame counter exhausted")
+        try:
+            plaintext = self._aead.decrypt(_NONCE.pack(self._counter), ciphertext, _AAD)
+        except InvalidTag:
+            self._broken = True
+            raise SealError(
+                f"frame {self._counter} failed authentication "
+                "(wrong swarm key, tampering, replay or reordering)"
+            ) from None
+        self._counter += 1
+        return plaintext

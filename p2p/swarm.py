@@ -1,0 +1,334 @@
+"""A local swarm of real daemons: configs, launch, monitoring and results.
+
+Used by ``scripts/swarm.py`` (and ``make swarm``), ``scripts/bench_swarm.py``
+and the end-to-end test. Every daemon is a separate ``python -m p2p run``
+process listening on 127.0.0.1; they find each other from a bootstrap address
+and are watched through their admin sockets.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from learner.schemes import averaging_level, semi_local_scheme
+from learner.spec import NetworkSpec
+from p2p.admin_client import AdminClient, AdminClientError
+from p2p.checkpoint import CheckpointStore
+from p2p.config import (
+    CheckpointConfig,
+    DataConfig,
+    GossipConfig,
+    ModelSpec,
+    NetworkConfig,
+    NodeConfig,
+    NodeSection,
+    PeerSamplingConfig,
+    SecurityConfig,
+    TrainingConfig,
+    encode_swarm_key,
+    generate_swarm_key,
+    parse_permutation,
+    render_config_toml,
+)
+
+logger = logging.getLogger(__name__)
+
+SCHEME_LEVELS = {"local": 0, "full": 100, "partial": 80}
+
+
+class SwarmError(RuntimeError):
+    """The swarm could not run; the message names the node and why."""
+
+
+@dataclass(frozen=True)
+class SwarmSpec:
+    """What to run. ``permutations[i]`` is node i's label permutation (None: identity)."""
+
+    nodes: int = 8
+    rounds: int = 60
+    scheme: str = "partial"  # local | full | partial
+    semi_local: bool = False  # add a semi-local model per permutation group
+    permutations: tuple[str | None, ...] = ()
+    privacy: str = "none"
+    swarm_key: bool = False
+    seed: int = 0
+    layers: str = "64=48=32=10"
+    lr: float = 0.1
+    batch_size: int = 16
+    steps_per_round: int = 10
+    round_interval: float = 0.05
+    eval_every: int = 5
+    shuffle_period: float = 0.3
+    fanout: int = 1
+
+    def permutation(self, index: int) -> str | None:
+        return self.permutations[index] if index < len(self.permutations) else None
+
+    def groups(self) -> list[int]:
+        """Permutation group of every node (nodes with the same permutation share one)."""
+        seen: dict[str | None, int] = {}
+        return [seen.setdefault(self.permutation(i), len(seen)) for i in range(self.nodes)]
+
+
+def default_permutations(nodes: int, every: int = 2, swap: str = "8:9") -> tuple[str | None, ...]:
+    """Every ``every``-th node (1, 3, ...) has ``swap`` applied, as in the papers' tasks."""
+    return tuple(swap if i % every == every - 1 else None for i in range(nodes))
+
+
+def node_models(spec: SwarmSpec, index: int) -> tuple[ModelSpec, ...]:
+    """The partial models node ``index`` declares under the spec's scheme."""
+    if spec.scheme not in SCHEME_LEVELS:
+        raise SwarmError(f"--scheme: expected one of {', '.join(SCHEME_LEVELS)}, "
+                         f"got {spec.scheme!r}")
+    network = NetworkSpec.parse(spec.layers)
+    if spec.semi_local:
+        if spec.scheme != "partial":
+            raise SwarmError("--semi-local goes with --scheme partial")
+        declared = semi_local_scheme(network, "global80+semi20", spec.groups()[index])
+    else:
+        declared = averaging_level(network, SCHEME_LEVELS[spec.scheme])
+    return tuple(ModelSpec(m.name, tuple(m.counts), tuple(m.depends_on), m.kind)
+                 for m in declared)
+
+
+def node_config(spec: SwarmSpec, index: int, data_dir: Path,
+                swarm_key_file: Path | None) -> NodeConfig:
+    """The generated configuration of node ``index``."""
+    perm = spec.permutation(index)
+    return NodeConfig(
+        node=NodeSection(name=f"node{index}", data_dir=data_dir, seed=spec.seed * 1000 + index),
+        network=NetworkConfig(layers=tuple(int(s) for s in spec.layers.split("="))),
+        models=node_models(spec, index),
+        training=TrainingConfig(lr=spec.lr, batch_size=spec.batch_size,
+                                steps_per_round=spec.steps_per_round, rounds=spec.rounds,
+                                eval_every=spec.eval_every, round_interval=spec.round_interval),
+        gossip=GossipConfig(fanout=spec.fanout, privacy=spec.privacy),
+        peer_sampling=PeerSamplingConfig(period=spec.shuffle_period),
+        data=DataConfig(task="digits", node_index=index, num_nodes=spec.nodes,
+                        permutation=parse_permutation(perm) if perm else (), seed=spec.seed),
+        security=SecurityConfig(swarm_key_file=swarm_key_file),
+        checkpoint=CheckpointConfig(interval=30.0),
+    )
+
+
+@dataclass
+class Daemon:
+    """One running node process."""
+
+    index: int
+    data_dir: Path
+    config_path: Path
+    log_path: Path
+    process: subprocess.Popen[bytes] | None = None
+    address: str | None = None
+    status: dict[str, Any] = field(default_factory=dict)
+    models: dict[str, Any] = field(default_factory=dict)
+    history: list[tuple[float, int, float | None]] = field(default_factory=list)
+
+    @property
+    def client(self) -> AdminClient:
+        return AdminClient.for_data_dir(self.data_dir, timeout=5.0)
+
+    def log_tail(self, lines: int = 5) -> str:
+        try:
+            text = self.log_path.read_text(errors="replace").strip().splitlines()
+        except OSError:
+            return ""
+        return " | ".join(text[-lines:])
+
+
+class Swarm:
+    """Starts, watches and stops the daemons of one :class:`SwarmSpec`.
+
+    Use as a context manager: leaving it stops every daemon (SIGTERM, then
+    SIGKILL after a grace period) and removes the work directory unless
+    ``keep``.
+    """
+
+    def __init__(self, spec: SwarmSpec, *, workdir: Path | None = None, keep: bool = False,
+                 startup_timeout: float = 60.0) -> None:
+        self.spec = spec
+        self.keep = keep
+        self.startup_timeout = startup_timeout
+        self._own_dir = workdir is None
+        self.workdir = Path(workdir or tempfile.mkdtemp(prefix="p2p-swarm-"))
+        self.daemons: list[Daemon] = []
+        self.started_at = time.monotonic()
+
+    # -------------------------------------------------------------- lifecycle
+
+    def __enter__(self) -> Swarm:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+        if not self.keep and self._own_dir:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def _write_configs(self) -> None:
+        key_file = None
+        if self.spec.swarm_key:
+            key_file = self.workdir / "swarm.key"
+            key_file.write_text(encode_swarm_key(generate_swarm_key()))
+            key_file.chmod(0o600)
+        for i in range(self.spec.nodes):
+            data_dir = self.workdir / f"node{i}"
+            data_dir.mkdir(parents=True, exist_ok=True)
+            config_path = self.workdir / f"node{i}.toml"
+            config_path.write_text(render_config_toml(
+                node_config(self.spec, i, data_dir, key_file)))
+            self.daemons.append(Daemon(i, data_dir, config_path, self.workdir / f"node{i}.log"))
+
+    def _spawn(self, d: Daemon, bootstrap: Sequence[str]) -> None:
+        cmd = [sys.executable, "-m", "p2p", "run", "--config", str(d.config_path),
+               "--data-dir", str(d.data_dir), "--listen", "127.0.0.1:0"]
+        if bootstrap:
+            cmd += ["--bootstrap", ",".join(bootstrap)]
+        env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+        with open(d.log_path, "ab") as log:
+            d.process = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env,
+                                         start_new_session=True)
+
+    def _wait_ready(self, d: Daemon, deadline: float) -> None:
+        while time.monotonic() < deadline:
+            if d.process is not None and d.process.poll() is not None:
+                raise SwarmError(f"node{d.index} exited at start with status "
+                                 f"{d.process.returncode}: {d.log_tail()}")
+            try:
+                status = d.client.request("status")
+            except AdminClientError:
+                time.sleep(0.1)
+                continue
+            if status.get("addresses"):
+                d.address = status["addresses"][0]
+                d.status = status
+                return
+            time.sleep(0.1)
+        raise SwarmError(f"node{d.index} did not answer on its admin socket within "
+                         f"{self.startup_timeout:.0f}s: {d.log_tail()}")
+
+    def start(self) -> None:
+        """Start node 0, then every other node bootstrapping from it."""
+        self._write_configs()
+        first, rest = self.daemons[0], self.daemons[1:]
+        deadline = time.monotonic() + self.startup_timeout
+        self._spawn(first, [])
+        self._wait_ready(first, deadline)
+        for d in rest:
+            self._spawn(d, [first.address or ""])
+        for d in rest:
+            self._wait_ready(d, deadline)
+        self.started_at = time.monotonic()
+
+    def stop(self, grace: float = 10.0) -> list[int | None]:
+        """Stop every daemon; returns their exit codes (None: had to be killed)."""
+        for d in self.daemons:
+            if d.process is not None and d.process.poll() is None:
+                d.process.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + grace
+        codes: list[int | None] = []
+        for d in self.daemons:
+            if d.process is None:
+                codes.append(None)
+                continue
+            try:
+                codes.append(d.process.wait(timeout=max(0.1, deadline - time.monotonic())))
+            except subprocess.TimeoutExpired:
+                logger.warning("node%d did not stop within %.0fs; killing it", d.index, grace)
+                os.killpg(d.process.pid, signal.SIGKILL)
+                d.process.wait()
+                codes.append(None)
+        return codes
+
+    # -------------------------------------------------------------- watching
+
+    def poll(self) -> None:
+        """Refresh every daemon's status and models; raise if one died."""
+        now = time.monotonic() - self.started_at
+        for d in self.daemons:
+            if d.process is not None and d.process.poll() is not None:
+                raise SwarmError(f"node{d.index} died with status {d.process.returncode}: "
+                                 f"{d.log_tail()}")
+            try:
+                d.status = d.client.request("status")
+                d.models = d.client.request("models")
+            except AdminClientError as exc:
+                raise SwarmError(f"node{d.index} stopped answering its admin socket: "
+                                 f"{exc}") from exc
+            d.history.append((now, int(d.status.get("round", 0)), d.status.get("accuracy")))
+
+    def finished(self) -> bool:
+        return all(d.status.get("round", 0) >= self.spec.rounds
+                   and d.status.get("accuracy") is not None for d in self.daemons)
+
+    def run_until_done(self, *, timeout: float = 900.0, interval: float = 0.5,
+                       on_poll: Callable[[Swarm], None] | None = None) -> None:
+        deadline = time.monotonic() + timeout
+        while True:
+            self.poll()
+            if on_poll is not None:
+                on_poll(self)
+            if self.finished():
+                return
+            if time.monotonic() > deadline:
+                late = [f"node{d.index} (round {d.status.get('round')})" for d in self.daemons
+                        if d.status.get("round", 0) < self.spec.rounds]
+                raise SwarmError(f"swarm did not finish within {timeout:.0f}s: "
+                                 f"{', '.join(late)}")
+            time.sleep(interval)
+
+    # -------------------------------------------------------------- results
+
+    def shared_vectors(self, model: str) -> dict[int, np.ndarray]:
+        """Each live daemon's current push-sum values of ``model``, via a fresh checkpoint."""
+        out: dict[int, np.ndarray] = {}
+        for d in self.daemons:
+            d.client.request("checkpoint")
+            state = CheckpointStore(d.data_dir).load()
+            if state is not None and model in state.pushsum:
+                out[d.index] = np.asarray(state.pushsum[model].values, dtype=np.float64)
+        return out
+
+    def summary(self) -> dict[str, Any]:
+        """Every figure of the run as plain data."""
+        rows = []
+        for d in self.daemons:
+            models = d.models.get("models", [])
+            shared = [m for m in models if m.get("kind") != "local"]
+            rows.append({
+                "node": d.index,
+                "permutation": self.spec.permutation(d.index) or "id",
+                "accuracy": d.status.get("accuracy"),
+                "loss": d.status.get("loss"),
+                "round": d.status.get("round"),
+                "steps": d.status.get("steps"),
+                "pushes_sent": sum(m.get("pushes_sent", 0) for m in shared),
+                "pushes_received": sum(m.get("pushes_received", 0) for m in shared),
+                "pushes_rejected": sum(m.get("pushes_rejected", 0) for m in shared),
+                "bytes_sent": sum(m.get("bytes_sent", 0) for m in shared),
+                "bytes_received": sum(m.get("bytes_received", 0) for m in shared),
+                "weights": {m["name"]: m.get("weight") for m in shared},
+                "history": d.history,
+            })
+        accs = [r["accuracy"] for r in rows if r["accuracy"] is not None]
+        return {
+            "spec": dataclasses.asdict(self.spec),
+            "nodes": rows,
+            "mean_accuracy": sum(accs) / len(accs) if accs else None,
+            "worst_accuracy": min(accs) if accs else None,
+            "wall_seconds": time.monotonic() - self.started_at,
+        }

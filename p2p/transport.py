@@ -1,0 +1,684 @@
+"""Trio transport: authenticated, optionally sealed request/reply over TCP.
+
+A connection is opened by the requester, runs the handshake
+(:mod:`p2p.handshake`), and then carries one request at a time: the requester
+sends a message and waits for exactly one reply. Outgoing connections are
+pooled per address and closed after ``idle_timeout``; the server closes
+incoming connections that stay silent for twice that long.
+
+Everything that goes wrong with one connection (malformed frame, unknown
+message type, failed handshake, failed decryption, timeout) closes that
+connection with one log line naming the peer address and the reason; the
+server keeps running.
+
+The connection logic only needs a :class:`trio.abc.Stream`, so tests can run
+it over ``trio.testing.memory_stream_pair()`` via :meth:`Transport.serve_stream`
+and the ``connector`` argument.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+import trio
+
+from p2p import codec
+from p2p.framing import DEFAULT_MAX_FRAME_SIZE, FrameDecoder, FramingError, frame_header
+from p2p.handshake import Handshake, HandshakeError, PeerInfo, SessionKeys
+from p2p.identity import Identity
+from p2p.messages import (
+    ERROR_BAD_REQUEST,
+    ERROR_HANDSHAKE,
+    ERROR_INTERNAL,
+    ERROR_NO_REPLY,
+    Error,
+    Hello,
+    HelloAuth,
+    Ping,
+    Pong,
+)
+from p2p.secure import DEFAULT_CIPHER, Opener, Sealer, SealError, check_cipher
+
+__all__ = [
+    "Connector",
+    "Handler",
+    "MessageStream",
+    "PeerUnreachable",
+    "Rejected",
+    "RemoteError",
+    "Transport",
+    "TransportError",
+    "format_address",
+    "parse_address",
+]
+
+logger = logging.getLogger(__name__)
+
+Handler = Callable[[PeerInfo, object], Awaitable[object | None]]
+Connector = Callable[[str], Awaitable[trio.abc.Stream]]
+
+_RECEIVE_CHUNK = 256 * 1024
+_SEPARATE_HEADER_ABOVE = 64 * 1024
+
+
+class TransportError(Exception):
+    """Base class of errors raised by :meth:`Transport.request`."""
+
+
+class PeerUnreachable(TransportError):
+    """The request could not be delivered or answered (connect, handshake, I/O, timeout)."""
+
+    def __init__(self, address: str, reason: str) -> None:
+        super().__init__(f"peer {address} unreachable: {reason}")
+        self.address = address
+        self.reason = reason
+
+
+class RemoteError(TransportError):
+    """The peer answered the request with an :class:`~p2p.messages.Error`."""
+
+    def __init__(self, address: str, code: str, reason: str) -> None:
+        super().__init__(f"peer {address} refused the request ({code}): {reason}")
+        self.address = address
+        self.code = code
+        self.reason = reason
+
+
+class Rejected(Exception):
+    """Raised by a request handler to answer with ``Error(code, reason)``."""
+
+    def __init__(self, code: str, reason: str) -> None:
+        super().__init__(f"{code}: {reason}")
+        self.code = code
+        self.reason = reason
+
+
+class ConnectionFailure(Exception):
+    """This connection is finished; ``kind`` says why.
+
+    Kinds: ``"eof"`` (peer closed between messages), ``"idle"`` (no message
+    started within the wait), ``"broken"`` (the stream failed: reset, closed),
+    ``"io"`` (timed out or closed mid-frame), ``"protocol"`` (malformed frame
+    or message, failed handshake, decrypt failure).
+    """
+
+    def __init__(self, reason: str, kind: str = "protocol") -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.kind = kind
+
+    @property
+    def quiet(self) -> bool:
+        """True for ordinary endings that deserve no warning."""
+        return self.kind in ("eof", "idle")
+
+
+def parse_address(address: str) -> tuple[str, int]:
+    """Split ``"host:port"`` or ``"[v6]:port"``; raises ``ValueError`` naming the address."""
+    host, sep, port_text = address.rpartition(":")
+    if not sep or not host or not port_text.isdigit():
+        raise ValueError(f"address {address!r} is not of the form host:port")
+    port = int(port_text)
+    if not 0 < port < 65536:
+        raise ValueError(f"address {address!r} has port {port} outside 1..65535")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    return host, port
+
+
+def format_address(host: str, port: int) -> str:
+    """Inverse of :func:`parse_address` (brackets IPv6 literals)."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+async def _tcp_connect(address: str) -> trio.abc.Stream:
+    host, port = parse_address(address)
+    return await trio.open_tcp_stream(host, port)
+
+
+class MessageStream:
+    """Frames, optional AEAD sealing and codec on top of one trio stream."""
+
+    def __init__(
+        self,
+        stream: trio.abc.Stream,
+        *,
+        max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
+        write_timeout: float = 10.0,
+    ) -> None:
+        self.stream = stream
+        self.max_frame_size = max_frame_size
+        self.write_timeout = write_timeout
+        self._decoder = FrameDecoder(max_frame_size)
+        self._pending: collections.deque[bytes] = collections.deque()
+        self._sealer: Sealer | None = None
+        self._opener: Opener | None = None
+
+    @property
+    def sealed(self) -> bool:
+        """True once frames are sealed with session keys."""
+        return self._sealer is not None
+
+    def start_sealing(self, keys: SessionKeys) -> None:
+        """Seal every frame from now on (both directions)."""
+        self._sealer = keys.sealer()
+        self._opener = keys.opener()
+
+    async def send_payload(self, payload: bytes) -> None:
+        """Send one payload as a (sealed) frame."""
+        if self._sealer is not None:
+            payload = self._sealer.seal(payload)
+        try:
+            header = frame_header(len(payload), self.max_frame_size)
+        except FramingError as exc:
+            raise ConnectionFailure(f"cannot send: {exc}", "protocol") from None
+        # A large payload is sent after its header rather than copied behind it.
+        chunks = [header + payload] if len(payload) < _SEPARATE_HEADER_ABOVE else [header, payload]
+        with trio.move_on_after(self.write_timeout) as scope:
+            try:
+                for chunk in chunks:
+                    await self.stream.send_all(chunk)
+            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+                raise ConnectionFailure(
+                    f"send failed: {exc or type(exc).__name__}", "broken"
+                ) from None
+        if scope.cancelled_caught:
+            raise ConnectionFailure(f"send timed out after {self.write_timeout:g} s", "io")
+
+    async def receive_payload(self, first_timeout: float, read_timeout: float) -> bytes:
+        """Next payload (opened if sealed).
+
+        Waits up to ``first_timeout`` for a frame to start and ``read_timeout``
+        for each further chunk of it.
+        """
+        while not self._pending:
+            in_frame = self._decoder.in_frame
+            timeout = read_timeout if in_frame else first_timeout
+            with trio.move_on_after(timeout) as scope:
+                try:
+                    data = await self.stream.receive_some(_RECEIVE_CHUNK)
+                except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+                    raise ConnectionFailure(
+                        f"receive failed: {exc or type(exc).__name__}", "broken"
+                    ) from None
+            if scope.cancelled_caught:
+                what = "rest of a frame" if in_frame else "a message"
+                raise ConnectionFailure(
+                    f"timed out after {timeout:g} s waiting for {what}",
+                    "io" if in_frame else "idle",
+                )
+            if not data:
+                if in_frame:
+                    raise ConnectionFailure("connection closed in the middle of a frame", "io")
+                raise ConnectionFailure("connection closed by peer", "eof")
+            try:
+                self._pending.extend(self._decoder.feed(data))
+            except FramingError as exc:
+                raise ConnectionFailure(f"bad frame: {exc}") from None
+        payload = self._pending.popleft()
+        if self._opener is not None:
+            try:
+                payload = self._opener.open(payload)
+            except SealError as exc:
+                raise ConnectionFailure(f"decrypt failure: {exc}") from None
+        return payload
+
+    async def send(self, msg: object) -> None:
+        """Encode and send one message."""
+        await self.send_payload(codec.encode(msg))
+
+    async def receive(self, first_timeout: float, read_timeout: float) -> object:
+        """Receive and decode one message."""
+        payload = await self.receive_payload(first_timeout, read_timeout)
+        try:
+            return codec.decode(payload)
+        except codec.DecodeError as exc:
+            raise ConnectionFailure(f"bad message: {exc}") from None
+
+    async def aclose(self) -> None:
+        """Close the underlying stream without waiting."""
+        await trio.aclose_forcefully(self.stream)
+
+
+@dataclass(eq=False)
+class _Outgoing:
+    address: str
+    stream: MessageStream
+    peer: PeerInfo
+    last_used: float
+    lock: trio.Lock = field(default_factory=trio.Lock)
+    closed: bool = False
+
+
+class Transport:
+    """Request/reply messaging between authenticated nodes.
+
+    ``tags`` (frozenset of 32-byte model fingerprints) and ``advertise_address``
+    may be changed at any time; they are sent in the HELLO of new connections.
+    """
+
+    def __init__(
+        self,
+        identity: Identity,
+        listen_host: str,
+        listen_port: int,
+        tags: frozenset[bytes] = frozenset(),
+        swarm_key: bytes | None = None,
+        *,
+        max_connections: int = 64,
+        connect_timeout: float = 5.0,
+        read_timeout: float = 10.0,
+        idle_timeout: float = 60.0,
+        max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
+        cipher: str = DEFAULT_CIPHER,
+        max_messages_per_second: float | None = None,
+        advertise_address: str | None = None,
+        connector: Connector | None = None,
+    ) -> None:
+        if max_connections < 1:
+            raise ValueError(f"max_connections must be >= 1, got {max_connections}")
+        if swarm_key is not None and len(swarm_key) != 32:
+            raise ValueError(f"swarm key must be 32 bytes, got {len(swarm_key)}")
+        self.identity = identity
+        self.listen_host = listen_host
+        self.listen_port = listen_port
+        self.tags = frozenset(tags)
+        self.swarm_key = swarm_key
+        self.max_connections = max_connections
+        self.connect_timeout = connect_timeout
+        self.read_timeout = read_timeout
+        self.idle_timeout = idle_timeout
+        self.max_frame_size = max_frame_size
+        self.cipher = check_cipher(cipher)
+        self.advertise_address = advertise_address
+        if max_messages_per_second is not None and max_messages_per_second <= 0:
+            raise ValueError(f"max_messages_per_second must be > 0, got {max_messages_per_second}")
+        self.max_messages_per_second = max_messages_per_second
+        self._connector: Connector = connector or _tcp_connect
+        self._bound_address: str | None = None
+        self._pool: dict[str, _Outgoing] = {}
+        self._dial_locks: dict[str, trio.Lock] = {}
+        self._open = 0  # open connections, incoming and outgoing (incl. handshaking)
+        self._serve_scope: trio.CancelScope | None = None
+        self._closed = False
+
+    # -- addresses ------------------------------------------------------------
+
+    @property
+    def listen_address(self) -> str:
+        """The address peers should dial: ``advertise_address`` or the bound "host:port"."""
+        if self.advertise_address:
+            return self.advertise_address
+        if self._bound_address is not None:
+            return self._bound_address
+        return ""
+
+    @property
+    def bound_address(self) -> str | None:
+        """Actual "host:port" of the listening socket once :meth:`serve` has bound it."""
+        return self._bound_address
+
+    @property
+    def open_connections(self) -> int:
+        """Open connections, incoming and outgoing."""
+        return self._open
+
+    @property
+    def pooled_addresses(self) -> list[str]:
+        """Addresses with an open outgoing connection."""
+        return [a for a, c in self._pool.items() if not c.closed]
+
+    # -- server -----------------------------------------------------------------
+
+    async def serve(
+        self, handler: Handler, task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Listen and answer requests with ``handler`` until cancelled or :meth:`aclose`.
+
+        ``task_status.started`` receives the bound "host:port". Ping is answered
+        by the transport itself; every other request is passed to ``handler``,
+        which returns the reply (``None`` is answered with an ``Error``) or raises
+        :class:`Rejected`.
+        """
+        if self._closed:
+            raise RuntimeError("transport is closed")
+        listeners = await trio.open_tcp_listeners(self.listen_port, host=self.listen_host or None)
+        try:
+            host, port = listeners[0].socket.getsockname()[:2]
+            self._bound_address = format_address(host, port)
+            with trio.CancelScope() as scope:
+                self._serve_scope = scope
+                async with trio.open_nursery() as nursery:
+                    for listener in listeners:
+                        nursery.start_soon(self._accept_loop, listener, handler, nursery)
+                    nursery.start_soon(self._reap_idle)
+                    logger.info("listening on %s", self._bound_address)
+                    task_status.started(self._bound_address)
+        finally:
+            for listener in listeners:
+                await trio.aclose_forcefully(listener)
+
+    async def _accept_loop(
+        self, listener: trio.SocketListener, handler: Handler, nursery: trio.Nursery
+    ) -> None:
+        while True:
+            try:
+                stream = await listener.accept()
+            except OSError as exc:  # e.g. EMFILE: back off instead of spinning
+                logger.warning("accept failed on %s: %s", self._bound_address, exc)
+                await trio.sleep(0.1)
+                continue
+            try:
+                peer_host, peer_port = stream.socket.getpeername()[:2]
+                remote = format_address(peer_host, peer_port)
+            except OSError:
+                remote = "unknown"
+            nursery.start_soon(self._serve_counted, stream, handler, remote)
+
+    async def _serve_counted(self, stream: trio.abc.Stream, handler: Handler, remote: str) -> None:
+        if self._open >= self.max_connections and not await self._evict_idle_outgoing():
+            logger.warning(
+                "closing connection from %s: connection limit of %d reached",
+                remote,
+                self.max_connections,
+            )
+            await trio.aclose_forcefully(stream)
+            return
+        self._open += 1
+        try:
+            await self.serve_stream(stream, handler, remote)
+        finally:
+            self._open -= 1
+
+    async def serve_stream(self, stream: trio.abc.Stream, handler: Handler, remote: str) -> None:
+        """Run the responder side of one connection on ``stream`` until it ends.
+
+        Never raises for connection problems: they are logged (one warning) and
+        the stream is closed. ``remote`` names the peer in log lines.
+        """
+        ms = self._message_stream(stream)
+        try:
+            peer = await self._handshake(ms, initiator=False, expected_node_id=None)
+            logger.debug("accepted %s (node %s)", remote, peer.node_id.hex()[:16])
+            limiter = (
+                _RateLimiter(self.max_messages_per_second)
+                if self.max_messages_per_second is not None
+                else None
+            )
+            while True:
+                msg = await ms.receive(self.idle_timeout * 2, self.read_timeout)
+                if limiter is not None:
+                    await limiter.wait()  # throttle a flooding peer: it waits for its replies
+                reply = await self._dispatch(handler, peer, msg, remote)
+                await ms.send_payload(self._encode_reply(reply, msg))
+        except ConnectionFailure as exc:
+            if exc.quiet:
+                logger.debug("connection from %s ended: %s", remote, exc.reason)
+            else:
+                logger.warning("closing connection from %s: %s", remote, exc.reason)
+        except Exception:  # a bug must not take the whole server down
+            logger.exception("closing connection from %s: unexpected error", remote)
+        finally:
+            await ms.aclose()
+
+    @staticmethod
+    def _encode_reply(reply: object, request: object) -> bytes:
+        try:
+            return codec.encode(reply)
+        except codec.EncodeError as exc:
+            logger.error("cannot send reply to %s: %s", type(request).__name__, exc)
+            return codec.encode(Error(ERROR_INTERNAL, "handler returned an unsendable reply"))
+
+    async def _dispatch(self, handler: Handler, peer: PeerInfo, msg: object, remote: str) -> object:
+        if isinstance(msg, Ping):
+            return Pong(msg.nonce)
+        if isinstance(msg, Hello | HelloAuth | Pong | Error):
+            return Error(ERROR_BAD_REQUEST, f"{type(msg).__name__} is not a request")
+        try:
+            reply = await handler(peer, msg)
+        except Rejected as exc:
+            return Error(exc.code, exc.reason)
+        except Exception:
+            logger.exception("handler failed on %s from %s", type(msg).__name__, remote)
+            return Error(ERROR_INTERNAL, f"handler failed on {type(msg).__name__}")
+        if reply is None:
+            return Error(ERROR_NO_REPLY, f"no reply to {type(msg).__name__}")
+        return reply
+
+    async def _reap_idle(self) -> None:
+        period = max(self.idle_timeout / 4, 0.05)
+        while True:
+            await trio.sleep(period)
+            now = trio.current_time()
+            for conn in list(self._pool.values()):
+                if not conn.lock.locked() and now - conn.last_used >= self.idle_timeout:
+                    logger.debug("closing idle connection to %s", conn.address)
+                    await self._drop(conn)
+
+    # -- client -----------------------------------------------------------------
+
+    async def request(
+        self,
+        address: str,
+        msg: object,
+        timeout: float | None = None,
+        *,
+        node_id: bytes | None = None,
+    ) -> object:
+        """Send ``msg`` to ``address`` and return the peer's reply.
+
+        Reuses a pooled connection or opens one (connect + handshake within
+        ``connect_timeout``). ``timeout`` (default ``read_timeout``) bounds the
+        wait for the reply. If ``node_id`` is given the peer must have that
+        identity. Raises :class:`PeerUnreachable` for any delivery failure and
+        :class:`RemoteError` (code, reason) when the peer answers with an
+        ``Error``; both are :class:`TransportError`.
+        """
+        payload = codec.encode(msg)  # EncodeError: a bug in the caller, not the peer
+        reply_timeout = self.read_timeout if timeout is None else timeout
+        for attempt in range(2):
+            conn, fresh = await self._connection(address, node_id)
+            async with conn.lock:
+                if conn.closed:
+                    continue  # dropped while we waited for the lock
+                try:
+                    await conn.stream.send_payload(payload)
+                    reply_payload = await conn.stream.receive_payload(
+                        reply_timeout, self.read_timeout
+                    )
+                except BaseException as exc:
+                    if not isinstance(exc, ConnectionFailure):
+                        # Cancelled mid-request: a late reply would be read as the answer
+                        # to the next request, so this connection cannot be reused.
+                        await self._drop(conn)
+                        raise
+                    await self._drop(conn)
+                    # A pooled connection the peer closed while idle: retry once on a new one.
+                    if exc.kind in ("eof", "broken") and not fresh and attempt == 0:
+                        continue
+                    if exc.kind == "protocol":
+                        logger.warning("closing connection to %s: %s", address, exc.reason)
+                    raise PeerUnreachable(address, exc.reason) from None
+                conn.last_used = trio.current_time()
+            try:
+                reply = codec.decode(reply_payload)
+            except codec.DecodeError as exc:
+                await self._drop(conn)
+                logger.warning("closing connection to %s: bad reply: %s", address, exc)
+                raise PeerUnreachable(address, f"bad reply: {exc}") from None
+            if isinstance(reply, Error):
+                raise RemoteError(address, reply.code, reply.reason)
+            return reply
+        raise PeerUnreachable(address, "connection closed repeatedly")
+
+    async def _connection(self, address: str, node_id: bytes | None) -> tuple[_Outgoing, bool]:
+        if self._closed:
+            raise PeerUnreachable(address, "transport is closed")
+        conn = await self._reusable(address, node_id)
+        if conn is not None:
+            return conn, False
+        lock = self._dial_locks.setdefault(address, trio.Lock())
+        try:
+            async with lock:
+                conn = await self._reusable(address, node_id)  # another task may have dialled
+                if conn is not None:
+                    return conn, False
+                return await self._dial(address, node_id), True
+        finally:
+            if not lock.locked() and lock.statistics().tasks_waiting == 0:
+                self._dial_locks.pop(address, None)
+
+    async def _reusable(self, address: str, node_id: bytes | None) -> _Outgoing | None:
+        conn = self._pool.get(address)
+        if conn is None:
+            return None
+        stale = trio.current_time() - conn.last_used >= self.idle_timeout
+        wrong = node_id is not None and conn.peer.node_id != node_id
+        if conn.closed or ((stale or wrong) and not conn.lock.locked()):
+            await self._drop(conn)
+            return None
+        if wrong:  # in use by another request, so the address is another node's now
+            raise PeerUnreachable(
+                address,
+                f"identity mismatch: expected node {node_id.hex()[:16]}, "  # type: ignore[union-attr]
+                f"connected node is {conn.peer.node_id.hex()[:16]}",
+            )
+        return conn
+
+    async def _dial(self, address: str, node_id: bytes | None) -> _Outgoing:
+        if self._open >= self.max_connections and not await self._evict_idle_outgoing():
+            raise PeerUnreachable(address, f"connection limit of {self.max_connections} reached")
+        self._open += 1
+        ms: MessageStream | None = None
+        try:
+            with trio.move_on_after(self.connect_timeout) as scope:
+                try:
+                    stream = await self._connector(address)
+                except (OSError, ValueError, trio.BrokenResourceError) as exc:
+                    raise PeerUnreachable(address, f"connect failed: {exc}") from None
+                ms = self._message_stream(stream)
+                try:
+                    peer = await self._handshake(ms, initiator=True, expected_node_id=node_id)
+                except ConnectionFailure as exc:
+                    if exc.kind == "protocol":
+                        logger.warning("closing connection to %s: %s", address, exc.reason)
+                    raise PeerUnreachable(address, exc.reason) from None
+            if scope.cancelled_caught:
+                raise PeerUnreachable(
+                    address, f"connect and handshake timed out after {self.connect_timeout:g} s"
+                )
+        except BaseException:
+            self._open -= 1
+            if ms is not None:
+                await ms.aclose()
+            raise
+        conn = _Outgoing(address, ms, peer, last_used=trio.current_time())
+        self._pool[address] = conn
+        return conn
+
+    async def _evict_idle_outgoing(self) -> bool:
+        """Close the least recently used idle outgoing connection; False if none is idle."""
+        idle = [c for c in self._pool.values() if not c.lock.locked() and not c.closed]
+        if not idle:
+            return False
+        victim = min(idle, key=lambda c: c.last_used)
+        logger.debug("evicting idle connection to %s (connection limit)", victim.address)
+        await self._drop(victim)
+        return True
+
+    async def _drop(self, conn: _Outgoing) -> None:
+        """Forget ``conn`` (state first, so it is atomic) and close its stream."""
+        if conn.closed:
+            return
+        conn.closed = True
+        self._open -= 1
+        if self._pool.get(conn.address) is conn:
+            del self._pool[conn.address]
+        await conn.stream.aclose()
+
+    # -- shared -------------------------------------------------------------------
+
+    def _message_stream(self, stream: trio.abc.Stream) -> MessageStream:
+        return MessageStream(
+            stream, max_frame_size=self.max_frame_size, write_timeout=self.read_timeout
+        )
+
+    async def _handshake(
+        self, ms: MessageStream, *, initiator: bool, expected_node_id: bytes | None
+    ) -> PeerInfo:
+        hs = Handshake(
+            self.identity,
+            initiator=initiator,
+            listen_address=self.listen_address,
+            tags=self.tags,
+            swarm_key=self.swarm_key,
+            cipher=self.cipher,
+            expected_node_id=expected_node_id,
+        )
+        deadline_scope = trio.move_on_after(self.connect_timeout)
+        with deadline_scope:
+            try:
+                for payload in hs.start():
+                    await ms.send_payload(payload)
+                while not hs.done:
+                    payload = await ms.receive_payload(self.read_timeout, self.read_timeout)
+                    for out in hs.receive(payload):
+                        await ms.send_payload(out)
+            except HandshakeError as exc:
+                if not exc.remote:
+                    # Tell the peer why, in clear, so its operator sees the reason.
+                    with trio.move_on_after(min(1.0, self.read_timeout)):
+                        try:
+                            await ms.send(Error(ERROR_HANDSHAKE, exc.reason))
+                        except ConnectionFailure:
+                            pass
+                raise ConnectionFailure(f"handshake failed: {exc.reason}", "protocol") from None
+            except ConnectionFailure as exc:
+                kind = "protocol" if exc.kind == "protocol" else "io"
+                raise ConnectionFailure(f"handshake failed: {exc.reason}", kind) from None
+        if deadline_scope.cancelled_caught:
+            raise ConnectionFailure(
+                f"handshake timed out after {self.connect_timeout:g} s", "protocol"
+            )
+        assert hs.result is not None
+        if hs.result.keys is not None:
+            ms.start_sealing(hs.result.keys)
+        return hs.result.peer
+
+    async def aclose(self) -> None:
+        """Stop serving and close every pooled connection."""
+        self._closed = True
+        if self._serve_scope is not None:
+            self._serve_scope.cancel()
+        for conn in list(self._pool.values()):
+            await self._drop(conn)
+        await trio.lowlevel.checkpoint()
+
+    async def __aenter__(self) -> Transport:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+
+class _RateLimiter:
+    """Token bucket: ``rate`` messages per second, bursts of up to ``max(1, rate)``."""
+
+    def __init__(self, rate: float) -> None:
+        self.rate = rate
+        self.capacity = max(1.0, rate)
+        self.tokens = self.capacity
+        self.updated = trio.current_time()
+
+    async def wait(self) -> None:
+        now = trio.current_time()
+        self.tokens = min(self.capacity, self.tokens + (now - self.updated) * self.rate)
+        self.updated = now
+        if self.tokens < 1.0:
+            await trio.sleep((1.0 - self.tokens) / self.rate)
+            self.tokens = 1.0
+            self.updated = trio.current_time()
+        self.tokens -= 1.0

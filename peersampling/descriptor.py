@@ -1,0 +1,110 @@
+"""Node descriptors: what one node tells others about a peer.
+
+A descriptor names a node (``node_id``, its Ed25519 public key on a real
+network), where to reach it (``address``, ``"host:port"``), how old the
+information is (``age``, in shuffle periods since the node itself issued it)
+and which partial models it holds (``tags``: 32-byte sha256 fingerprints).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .errors import InvalidDescriptor
+
+#: A descriptor older than this many periods is treated as garbage, not as old.
+MAX_AGE = 10_000
+#: Upper bound on the number of partial models one node may advertise.
+MAX_TAGS = 256
+#: Fingerprints are sha256 digests.
+TAG_LENGTH = 32
+#: Node ids are Ed25519 public keys on the wire (32 bytes); simulations may use
+#: shorter ones, so any length from 1 to this bound is accepted.
+MAX_NODE_ID_LENGTH = 64
+MAX_HOST_LENGTH = 253
+
+
+@dataclass(frozen=True, slots=True)
+class Descriptor:
+    """What a node knows about one peer (immutable)."""
+
+    node_id: bytes
+    address: str  # "host:port"
+    age: int = 0
+    tags: frozenset[bytes] = frozenset()
+
+
+def parse_address(address: object) -> tuple[str, int]:
+    """Split ``"host:port"`` (or ``"[v6]:port"``) into its parts.
+
+    Raises :class:`InvalidDescriptor` (field ``address``) when malformed.
+    """
+    if not isinstance(address, str):
+        raise InvalidDescriptor(
+            "address", f"expected str 'host:port', got {type(address).__name__}"
+        )
+    host, sep, port_text = address.rpartition(":")
+    if not sep or not host:
+        raise InvalidDescriptor("address", f"expected 'host:port', got {address[:80]!r}")
+    if not (port_text.isascii() and port_text.isdigit()) or len(port_text) > 5:
+        raise InvalidDescriptor("address", f"port must be 1-65535 in {address[:80]!r}")
+    port = int(port_text)
+    if not 1 <= port <= 65535:
+        raise InvalidDescriptor("address", f"port must be 1-65535 in {address[:80]!r}")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+        if not host:
+            raise InvalidDescriptor("address", f"empty IPv6 host in {address[:80]!r}")
+    elif ":" in host:
+        raise InvalidDescriptor("address", f"IPv6 hosts must be bracketed: {address[:80]!r}")
+    if len(host) > MAX_HOST_LENGTH or not host.isprintable() or " " in host:
+        raise InvalidDescriptor("address", f"host is not a printable name: {address[:80]!r}")
+    return host, port
+
+
+def validate_descriptor(
+    descriptor: object, *, max_age: int = MAX_AGE, max_tags: int = MAX_TAGS
+) -> Descriptor:
+    """Check every field of ``descriptor`` and return it in canonical form.
+
+    A decoder may hand over ``tags`` as a list/tuple/set; the returned copy
+    always has a ``frozenset``. Raises :class:`InvalidDescriptor` naming the
+    first bad field.
+    """
+    if not isinstance(descriptor, Descriptor):
+        raise InvalidDescriptor(
+            "descriptor", f"expected a Descriptor, got {type(descriptor).__name__}"
+        )
+    node_id = descriptor.node_id
+    if type(node_id) is not bytes:
+        raise InvalidDescriptor("node_id", f"expected bytes, got {type(node_id).__name__}")
+    if not 1 <= len(node_id) <= MAX_NODE_ID_LENGTH:
+        raise InvalidDescriptor(
+            "node_id", f"length must be 1-{MAX_NODE_ID_LENGTH} bytes, got {len(node_id)}"
+        )
+    parse_address(descriptor.address)
+    age = descriptor.age
+    if type(age) is not int:
+        raise InvalidDescriptor("age", f"expected int, got {type(age).__name__}")
+    if not 0 <= age <= max_age:
+        raise InvalidDescriptor("age", f"must be in 0..{max_age}, got {age}")
+    tags = descriptor.tags
+    if not isinstance(tags, frozenset | set | list | tuple):
+        raise InvalidDescriptor("tags", f"expected a set of bytes, got {type(tags).__name__}")
+    if len(tags) > max_tags:
+        raise InvalidDescriptor("tags", f"at most {max_tags} tags, got {len(tags)}")
+    for tag in tags:
+        if type(tag) is not bytes or len(tag) != TAG_LENGTH:
+            raise InvalidDescriptor(
+                "tags", f"each tag must be {TAG_LENGTH} bytes (sha256), got {tag!r:.80}"
+            )
+    if type(tags) is not frozenset:
+        return Descriptor(node_id, descriptor.address, age, frozenset(tags))
+    return descriptor
+
+
+def with_age(descriptor: Descriptor, age: int) -> Descriptor:
+    """Return ``descriptor`` with ``age`` replaced (cheaper than dataclasses.replace)."""
+    if descriptor.age == age:
+        return descriptor
+    return Descriptor(descriptor.node_id, descriptor.address, age, descriptor.tags)

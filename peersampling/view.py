@@ -1,0 +1,167 @@
+"""A bounded partial view with Cyclon's aging and merge rules.
+
+Entries are keyed by node id, so a view never holds duplicates. Ages are kept
+in a separate integer map: aging every entry each period is then a cheap loop
+and descriptors are only rebuilt when they leave the view.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterable, Iterator
+
+from .descriptor import Descriptor, with_age
+
+
+class PartialView:
+    """At most ``capacity`` descriptors, each with an age.
+
+    The owner is responsible for never inserting its own descriptor.
+    """
+
+    __slots__ = ("capacity", "_desc", "_age")
+
+    def __init__(self, capacity: int) -> None:
+        if capacity < 1:
+            raise ValueError(f"view capacity must be >= 1, got {capacity}")
+        self.capacity = capacity
+        self._desc: dict[bytes, Descriptor] = {}
+        self._age: dict[bytes, int] = {}
+
+    def __len__(self) -> int:
+        return len(self._age)
+
+    def __contains__(self, node_id: object) -> bool:
+        return node_id in self._age
+
+    def __iter__(self) -> Iterator[bytes]:
+        return iter(list(self._age))
+
+    @property
+    def is_full(self) -> bool:
+        return len(self._age) >= self.capacity
+
+    def age_of(self, node_id: bytes) -> int | None:
+        return self._age.get(node_id)
+
+    def get(self, node_id: bytes) -> Descriptor | None:
+        """The entry for ``node_id`` with its current age, or ``None``."""
+        d = self._desc.get(node_id)
+        return None if d is None else with_age(d, self._age[node_id])
+
+    def descriptors(self) -> list[Descriptor]:
+        """Every entry with its current age, in insertion order."""
+        ages = self._age
+        return [with_age(d, ages[k]) for k, d in self._desc.items()]
+
+    def addresses(self) -> list[str]:
+        return [d.address for d in self._desc.values()]
+
+    def increase_age(self) -> None:
+        ages = self._age
+        for k in ages:
+            ages[k] += 1
+
+    def oldest(self, rng: random.Random) -> bytes | None:
+        """Node id of the oldest entry (ties broken at random), or ``None``."""
+        ages = self._age
+        if not ages:
+            return None
+        top = max(ages.values())
+        candidates = [k for k, a in ages.items() if a == top]
+        return candidates[0] if len(candidates) == 1 else rng.choice(candidates)
+
+    def pop(self, node_id: bytes) -> Descriptor | None:
+        """Remove and return the entry for ``node_id`` (with its age)."""
+        d = self._desc.pop(node_id, None)
+        if d is None:
+            return None
+        return with_age(d, self._age.pop(node_id))
+
+    def remove_address(self, address: str) -> int:
+        """Drop every entry reachable at ``address``; return how many."""
+        gone = [k for k, d in self._desc.items() if d.address == address]
+        for k in gone:
+            del self._desc[k]
+            del self._age[k]
+        return len(gone)
+
+    def random_subset(
+        self, rng: random.Random, k: int, exclude: bytes | None = None
+    ) -> list[Descriptor]:
+        """Up to ``k`` distinct random entries, never the one for ``exclude``."""
+        keys = [n for n in self._age if n != exclude]
+        if len(keys) > k:
+            keys = rng.sample(keys, k)
+        ages, desc = self._age, self._desc
+        return [with_age(desc[n], ages[n]) for n in keys]
+
+    def random_entry(self, rng: random.Random) -> Descriptor | None:
+        if not self._age:
+            return None
+        n = rng.choice(list(self._age))
+        return with_age(self._desc[n], self._age[n])
+
+    def offer(self, d: Descriptor) -> bool:
+        """Add ``d`` if there is room, or refresh it if ``d`` is younger.
+
+        Returns ``True`` when the view changed.
+        """
+        n = d.node_id
+        old = self._age.get(n)
+        if old is not None:
+            if d.age < old:
+                self._desc[n] = d
+                self._age[n] = d.age
+                return True
+            return False
+        if len(self._age) < self.capacity:
+            self._desc[n] = d
+            self._age[n] = d.age
+            return True
+        return False
+
+    def merge(self, received: Iterable[Descriptor], sent: Iterable[bytes]) -> int:
+        """Cyclon merge: take ``received``, making room by evicting ``sent``.
+
+        A received entry already in the view only refreshes it (when younger);
+        a new one fills an empty slot first, otherwise replaces one of the
+        entries sent in this exchange that is still here; if neither is
+        possible it is dropped. Returns the number of new entries.
+        """
+        desc, ages, cap = self._desc, self._age, self.capacity
+        fresh: list[Descriptor] = []
+        for d in received:  # decide what is known before changing anything
+            n = d.node_id
+            old = ages.get(n)
+            if old is None:
+                fresh.append(d)
+            elif d.age < old:
+                desc[n] = d
+                ages[n] = d.age
+        replaceable = [n for n in sent if n in ages]
+        replaceable.reverse()  # pop() evicts in the order the entries were sent
+        added = 0
+        for d in fresh:
+            n = d.node_id
+            if n in ages:  # listed twice in ``received``
+                continue
+            if len(ages) >= cap:
+                victim = None
+                while replaceable:
+                    candidate = replaceable.pop()
+                    if candidate in ages:
+                        victim = candidate
+                        break
+                if victim is None:
+                    continue
+                del desc[victim]
+                del ages[victim]
+            desc[n] = d
+            ages[n] = d.age
+            added += 1
+        return added
+
+    def clear(self) -> None:
+        self._desc.clear()
+        self._age.clear()

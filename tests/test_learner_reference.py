@@ -1,0 +1,162 @@
+"""Tests for the synchronous reference (thesis Algorithm 2) and the scheme builders."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from learner.data import DataSpec, load_node_data
+from learner.layout import ModelLayout
+from learner.network import PartialMLP
+from learner.reference import (
+    NodeSetup,
+    ReferenceSetupError,
+    average_shared_models,
+    run_reference,
+)
+from learner.schemes import SEMI_LOCAL_SCHEMES, averaging_level, semi_local_scheme
+from learner.spec import NetworkSpec, SpecError
+from learner.trainer import TrainConfig, Trainer
+
+NET = NetworkSpec.parse("64=24=16=10")
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_torch_thread():
+    """Tiny models: extra intra-op threads only spin on a busy 2-core machine."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def _nodes(models_of, num_nodes: int = 4, perms=None, seed: int = 0) -> list[NodeSetup]:
+    perms = perms or [None] * num_nodes
+    return [
+        NodeSetup(NET, tuple(models_of(i)),
+                  load_node_data(DataSpec(node_index=i, num_nodes=num_nodes, seed=seed,
+                                          permutation=perms[i])),
+                  seed=100 + i)
+        for i in range(num_nodes)
+    ]
+
+
+# ------------------------------------------------------------------ schemes
+
+
+def test_averaging_levels() -> None:
+    assert averaging_level(NET, 0) == []
+    (full,) = averaging_level(NET, 100)
+    assert full.counts == NET.sizes
+    (part,) = averaging_level(NET, 50)
+    assert part.counts == (64, 12, 8, 10)
+    with pytest.raises(SpecError, match="percentage"):
+        averaging_level(NET, 120)
+
+
+def test_semi_local_schemes() -> None:
+    assert semi_local_scheme(NET, "none", 0) == []
+    assert semi_local_scheme(NET, "full", 3)[0].name == "global"
+    assert semi_local_scheme(NET, "group", 3)[0].name == "group3"
+    glob, semi = semi_local_scheme(NET, "global80+semi20", 2)
+    assert glob.counts == (64, 19, 13, 10)
+    assert semi.counts == (0, 5, 3, 0) and semi.depends_on == ("global",)
+    assert semi_local_scheme(NET, "global80+semi20-nodep", 2)[1].depends_on == ()
+    for scheme in SEMI_LOCAL_SCHEMES:  # every scheme yields a valid layout
+        ModelLayout(NET, semi_local_scheme(NET, scheme, 1))
+    with pytest.raises(SpecError, match="unknown"):
+        semi_local_scheme(NET, "half", 0)
+
+
+# ---------------------------------------------------------------- averaging
+
+
+def test_full_averaging_makes_shared_vectors_identical_after_a_round() -> None:
+    nodes = _nodes(lambda i: averaging_level(NET, 100), perms=[None, "8:9", None, "(7 8 9)"])
+    layouts = [ModelLayout(n.network, list(n.models)) for n in nodes]
+    nets = [PartialMLP(layout, n.seed) for layout, n in zip(layouts, nodes, strict=True)]
+    start = nets[0].extract("global")
+    assert all(np.array_equal(start, m.extract("global")) for m in nets)  # identical init
+    for net, node in zip(nets, nodes, strict=True):
+        Trainer(net, node.data.train_x, node.data.train_y,
+                TrainConfig(seed=node.seed)).train_round()
+    trained = [m.extract("global") for m in nets]
+    assert not np.array_equal(trained[0], trained[1])  # nodes diverged while training
+    counts = average_shared_models(nets, layouts)
+    assert counts == {"global": 4}
+    after = [m.extract("global") for m in nets]
+    for vector in after:
+        np.testing.assert_array_equal(vector, after[0])
+    np.testing.assert_allclose(after[0], np.mean(trained, axis=0), rtol=1e-6, atol=1e-7)
+
+
+def test_semi_local_models_average_only_within_their_group() -> None:
+    groups = [0, 0, 1, 1]
+    nodes = _nodes(lambda i: semi_local_scheme(NET, "global80+semi20", groups[i]))
+    layouts = [ModelLayout(n.network, list(n.models)) for n in nodes]
+    nets = [PartialMLP(layout, n.seed) for layout, n in zip(layouts, nodes, strict=True)]
+    for net, node in zip(nets, nodes, strict=True):
+        Trainer(net, node.data.train_x, node.data.train_y, TrainConfig(seed=node.seed)).train_round()
+    counts = average_shared_models(nets, layouts)
+    assert counts == {"global": 4, "semi0": 2, "semi1": 2}
+    np.testing.assert_array_equal(nets[0].extract("semi0"), nets[1].extract("semi0"))
+    np.testing.assert_array_equal(nets[2].extract("semi1"), nets[3].extract("semi1"))
+    np.testing.assert_array_equal(nets[0].extract("global"), nets[3].extract("global"))
+
+
+def test_level_zero_shares_nothing() -> None:
+    nodes = _nodes(lambda i: [], num_nodes=2)
+    layouts = [ModelLayout(n.network, []) for n in nodes]
+    nets = [PartialMLP(layout, n.seed) for layout, n in zip(layouts, nodes, strict=True)]
+    assert average_shared_models(nets, layouts) == {}
+
+
+# ------------------------------------------------------------ run_reference
+
+
+def test_reference_is_deterministic_and_learns() -> None:
+    def run():
+        nodes = _nodes(lambda i: averaging_level(NET, 80), perms=[None, "8:9", None, "8:9"])
+        return run_reference(nodes, 12, TrainConfig(batch_size=16, seed=3), eval_every=4)
+
+    first, second = run(), run()
+    assert first.eval_rounds == (4, 8, 12)
+    assert first.accuracy == second.accuracy and first.loss == second.loss
+    assert len(first.final_accuracy) == 4
+    assert first.mean_final_accuracy > 0.3  # chance is 0.1
+    assert first.mean_accuracy[-1] > first.mean_accuracy[0]
+
+
+def test_reference_setup_errors() -> None:
+    nodes = _nodes(lambda i: [], num_nodes=1)
+    wrong = NodeSetup(NetworkSpec.parse("32=8=10"), (), nodes[0].data, seed=0)
+    with pytest.raises(ReferenceSetupError, match="64 features but the network 32=8=10"):
+        run_reference([wrong], 1, TrainConfig())
+    with pytest.raises(ReferenceSetupError, match="rounds"):
+        run_reference(nodes, 0, TrainConfig())
+    with pytest.raises(ReferenceSetupError, match="no nodes"):
+        run_reference([], 1, TrainConfig())
+
+
+def test_reproduce_script_tiny_run(tmp_path: Path, capsys) -> None:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+    try:
+        import reproduce_paper
+    finally:
+        sys.path.pop(0)
+    out = tmp_path / "r.json"
+    code = reproduce_paper.main(["semi-local", "--seeds", "2", "--rounds", "2", "--batch-sizes",
+                                 "8", "--variants", "none,global80+semi20", "--workers", "1",
+                                 "--network", "64=12=8=10", "--json", str(out)])
+    assert code == 0
+    payload = json.loads(out.read_text())
+    assert [r["variant"] for r in payload["results"]] == ["none", "global80+semi20"]
+    for entry in payload["results"]:
+        assert len(entry["per_seed"]) == 2
+        assert entry["p40"] <= entry["median"] <= entry["p60"]
+    assert "80 global + 20 semi-local" in capsys.readouterr().out

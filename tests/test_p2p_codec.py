@@ -1,0 +1,366 @@
+"""The typed-message codec: round-trips and strict validation."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import msgpack
+import numpy as np
+import numpy.typing as npt
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from p2p import codec
+from p2p.codec import DecodeError, EncodeError, RegistrationError, VersionMismatch
+from p2p.messages import Error, Hello, Ping, Pong
+
+
+@dataclass(frozen=True)
+class Inner:
+    name: str
+    tag: bytes
+
+
+@dataclass(frozen=True, eq=False)
+class Sample:
+    count: int
+    ratio: float
+    label: str
+    blob: bytes
+    flag: bool
+    nothing: None
+    maybe: int | None
+    numbers: tuple[int, ...]
+    pair: tuple[str, float]
+    items: list[Inner]
+    tags: frozenset[bytes]
+    vector: np.ndarray
+    small: npt.NDArray[np.float32]
+    table: dict[str, int]
+
+
+codec.register(Sample, "test_sample")
+
+
+def _sample(**changes: object) -> Sample:
+    fields = dict(
+        count=-3,
+        ratio=0.25,
+        label="é",
+        blob=b"\x00\xff",
+        flag=True,
+        nothing=None,
+        maybe=None,
+        numbers=(1, 2, 3),
+        pair=("a", 1.5),
+        items=[Inner("x", b"1"), Inner("y", b"")],
+        tags=frozenset({b"b" * 32, b"a" * 32}),
+        vector=np.linspace(0, 1, 7),
+        small=np.arange(3, dtype=np.float32),
+        table={"k": 1},
+    )
+    fields.update(changes)
+    return Sample(**fields)  # type: ignore[arg-type]
+
+
+def _same(a: Sample, b: Sample) -> bool:
+    for name in a.__dataclass_fields__:
+        x, y = getattr(a, name), getattr(b, name)
+        if isinstance(x, np.ndarray):
+            if not (isinstance(y, np.ndarray) and x.dtype == y.dtype and np.array_equal(x, y)):
+                return False
+        elif x != y or type(x) is not type(y):
+            return False
+    return True
+
+
+def _raw(**fields: object) -> bytes:
+    return msgpack.packb({"v": codec.PROTOCOL_VERSION, **fields}, use_bin_type=True)
+
+
+def _fields_of(msg: object) -> dict:
+    data = msgpack.unpackb(codec.encode(msg), raw=False)
+    del data["v"], data["t"]
+    return data
+
+
+def test_round_trip_all_supported_types() -> None:
+    msg = _sample()
+    out = codec.decode(codec.encode(msg))
+    assert isinstance(out, Sample) and _same(msg, out)
+    assert out.vector.dtype == np.float64 and out.small.dtype == np.float32
+    assert not out.vector.flags.writeable  # a read-only view, like the frozen message
+
+
+def test_encoding_is_deterministic_for_sets() -> None:
+    a = _sample(tags=frozenset([b"a" * 32, b"b" * 32, b"c" * 32]))
+    b = _sample(tags=frozenset([b"c" * 32, b"b" * 32, b"a" * 32]))
+    assert codec.encode(a) == codec.encode(b)
+
+
+@given(
+    count=st.integers(min_value=-(2**63), max_value=2**64 - 1),
+    ratio=st.floats(allow_nan=False),
+    label=st.text(max_size=20),
+    blob=st.binary(max_size=50),
+    maybe=st.none() | st.integers(min_value=-(2**63), max_value=2**63 - 1),
+    numbers=st.lists(st.integers(min_value=0, max_value=2**32), max_size=5).map(tuple),
+    tags=st.frozensets(st.binary(min_size=32, max_size=32), max_size=4),
+    vector=st.lists(st.floats(allow_nan=False, width=64), max_size=20),
+)
+def test_round_trip_property(
+    count: int,
+    ratio: float,
+    label: str,
+    blob: bytes,
+    maybe: int | None,
+    numbers: tuple[int, ...],
+    tags: frozenset[bytes],
+    vector: list[float],
+) -> None:
+    msg = _sample(
+        count=count,
+        ratio=ratio,
+        label=label,
+        blob=blob,
+        maybe=maybe,
+        numbers=numbers,
+        tags=tags,
+        vector=np.array(vector, dtype=np.float64),
+    )
+    assert _same(msg, codec.decode(codec.encode(msg)))
+
+
+def test_nan_and_inf_survive_the_wire() -> None:
+    v = np.array([np.nan, np.inf, -np.inf, -0.0])
+    out = codec.decode(codec.encode(_sample(vector=v)))
+    assert np.array_equal(out.vector, v, equal_nan=True) and np.signbit(out.vector[3])
+
+
+def test_array_is_raw_little_endian_bytes() -> None:
+    v = np.array([1.0, 2.0], dtype=">f8")  # big-endian input is converted
+    data = _fields_of(_sample(vector=v))["vector"]
+    assert data == {"dtype": "<f8", "n": 2, "data": np.array([1.0, 2.0], "<f8").tobytes()}
+
+
+def test_p2p_messages_round_trip() -> None:
+    hello = Hello(1, b"n" * 32, "127.0.0.1:1", frozenset({b"t" * 32}), b"r" * 32, "chacha20", b"")
+    for msg in (hello, Ping(7), Pong(7), Error("rejected", "no")):
+        assert codec.decode(codec.encode(msg)) == msg
+
+
+# --- decode errors ----------------------------------------------------------
+
+
+def test_malformed_msgpack() -> None:
+    with pytest.raises(DecodeError, match="malformed msgpack"):
+        codec.decode(b"\xc1")
+    with pytest.raises(DecodeError, match="malformed msgpack"):
+        codec.decode(codec.encode(Ping(1)) + b"\x00")  # trailing bytes
+
+
+def test_payload_not_a_map() -> None:
+    with pytest.raises(DecodeError, match="expected a map"):
+        codec.decode(msgpack.packb([1, 2]))
+
+
+def test_unknown_type() -> None:
+    with pytest.raises(DecodeError, match="unknown message type 'nope'"):
+        codec.decode(_raw(t="nope"))
+
+
+def test_wrong_or_missing_version() -> None:
+    with pytest.raises(VersionMismatch, match="protocol version 2"):
+        codec.decode(msgpack.packb({"v": 2, "t": "ping", "nonce": 1}))
+    with pytest.raises(VersionMismatch):
+        codec.decode(msgpack.packb({"t": "ping", "nonce": 1}))
+    with pytest.raises(VersionMismatch):  # True == 1 in Python, but not on our wire
+        codec.decode(msgpack.packb({"v": True, "t": "ping", "nonce": 1}))
+
+
+def test_extra_and_missing_fields() -> None:
+    with pytest.raises(DecodeError, match=r"ping.*unexpected fields \['x'\]"):
+        codec.decode(_raw(t="ping", nonce=1, x=2))
+    with pytest.raises(DecodeError, match=r"error.*missing fields \['reason'\]"):
+        codec.decode(_raw(t="error", code="x"))
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "expected"),
+    [
+        ("count", True, "Sample.count: expected int, got bool"),
+        ("count", 1.0, "Sample.count: expected int, got float"),
+        ("ratio", 1, "Sample.ratio: expected float, got int"),
+        ("label", b"x", "Sample.label: expected str, got bytes"),
+        ("blob", "x", "Sample.blob: expected bytes, got str"),
+        ("flag", 1, "Sample.flag: expected bool, got int"),
+        ("nothing", 0, "Sample.nothing: expected None"),
+        ("numbers", [1, "2"], r"Sample.numbers\[1\]: expected int, got str"),
+        ("pair", ["a"], "Sample.pair: expected tuple"),
+        ("items", [{"name": "x"}], r"Sample.items\[0\]Inner: missing fields \['tag'\]"),
+        ("tags", [b"a", b"a"], "contains duplicates"),
+        ("table", {"k": "v"}, "expected int"),
+    ],
+)
+def test_wrong_field_types_name_message_and_field(field: str, value: object, expected: str) -> None:
+    data = _fields_of(_sample())
+    data[field] = value
+    with pytest.raises(DecodeError, match=r"invalid test_sample message: .*" + expected):
+        codec.decode(_raw(t="test_sample", **data))
+
+
+@pytest.mark.parametrize(
+    ("array", "expected"),
+    [
+        ({"dtype": "<f8", "n": 3, "data": b"\x00" * 16}, "has 16 bytes, expected 3 x 8"),
+        ({"dtype": "|O", "n": 1, "data": b"\x00" * 8}, "dtype '\\|O' not allowed"),
+        ({"dtype": "<i8", "n": 1, "data": b"\x00" * 8}, "dtype '<i8' not allowed"),
+        ({"dtype": "<f8", "n": -1, "data": b""}, "non-negative int"),
+        ({"dtype": "<f8", "n": 0, "data": "text"}, "data must be bytes"),
+        ({"dtype": "<f8", "n": 0}, "keys dtype, n, data"),
+        (b"\x00" * 8, "keys dtype, n, data"),
+    ],
+)
+def test_array_validation(array: object, expected: str) -> None:
+    data = _fields_of(_sample())
+    data["vector"] = array
+    with pytest.raises(DecodeError, match=r"Sample\.vector: .*" + expected):
+        codec.decode(_raw(t="test_sample", **data))
+
+
+def test_typed_array_annotation_restricts_dtype() -> None:
+    data = _fields_of(_sample())
+    data["small"] = {"dtype": "<f8", "n": 1, "data": b"\x00" * 8}
+    with pytest.raises(DecodeError, match="Sample.small"):
+        codec.decode(_raw(t="test_sample", **data))
+
+
+def test_ext_types_are_refused() -> None:
+    data = _fields_of(_sample())
+    data["blob"] = msgpack.ExtType(1, b"x")
+    with pytest.raises(DecodeError):
+        codec.decode(_raw(t="test_sample", **data))
+
+
+def test_post_init_validation_becomes_decode_error() -> None:
+    with pytest.raises(DecodeError, match="invalid hello message: .*node_id must be 32 bytes"):
+        codec.decode(
+            _raw(
+                t="hello",
+                version=1,
+                node_id=b"x",
+                listen_address="",
+                tags=[],
+                nonce=b"n" * 32,
+                cipher="chacha20",
+                swarm_proof=b"",
+            )
+        )
+
+
+# --- encode and registration errors -------------------------------------------
+
+
+def test_encode_checks_values() -> None:
+    with pytest.raises(EncodeError, match="Sample.count: expected int, got str"):
+        codec.encode(_sample(count="3"))
+    with pytest.raises(EncodeError, match="1-D"):
+        codec.encode(_sample(vector=np.zeros((2, 2))))
+    with pytest.raises(EncodeError, match="dtype int64"):
+        codec.encode(_sample(vector=np.zeros(2, dtype=np.int64)))
+    with pytest.raises(EncodeError, match="not a registered"):
+        codec.encode(Inner("a", b""))
+
+
+def test_int_for_float_is_widened_on_encode() -> None:
+    out = codec.decode(codec.encode(_sample(ratio=2)))
+    assert out.ratio == 2.0 and type(out.ratio) is float
+
+
+def test_registration_rules() -> None:
+    @dataclass
+    class Mutable:
+        x: int
+
+    @dataclass(frozen=True)
+    class Weird:
+        x: set[int]
+
+    @dataclass(frozen=True)
+    class Reserved:
+        t: int
+
+    @dataclass(frozen=True)
+    class Ints:
+        x: npt.NDArray[np.int64]
+
+    with pytest.raises(RegistrationError, match="frozen"):
+        codec.register(Mutable, "m")
+    with pytest.raises(RegistrationError, match="unsupported field type"):
+        codec.register(Weird, "w")
+    with pytest.raises(RegistrationError, match="reserved"):
+        codec.register(Reserved, "r")
+    with pytest.raises(RegistrationError, match="not allowed"):
+        codec.register(Ints, "i")
+    with pytest.raises(RegistrationError, match="already used"):
+        codec.register(Inner, "ping")
+    codec.register(Sample, "test_sample")  # same pair again: no-op
+    with pytest.raises(RegistrationError, match="already registered"):
+        codec.register(Sample, "other_name")
+
+
+def test_register_core_messages_round_trips_push_and_shuffle() -> None:
+    pytest.importorskip("gossip.messages")
+    pytest.importorskip("peersampling.messages")
+    names = codec.register_core_messages()
+    assert {"push", "push_ack", "shuffle_request", "shuffle_reply", "hello"} <= set(names)
+    assert codec.register_core_messages() == names  # idempotent
+    from gossip.messages import Push, PushAck
+    from peersampling.descriptor import Descriptor
+    from peersampling.messages import ShuffleReply, ShuffleRequest
+
+    push = Push(b"m" * 32, 5, np.arange(10, dtype=np.float64), 0.5, masked=True)
+    assert codec.decode(codec.encode(push)) == push
+    assert codec.decode(codec.encode(PushAck(b"m" * 32, 5))) == PushAck(b"m" * 32, 5)
+    d = Descriptor(b"n" * 32, "10.0.0.1:4000", 3, frozenset({b"t" * 32}))
+    for msg in (ShuffleRequest(d, (d,), b"v" * 32), ShuffleReply((d, d), None)):
+        assert codec.decode(codec.encode(msg)) == msg
+
+
+_msgpack_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**63), 2**63 - 1)
+    | st.floats()
+    | st.text(max_size=8)
+    | st.binary(max_size=16),
+    lambda children: (
+        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4)
+    ),
+    max_leaves=12,
+)
+
+
+_VALID_FIELDS = _fields_of(_sample())
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    t=st.sampled_from(["test_sample", "hello", "ping", "error", "push", "shuffle_request"]),
+    fields=st.dictionaries(
+        st.sampled_from(["count", "tags", "vector", "items", "nonce", "x"]) | st.text(max_size=6),
+        _msgpack_values,
+        max_size=6,
+    ),
+    junk=st.binary(max_size=40),
+)
+def test_decode_only_ever_raises_decode_error(t: str, fields: dict, junk: bytes) -> None:
+    fields = {k: v for k, v in fields.items() if k not in ("v", "t")}
+    # a valid message with some fields replaced, random maps, and raw junk
+    mutated = {**_VALID_FIELDS, **{k: v for k, v in fields.items() if k in _VALID_FIELDS}}
+    for payload in (_raw(t="test_sample", **mutated), _raw(t=t, **fields), junk):
+        try:
+            codec.decode(payload)
+        except DecodeError:
+            pass

@@ -1,0 +1,405 @@
+"""Transport: request/reply over memory streams and loopback TCP, and its failures."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import msgpack
+import numpy as np
+import pytest
+import trio
+import trio.testing
+
+from p2p import codec
+from p2p.framing import encode_frame
+from p2p.handshake import PeerInfo
+from p2p.identity import Identity
+from p2p.messages import ERROR_INTERNAL, ERROR_NO_REPLY, Error, Ping, Pong
+from p2p.transport import PeerUnreachable, Rejected, RemoteError, Transport
+
+SWARM = b"k" * 32
+MARKER = b"PLAINTEXT-MARKER-1234567890"
+
+
+@dataclass(frozen=True)
+class Echo:
+    text: str
+    blob: bytes
+    values: np.ndarray
+
+
+@dataclass(frozen=True)
+class EchoReply:
+    text: str
+    peer: bytes
+    total: float
+
+
+codec.register(Echo, "test_echo")
+codec.register(EchoReply, "test_echo_reply")
+
+
+async def echo_handler(peer: PeerInfo, msg: object) -> object | None:
+    if isinstance(msg, Echo):
+        if msg.text == "reject":
+            raise Rejected("rejected", "not today")
+        if msg.text == "none":
+            return None
+        if msg.text == "crash":
+            raise RuntimeError("boom")
+        if msg.text == "unsendable":
+            return EchoReply("x", b"", "not a float")  # type: ignore[arg-type]
+        if msg.text == "unregistered":
+            return object()
+        if msg.text == "slow":
+            await trio.sleep(5)
+        return EchoReply(msg.text, peer.node_id, float(msg.values.sum()))
+    return None
+
+
+def echo(text: str = "hi", n: int = 4) -> Echo:
+    return Echo(text, MARKER, np.arange(n, dtype=np.float64))
+
+
+def transport(swarm_key: bytes | None = None, **kwargs: object) -> Transport:
+    return Transport(Identity.generate(), "127.0.0.1", 0, swarm_key=swarm_key, **kwargs)  # type: ignore[arg-type]
+
+
+# --- in-memory network ----------------------------------------------------------------
+
+
+class Tap(trio.abc.Stream):
+    """Wraps a stream and records every byte sent through it (an eavesdropper)."""
+
+    def __init__(self, inner: trio.abc.Stream, log: bytearray) -> None:
+        self.inner = inner
+        self.log = log
+
+    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
+        self.log += data
+        await self.inner.send_all(data)
+
+    async def wait_send_all_might_not_block(self) -> None:
+        await self.inner.wait_send_all_might_not_block()
+
+    async def receive_some(self, max_bytes: int | None = None) -> bytes | bytearray:
+        data = await self.inner.receive_some(max_bytes)
+        self.log += data
+        return data
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+class MemoryNet:
+    """Routes ``connector`` calls to server transports over memory stream pairs."""
+
+    def __init__(self, nursery: trio.Nursery) -> None:
+        self.nursery = nursery
+        self.servers: dict[str, Transport] = {}
+        self.wire = bytearray()  # everything that crossed any connection
+        self.client_ends: list[trio.abc.Stream] = []
+
+    def add(self, address: str, server: Transport) -> None:
+        self.servers[address] = server
+
+    async def connect(self, address: str) -> trio.abc.Stream:
+        server = self.servers.get(address)
+        if server is None:
+            raise OSError(f"connection refused by {address}")
+        client_end, server_end = trio.testing.memory_stream_pair()
+        self.nursery.start_soon(server.serve_stream, server_end, echo_handler, "mem-client")
+        self.client_ends.append(client_end)
+        return Tap(client_end, self.wire)
+
+
+async def test_memory_request_reply_and_pooling() -> None:
+    async with trio.open_nursery() as nursery:
+        net = MemoryNet(nursery)
+        server = transport(SWARM)
+        net.add("mem:1", server)
+        client = transport(SWARM, connector=net.connect)
+        reply = await client.request("mem:1", echo("hello", 10))
+        assert reply == EchoReply("hello", client.identity.node_id, 45.0)
+        assert await client.request("mem:1", Ping(42)) == Pong(42)
+        assert len(net.client_ends) == 1  # pooled: one connection for both requests
+        assert client.pooled_addresses == ["mem:1"]
+        await client.aclose()
+        nursery.cancel_scope.cancel()
+
+
+@pytest.mark.parametrize("swarm_key", [None, SWARM])
+async def test_sealed_frames_are_not_readable(swarm_key: bytes | None) -> None:
+    async with trio.open_nursery() as nursery:
+        net = MemoryNet(nursery)
+        net.add("mem:1", transport(swarm_key))
+        client = transport(swarm_key, connector=net.connect)
+        await client.request("mem:1", echo())
+        # Without a swarm key frames are authenticated but in clear; with it, sealed.
+        assert (MARKER in net.wire) == (swarm_key is None)
+        nursery.cancel_scope.cancel()
+
+
+async def test_handler_outcomes_become_error_replies(caplog: pytest.LogCaptureFixture) -> None:
+    async with trio.open_nursery() as nursery:
+        net = MemoryNet(nursery)
+        net.add("mem:1", transport())
+        client = transport(connector=net.connect)
+        with pytest.raises(RemoteError) as info:
+            await client.request("mem:1", echo("reject"))
+        assert (info.value.code, info.value.reason) == ("rejected", "not today")
+        assert info.value.address == "mem:1"
+        with pytest.raises(RemoteError) as info:
+            await client.request("mem:1", echo("none"))
+        assert info.value.code == ERROR_NO_REPLY
+        with (
+            caplog.at_level(logging.ERROR, logger="p2p.transport"),
+            pytest.raises(RemoteError) as info,
+        ):
+            await client.request("mem:1", echo("crash"))
+        assert info.value.code == ERROR_INTERNAL
+        assert "boom" not in info.value.reason  # internals stay local...
+        assert any("handler failed" in r.message for r in caplog.records)  # ...but are logged
+        for text in ("unsendable", "unregistered"):
+            with caplog.at_level(logging.ERROR, logger="p2p.transport"):
+                with pytest.raises(RemoteError, match="unsendable reply"):
+                    await client.request("mem:1", echo(text))
+        # the connection survived all of this
+        assert isinstance(await client.request("mem:1", echo()), EchoReply)
+        assert len(net.client_ends) == 1
+        nursery.cancel_scope.cancel()
+
+
+async def test_injected_frame_closes_connection(caplog: pytest.LogCaptureFixture) -> None:
+    """An attacker writing a forged frame into a sealed connection gets it closed."""
+    async with trio.open_nursery() as nursery:
+        net = MemoryNet(nursery)
+        net.add("mem:1", transport(SWARM))
+        client = transport(SWARM, connector=net.connect)
+        await client.request("mem:1", echo())
+        with caplog.at_level(logging.WARNING, logger="p2p.transport"):
+            await net.client_ends[0].send_all(encode_frame(codec.encode(Ping(1))))
+            await trio.sleep(0.05)
+        warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+        assert len(warnings) == 1
+        assert "mem-client" in warnings[0] and "decrypt failure" in warnings[0]
+        # the client's pooled connection is dead; the next request reconnects transparently
+        assert isinstance(await client.request("mem:1", echo()), EchoReply)
+        assert len(net.client_ends) == 2
+        nursery.cancel_scope.cancel()
+
+
+async def test_replayed_sealed_frame_closes_connection(caplog: pytest.LogCaptureFixture) -> None:
+    async with trio.open_nursery() as nursery:
+        net = MemoryNet(nursery)
+        net.add("mem:1", transport(SWARM))
+        client = transport(SWARM, connector=net.connect)
+        mark = len(net.wire)
+        await client.request("mem:1", Ping(5))
+        # the last frame the client sent is a sealed Ping: 4-byte length + ciphertext
+        sent = bytes(net.wire[mark:])
+        size = int.from_bytes(sent[:4], "big")
+        with caplog.at_level(logging.WARNING, logger="p2p.transport"):
+            await net.client_ends[0].send_all(sent[: 4 + size])
+            await trio.sleep(0.05)
+        assert any("decrypt failure" in r.getMessage() for r in caplog.records)
+        nursery.cancel_scope.cancel()
+
+
+async def test_rate_limit_throttles(autojump_clock: trio.testing.MockClock) -> None:
+    async with trio.open_nursery() as nursery:
+        net = MemoryNet(nursery)
+        net.add("mem:1", transport(max_messages_per_second=10.0))
+        client = transport(connector=net.connect)
+        start = trio.current_time()
+        for i in range(30):
+            await client.request("mem:1", Ping(i))
+        # 10 burst, then 20 more at 10/s
+        assert trio.current_time() - start >= 1.9
+        nursery.cancel_scope.cancel()
+
+
+# --- loopback TCP ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("cipher", ["chacha20", "aes-gcm"])
+async def test_tcp_request_reply_with_swarm_key(cipher: str) -> None:
+    server = transport(SWARM, cipher=cipher)
+    client = transport(SWARM)
+    async with trio.open_nursery() as nursery:
+        address = await nursery.start(server.serve, echo_handler)
+        assert address == server.listen_address and address.startswith("127.0.0.1:")
+        assert not address.endswith(":0")
+        big = Echo("big", b"", np.ones(131072))
+        reply = await client.request(address, big)
+        assert reply == EchoReply("big", client.identity.node_id, 131072.0)
+        assert await client.request(address, Ping(1), node_id=server.identity.node_id) == Pong(1)
+        await client.aclose()
+        await server.aclose()
+
+
+async def _raw_exchange(address: str, data: bytes) -> bytes:
+    """Connect, send ``data``, return everything received until the peer closes."""
+    host, port = address.rsplit(":", 1)
+    stream = await trio.open_tcp_stream(host, int(port))
+    received = bytearray()
+    with trio.fail_after(3):
+        await stream.send_all(data)
+        while chunk := await stream.receive_some(65536):
+            received += chunk
+    await stream.aclose()
+    return bytes(received)
+
+
+@pytest.mark.parametrize(
+    ("garbage", "reason"),
+    [
+        (encode_frame(b"\xc1\xc1"), "malformed msgpack"),
+        (b"\xff\xff\xff\xff", "exceeds the maximum frame size"),
+        (encode_frame(codec.encode(Error("x", "y"))[:-1] + b"\x00"), "handshake failed"),
+    ],
+)
+async def test_malformed_input_closes_only_that_connection(
+    garbage: bytes, reason: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    server = transport(max_frame_size=1 << 20)
+    client = transport()
+    async with trio.open_nursery() as nursery:
+        address = await nursery.start(server.serve, echo_handler)
+        assert isinstance(await client.request(address, echo()), EchoReply)  # pooled, open
+        with caplog.at_level(logging.WARNING, logger="p2p.transport"):
+            await _raw_exchange(address, garbage)  # returns: the server closed it
+        warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+        assert len(warnings) == 1, warnings
+        assert warnings[0].startswith("closing connection from 127.0.0.1:")
+        assert reason in warnings[0]
+        # the server is still up, and the other connection still works
+        assert isinstance(await client.request(address, echo()), EchoReply)
+        assert server.open_connections == 1
+        await server.aclose()
+
+
+async def test_unknown_message_type_after_handshake_closes(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    async with trio.open_nursery() as nursery:
+        net = MemoryNet(nursery)
+        net.add("mem:1", transport())
+        client = transport(connector=net.connect)
+        await client.request("mem:1", Ping(0))
+        payload = msgpack.packb({"v": codec.PROTOCOL_VERSION, "t": "zzzz"})
+        with caplog.at_level(logging.WARNING, logger="p2p.transport"):
+            await net.client_ends[0].send_all(encode_frame(payload))
+            await trio.sleep(0.05)
+        assert any("unknown message type 'zzzz'" in r.getMessage() for r in caplog.records)
+        nursery.cancel_scope.cancel()
+
+
+@pytest.mark.parametrize(
+    ("client_key", "reason"),
+    [(None, "missing swarm key"), (b"w" * 32, "wrong swarm key")],
+)
+async def test_node_without_swarm_key_cannot_join(
+    client_key: bytes | None, reason: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    server = transport(SWARM)
+    outsider = transport(client_key)
+    served: list[object] = []
+
+    async def recording_handler(peer: PeerInfo, msg: object) -> object | None:
+        served.append(msg)
+        return await echo_handler(peer, msg)
+
+    async with trio.open_nursery() as nursery:
+        address = await nursery.start(server.serve, recording_handler)
+        with pytest.raises(PeerUnreachable, match=reason) as info:
+            await outsider.request(address, echo())
+        assert info.value.address == address
+        assert served == []  # nothing reached the handler
+        await server.aclose()
+
+
+async def test_identity_mismatch_and_unreachable() -> None:
+    server = transport()
+    client = transport(connect_timeout=2)
+    async with trio.open_nursery() as nursery:
+        address = await nursery.start(server.serve, echo_handler)
+        with pytest.raises(PeerUnreachable, match="identity mismatch"):
+            await client.request(address, Ping(1), node_id=b"\x01" * 32)
+        await server.aclose()
+    # nothing listens there any more
+    with pytest.raises(PeerUnreachable, match="connect failed"):
+        await client.request(address, Ping(1))
+    with pytest.raises(PeerUnreachable, match="host:port"):
+        await client.request("no-port", Ping(1))
+
+
+async def test_reply_timeout_raises_and_drops_connection() -> None:
+    server = transport()
+    client = transport()
+    async with trio.open_nursery() as nursery:
+        address = await nursery.start(server.serve, echo_handler)
+        with pytest.raises(PeerUnreachable, match="timed out"):
+            await client.request(address, echo("slow"), timeout=0.1)
+        assert client.pooled_addresses == []
+        await server.aclose()
+
+
+async def test_connection_limit_refuses_extra_incoming(caplog: pytest.LogCaptureFixture) -> None:
+    server = transport(max_connections=1)
+    async with trio.open_nursery() as nursery:
+        address = await nursery.start(server.serve, echo_handler)
+        host, port = address.rsplit(":", 1)
+        first = await trio.open_tcp_stream(host, int(port))  # occupies the only slot
+        await trio.sleep(0.05)
+        with caplog.at_level(logging.WARNING, logger="p2p.transport"):
+            assert await _raw_exchange(address, b"") == b""  # closed at once
+        assert any("connection limit of 1" in r.getMessage() for r in caplog.records)
+        await first.aclose()
+        await server.aclose()
+
+
+async def test_idle_connections_are_closed_and_stale_ones_retried() -> None:
+    server = transport(idle_timeout=0.1)  # closes incoming after 2 x 0.1 s of silence
+    client = transport(idle_timeout=30)  # would keep its pooled connection
+    reaper = transport(idle_timeout=0.1)
+    async with trio.open_nursery() as nursery:
+        address = await nursery.start(server.serve, echo_handler)
+        await nursery.start(reaper.serve, echo_handler)
+        await client.request(address, Ping(1))
+        await reaper.request(address, Ping(1))
+        await trio.sleep(0.4)
+        # the reaper (running serve) dropped its idle outgoing connection
+        assert reaper.pooled_addresses == []
+        # the server closed the client's connection; the request retries on a new one
+        assert client.pooled_addresses == [address]
+        assert await client.request(address, Ping(2)) == Pong(2)
+        await reaper.aclose()
+        await server.aclose()
+
+
+async def test_cancelled_request_does_not_leave_a_stale_reply() -> None:
+    async with trio.open_nursery() as nursery:
+        net = MemoryNet(nursery)
+        net.add("mem:1", transport())
+        client = transport(connector=net.connect)
+        with trio.move_on_after(0.1):
+            await client.request("mem:1", echo("slow"))
+        # a fresh connection answers the next request with its own reply
+        assert await client.request("mem:1", Ping(9)) == Pong(9)
+        assert len(net.client_ends) == 2
+        nursery.cancel_scope.cancel()
+
+
+async def test_pooled_connection_is_not_used_for_another_identity() -> None:
+    async with trio.open_nursery() as nursery:
+        net = MemoryNet(nursery)
+        server = transport()
+        net.add("mem:1", server)
+        client = transport(connector=net.connect)
+        await client.request("mem:1", Ping(1), node_id=server.identity.node_id)
+        with pytest.raises(PeerUnreachable, match="identity mismatch"):
+            await client.request("mem:1", Ping(2), node_id=b"\x02" * 32)
+        assert len(net.client_ends) == 2  # the pooled one was not trusted: a fresh handshake
+        nursery.cancel_scope.cancel()
