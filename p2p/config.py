@@ -279,6 +279,8 @@ class TrainingConfig:
     rounds: int = 0
     eval_every: int = 10
     round_interval: float = 0.0
+    min_peers: int = 0
+    peer_wait: float = 60.0
 
 
 @dataclass(frozen=True)
@@ -286,8 +288,11 @@ class GossipConfig:
     """``[gossip]``: push-sum averaging of the shared models."""
 
     fanout: int = 1
+    pushes_per_round: int = 1
     privacy: str = "none"
     masked_pushes: int = 4
+    mask_std: float = 10.0
+    unmask_after: int = 15
     push_timeout: float = 5.0
 
 
@@ -568,8 +573,8 @@ _SECTION_KEYS: dict[str, tuple[str, ...]] = {
     "network": ("layers", "activation", "cross_models"),
     "models": ("name", "neurons", "depends_on", "kind"),
     "training": ("lr", "batch_size", "steps_per_round", "optimizer", "momentum", "rounds",
-                 "eval_every", "round_interval"),
-    "gossip": ("fanout", "privacy", "masked_pushes", "push_timeout"),
+                 "eval_every", "round_interval", "min_peers", "peer_wait"),
+    "gossip": ("fanout", "pushes_per_round", "privacy", "masked_pushes", "mask_std", "unmask_after", "push_timeout"),
     "peer_sampling": ("view_size", "shuffle_length", "period"),
     "data": ("task", "path", "node_index", "num_nodes", "permutation", "test_fraction", "seed"),
     "security": ("swarm_key_file", "cipher"),
@@ -743,6 +748,8 @@ def _parse_training(raw: object) -> TrainingConfig:
         eval_every=_get(t, s, "eval_every", d.eval_every, lambda v, k: _integer(v, k, minimum=1)),
         round_interval=_get(t, s, "round_interval", d.round_interval,
                             lambda v, k: _number(v, k, minimum=0)),
+        min_peers=_get(t, s, "min_peers", d.min_peers, lambda v, k: _integer(v, k, minimum=0)),
+        peer_wait=_get(t, s, "peer_wait", d.peer_wait, lambda v, k: _number(v, k, minimum=0)),
     )
 
 
@@ -752,9 +759,15 @@ def _parse_gossip(raw: object) -> GossipConfig:
     s = "gossip"
     return GossipConfig(
         fanout=_get(t, s, "fanout", d.fanout, lambda v, k: _integer(v, k, minimum=1, maximum=64)),
+        pushes_per_round=_get(t, s, "pushes_per_round", d.pushes_per_round,
+                              lambda v, k: _integer(v, k, minimum=1, maximum=64)),
         privacy=_get(t, s, "privacy", d.privacy, lambda v, k: _choice(v, k, PRIVACY_MODES)),
         masked_pushes=_get(t, s, "masked_pushes", d.masked_pushes,
                            lambda v, k: _integer(v, k, minimum=1)),
+        mask_std=_get(t, s, "mask_std", d.mask_std,
+                      lambda v, k: _number(v, k, minimum=0, exclusive_min=True)),
+        unmask_after=_get(t, s, "unmask_after", d.unmask_after,
+                          lambda v, k: _integer(v, k, minimum=1)),
         push_timeout=_get(t, s, "push_timeout", d.push_timeout,
                           lambda v, k: _number(v, k, minimum=0, exclusive_min=True)),
     )

@@ -85,6 +85,14 @@ class FrameDecoder:
         return len(self._header) + self._have
 
     @property
+    def wanted(self) -> int:
+        """Bytes that complete the current header or frame: reading at most this
+        many never consumes any of the next frame."""
+        if self._expected is None:
+            return HEADER_SIZE - len(self._header)
+        return max(1, self._expected - self._have)
+
+    @property
     def in_frame(self) -> bool:
         """True when part of a frame has been received but not all of it."""
         return self.buffered > 0 or self._expected is not None

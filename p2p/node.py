@@ -17,6 +17,7 @@ import os
 import random
 import signal
 import time
+from collections import deque
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -35,6 +36,7 @@ from p2p.messages import ERROR_BAD_REQUEST, ERROR_REJECTED, Error, Ping, Pong
 from p2p.model_sync import ModelSync
 from p2p.node_admin import NodeAdmin
 from p2p.node_state import restore_state, snapshot_state
+from p2p.timing import TimingStats
 from p2p.transport import PeerUnreachable, RemoteError, Transport, TransportError
 from peersampling import Descriptor, PeerSampler, ShuffleReply, ShuffleRequest, run_peer_sampling
 from peersampling import PeerUnreachable as ShuffleFailed
@@ -53,7 +55,8 @@ class Progress:
     loss: float | None = None
     accuracy: float | None = None
     test_loss: float | None = None
-    history: list[tuple[float, int, float]] = field(default_factory=list)  # (time, round, acc)
+    # (time, round, accuracy) of recent evaluations; bounded for long-lived daemons
+    history: deque[tuple[float, int, float]] = field(default_factory=lambda: deque(maxlen=1000))
     finished: bool = False
 
 
@@ -87,6 +90,8 @@ class Node:
                 fanout=g.fanout,
                 privacy=g.privacy,
                 masked_pushes=g.masked_pushes,
+                mask_std=g.mask_std,
+                unmask_after=g.unmask_after,
             )
             for name, fp in self.learning.fingerprints.items()
         }
@@ -110,7 +115,7 @@ class Node:
         self.restored_view: list[Descriptor] = []
         self.store = CheckpointStore(self.data_dir)
         self.counters: dict[str, int] = {"rejected_messages": 0, "checkpoints": 0}
-        self.timings: dict[str, list[float]] = {"train_round": [], "push": [], "checkpoint": []}
+        self.timings = {k: TimingStats() for k in ("train_round", "push", "checkpoint")}
         self._addresses: dict[bytes, str] = {}  # node id -> address, from sampled descriptors
         # push-sum counters carried over from a checkpoint, per model
         self.counter_base: dict[str, dict[str, int]] = {}
@@ -139,7 +144,7 @@ class Node:
         state = snapshot_state(self)
         t0 = time.perf_counter()
         size = await trio.to_thread.run_sync(self.store.save, state)
-        self.timings["checkpoint"].append(time.perf_counter() - t0)
+        self.timings["checkpoint"].add(time.perf_counter() - t0)
         self.counters["checkpoints"] += 1
         return size
 
@@ -218,6 +223,7 @@ class Node:
         t = self.config.training
         trainer = self.learning.trainer
         try:
+            await self._wait_for_peers()
             while not self._stop.is_set():
                 if t.rounds and self.progress.round >= t.rounds:
                     if not self.progress.finished:
@@ -232,7 +238,7 @@ class Node:
                     continue
                 t0 = time.perf_counter()
                 loss = await trio.to_thread.run_sync(trainer.train_steps, t.steps_per_round)
-                self.timings["train_round"].append(time.perf_counter() - t0)
+                self.timings["train_round"].add(time.perf_counter() - t0)
                 self.progress.round += 1
                 self.progress.steps += t.steps_per_round
                 self.progress.loss = loss if math.isfinite(loss) else None
@@ -244,6 +250,18 @@ class Node:
         finally:
             done.set()
 
+    async def _wait_for_peers(self) -> None:
+        """Hold the first round until ``training.min_peers`` peers are known."""
+        t = self.config.training
+        if not t.min_peers or self.progress.round:
+            return
+        with trio.move_on_after(t.peer_wait) as scope:
+            while len(self.sampler.view()) < t.min_peers and not self._stop.is_set():
+                await trio.sleep(0.05)
+        if scope.cancelled_caught:
+            logger.warning("only %d of %d peers known after %.0fs; training anyway",
+                           len(self.sampler.view()), t.min_peers, t.peer_wait)
+
     def _evaluate(self) -> None:
         data = self.learning.data
         ev = self.learning.trainer.evaluate(data.test_x, data.test_y)
@@ -254,19 +272,23 @@ class Node:
     # ------------------------------------------------------------------ gossip
 
     async def _gossip_loop(self) -> None:
-        timeout = self.config.gossip.push_timeout
+        g = self.config.gossip
         while True:
             await self._round_done.wait()
             self._round_done = trio.Event()
-            now = trio.current_time()
-            async with trio.open_nursery() as nursery:
-                for name, core in self.cores.items():
-                    for peer, push in core.expire(now, timeout):
-                        nursery.start_soon(self._send_push, name, peer, push)
-                    peers = self._holders(core.fingerprint, core.fanout)
-                    for peer, push in core.make_pushes([p.node_id for p in peers], now):
-                        nursery.start_soon(self._send_push, name, peer, push)
-            await trio.sleep(0)
+            for _ in range(g.pushes_per_round):
+                await self._push_wave(g.push_timeout)
+
+    async def _push_wave(self, timeout: float) -> None:
+        """Push every shared model once (and retransmit expired pushes); wait for the acks."""
+        now = trio.current_time()
+        async with trio.open_nursery() as nursery:
+            for name, core in self.cores.items():
+                for peer, push in core.expire(now, timeout):
+                    nursery.start_soon(self._send_push, name, peer, push)
+                peers = self._holders(core.fingerprint, core.fanout)
+                for peer, push in core.make_pushes([p.node_id for p in peers], now):
+                    nursery.start_soon(self._send_push, name, peer, push)
 
     def _holders(self, fingerprint: bytes, count: int) -> list[Descriptor]:
         chosen: dict[bytes, Descriptor] = {}
@@ -296,7 +318,11 @@ class Node:
             return
         except PeerUnreachable as exc:
             logger.debug("push of %s to %s failed: %s", name, address, exc)
-            core.on_failure(push.push_id)
+            if not exc.maybe_delivered:
+                core.on_failure(push.push_id)
+            # else the peer may have merged it and only the ack was lost: forgetting
+            # the push would duplicate its mass; it stays outstanding and expire()
+            # retransmits it with the same id (the receiver re-acks, merges once)
             self.sampler.on_failure(address)
             self.peer_failures[address] = self.peer_failures.get(address, 0) + 1
             return
@@ -306,7 +332,7 @@ class Node:
             except RejectedAck as exc:
                 logger.warning("ack from %s for %s rejected: %s", address, name, exc)
             else:
-                self.timings["push"].append(time.perf_counter() - t0)
+                self.timings["push"].add(time.perf_counter() - t0)
         else:
             logger.warning("push of %s to %s answered with %s", name, address,
                            type(reply).__name__)
@@ -327,7 +353,8 @@ class Node:
             try:
                 return self.cores[name].on_push(peer.node_id, msg, now)
             except RejectedPush as exc:
-                logger.warning("push of %s from %s rejected: %s", name, _short(peer), exc)
+                # the core has logged the one warning line for this offence
+                logger.debug("push of %s from %s rejected: %s", name, _short(peer), exc)
                 return Error(code=ERROR_REJECTED, reason=str(exc))
         if isinstance(msg, ShuffleRequest):
             return self.sampler.on_request(msg, now)

@@ -6,6 +6,8 @@ import time
 from dataclasses import asdict
 from typing import TYPE_CHECKING
 
+import trio
+
 from p2p.admin import (
     CheckpointReport,
     MetricsReport,
@@ -15,17 +17,17 @@ from p2p.admin import (
     PeersReport,
     StatusReport,
     StopReport,
-    TimingReport,
 )
 
 if TYPE_CHECKING:
     from p2p.node import Node
 
 
-def _timing(samples: list[float]) -> TimingReport:
-    total = float(sum(samples))
-    return TimingReport(count=len(samples), mean=total / len(samples) if samples else 0.0,
-                        max=max(samples, default=0.0), total=total)
+def _seconds_ago(instant: float | None) -> float | None:
+    """Seconds since a trio-clock instant (what the admin reports carry)."""
+    if instant is None:
+        return None
+    return max(0.0, trio.current_time() - instant)
 
 
 class NodeAdmin:
@@ -63,7 +65,7 @@ class NodeAdmin:
                 id=d.node_id.hex(),
                 address=d.address,
                 age=d.age,
-                last_contact=entry.last_contact,
+                last_contact=_seconds_ago(entry.last_contact),
                 failures=n.peer_failures.get(d.address, 0),
                 models=sorted(names.get(t, t.hex()[:12]) for t in d.tags),
             )
@@ -110,7 +112,7 @@ class NodeAdmin:
         if n.progress.test_loss is not None:
             counters["test_loss"] = n.progress.test_loss
         return MetricsReport(counters=counters,
-                             timings={k: _timing(v) for k, v in n.timings.items()})
+                             timings={k: v.report() for k, v in n.timings.items()})
 
     async def checkpoint(self) -> CheckpointReport:
         n = self._node

@@ -74,6 +74,10 @@ class SwarmSpec:
     eval_every: int = 5
     shuffle_period: float = 0.3
     fanout: int = 1
+    # several exchanges per round keep the asynchronous average close to the
+    # exact one of the synchronous reference (see README, bench_swarm.py)
+    pushes_per_round: int = 4
+    checkpoint_interval: float = 30.0
 
     def permutation(self, index: int) -> str | None:
         return self.permutations[index] if index < len(self.permutations) else None
@@ -115,13 +119,16 @@ def node_config(spec: SwarmSpec, index: int, data_dir: Path,
         models=node_models(spec, index),
         training=TrainingConfig(lr=spec.lr, batch_size=spec.batch_size,
                                 steps_per_round=spec.steps_per_round, rounds=spec.rounds,
-                                eval_every=spec.eval_every, round_interval=spec.round_interval),
-        gossip=GossipConfig(fanout=spec.fanout, privacy=spec.privacy),
+                                eval_every=spec.eval_every, round_interval=spec.round_interval,
+                                # start together: wait until (almost) everyone is known
+                                min_peers=min(spec.nodes - 1, 20), peer_wait=120.0),
+        gossip=GossipConfig(fanout=spec.fanout, pushes_per_round=spec.pushes_per_round,
+                            privacy=spec.privacy),
         peer_sampling=PeerSamplingConfig(period=spec.shuffle_period),
         data=DataConfig(task="digits", node_index=index, num_nodes=spec.nodes,
                         permutation=parse_permutation(perm) if perm else (), seed=spec.seed),
         security=SecurityConfig(swarm_key_file=swarm_key_file),
-        checkpoint=CheckpointConfig(interval=30.0),
+        checkpoint=CheckpointConfig(interval=spec.checkpoint_interval),
     )
 
 
@@ -138,6 +145,7 @@ class Daemon:
     status: dict[str, Any] = field(default_factory=dict)
     models: dict[str, Any] = field(default_factory=dict)
     history: list[tuple[float, int, float | None]] = field(default_factory=list)
+    down: bool = False  # killed on purpose (Swarm.kill): not polled until restarted
 
     @property
     def client(self) -> AdminClient:
@@ -160,10 +168,11 @@ class Swarm:
     """
 
     def __init__(self, spec: SwarmSpec, *, workdir: Path | None = None, keep: bool = False,
-                 startup_timeout: float = 60.0) -> None:
+                 startup_timeout: float | None = None) -> None:
         self.spec = spec
         self.keep = keep
-        self.startup_timeout = startup_timeout
+        # every daemon imports torch: on 2 cores that is a few seconds each
+        self.startup_timeout = startup_timeout or max(60.0, 10.0 * spec.nodes)
         self._own_dir = workdir is None
         self.workdir = Path(workdir or tempfile.mkdtemp(prefix="p2p-swarm-"))
         self.daemons: list[Daemon] = []
@@ -260,6 +269,8 @@ class Swarm:
         """Refresh every daemon's status and models; raise if one died."""
         now = time.monotonic() - self.started_at
         for d in self.daemons:
+            if d.down:
+                continue
             if d.process is not None and d.process.poll() is not None:
                 raise SwarmError(f"node{d.index} died with status {d.process.returncode}: "
                                  f"{d.log_tail()}")
@@ -273,7 +284,31 @@ class Swarm:
 
     def finished(self) -> bool:
         return all(d.status.get("round", 0) >= self.spec.rounds
-                   and d.status.get("accuracy") is not None for d in self.daemons)
+                   and d.status.get("accuracy") is not None for d in self.daemons if not d.down)
+
+    def kill(self, index: int) -> None:
+        """Crash node ``index`` with SIGKILL: no final checkpoint, no goodbye."""
+        d = self.daemons[index]
+        if d.process is not None and d.process.poll() is None:
+            os.killpg(d.process.pid, signal.SIGKILL)
+            d.process.wait()
+        d.down = True
+
+    def restart(self, index: int, bootstrap: Sequence[str] | None = None) -> None:
+        """Start a killed node again on its data directory (same identity, its checkpoint).
+
+        ``bootstrap`` defaults to the addresses of up to three live nodes.
+        """
+        d = self.daemons[index]
+        if d.process is not None and d.process.poll() is None:
+            raise SwarmError(f"node{index} is still running")
+        if bootstrap is None:
+            bootstrap = [x.address for x in self.daemons
+                         if not x.down and x is not d and x.address][:3]
+        d.address = None
+        self._spawn(d, bootstrap)
+        self._wait_ready(d, time.monotonic() + self.startup_timeout)
+        d.down = False
 
     def run_until_done(self, *, timeout: float = 900.0, interval: float = 0.5,
                        on_poll: Callable[[Swarm], None] | None = None) -> None:
@@ -303,6 +338,21 @@ class Swarm:
                 out[d.index] = np.asarray(state.pushsum[model].values, dtype=np.float64)
         return out
 
+    def peak_memory(self) -> dict[int, int]:
+        """Peak resident memory (bytes, VmHWM) of each live daemon (Linux only)."""
+        peaks: dict[int, int] = {}
+        for d in self.daemons:
+            if d.process is None or d.process.poll() is not None:
+                continue
+            try:
+                status = Path(f"/proc/{d.process.pid}/status").read_text()
+            except OSError:
+                continue
+            for line in status.splitlines():
+                if line.startswith("VmHWM:"):
+                    peaks[d.index] = int(line.split()[1]) * 1024
+        return peaks
+
     def summary(self) -> dict[str, Any]:
         """Every figure of the run as plain data."""
         rows = []
@@ -325,6 +375,9 @@ class Swarm:
                 "history": d.history,
             })
         accs = [r["accuracy"] for r in rows if r["accuracy"] is not None]
+        peaks = self.peak_memory()
+        for row in rows:
+            row["peak_rss_bytes"] = peaks.get(row["node"])
         return {
             "spec": dataclasses.asdict(self.spec),
             "nodes": rows,

@@ -62,6 +62,10 @@ Connector = Callable[[str], Awaitable[trio.abc.Stream]]
 
 _RECEIVE_CHUNK = 256 * 1024
 _SEPARATE_HEADER_ABOVE = 64 * 1024
+# Frames accepted before the peer has proved its identity (and swarm key): a HELLO
+# with the maximum 4096 tags is ~140 KB. Bounds what unauthenticated connections
+# can make the node buffer to max_connections x this, not x max_frame_size.
+HANDSHAKE_MAX_FRAME_SIZE = 256 * 1024
 
 
 class TransportError(Exception):
@@ -69,12 +73,18 @@ class TransportError(Exception):
 
 
 class PeerUnreachable(TransportError):
-    """The request could not be delivered or answered (connect, handshake, I/O, timeout)."""
+    """The request could not be delivered or answered (connect, handshake, I/O, timeout).
 
-    def __init__(self, address: str, reason: str) -> None:
+    ``maybe_delivered`` is True when the failure came after the request started
+    to go out (reply timed out, connection lost mid-exchange): the peer may
+    have acted on it and only the reply was lost.
+    """
+
+    def __init__(self, address: str, reason: str, *, maybe_delivered: bool = False) -> None:
         super().__init__(f"peer {address} unreachable: {reason}")
         self.address = address
         self.reason = reason
+        self.maybe_delivered = maybe_delivered
 
 
 class RemoteError(TransportError):
@@ -156,11 +166,21 @@ class MessageStream:
         self._pending: collections.deque[bytes] = collections.deque()
         self._sealer: Sealer | None = None
         self._opener: Opener | None = None
+        self._exact_reads = False
 
     @property
     def sealed(self) -> bool:
         """True once frames are sealed with session keys."""
         return self._sealer is not None
+
+    def set_receive_limit(self, max_frame_size: int, *, exact: bool = False) -> None:
+        """Largest frame accepted from now on (checked from the header, before buffering).
+
+        ``exact`` reads no byte beyond the frame in progress, so that frames
+        pipelined behind it are judged by the limit in force when they are read.
+        """
+        self._decoder.max_frame_size = max_frame_size
+        self._exact_reads = exact
 
     def start_sealing(self, keys: SessionKeys) -> None:
         """Seal every frame from now on (both directions)."""
@@ -199,7 +219,9 @@ class MessageStream:
             timeout = read_timeout if in_frame else first_timeout
             with trio.move_on_after(timeout) as scope:
                 try:
-                    data = await self.stream.receive_some(_RECEIVE_CHUNK)
+                    chunk = (min(_RECEIVE_CHUNK, self._decoder.wanted) if self._exact_reads
+                             else _RECEIVE_CHUNK)
+                    data = await self.stream.receive_some(chunk)
                 except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
                     raise ConnectionFailure(
                         f"receive failed: {exc or type(exc).__name__}", "broken"
@@ -501,14 +523,14 @@ class Transport:
                         continue
                     if exc.kind == "protocol":
                         logger.warning("closing connection to %s: %s", address, exc.reason)
-                    raise PeerUnreachable(address, exc.reason) from None
+                    raise PeerUnreachable(address, exc.reason, maybe_delivered=True) from None
                 conn.last_used = trio.current_time()
             try:
                 reply = codec.decode(reply_payload)
             except codec.DecodeError as exc:
                 await self._drop(conn)
                 logger.warning("closing connection to %s: bad reply: %s", address, exc)
-                raise PeerUnreachable(address, f"bad reply: {exc}") from None
+                raise PeerUnreachable(address, f"bad reply: {exc}", maybe_delivered=True) from None
             if isinstance(reply, Error):
                 raise RemoteError(address, reply.code, reply.reason)
             return reply
@@ -618,6 +640,7 @@ class Transport:
             cipher=self.cipher,
             expected_node_id=expected_node_id,
         )
+        ms.set_receive_limit(min(self.max_frame_size, HANDSHAKE_MAX_FRAME_SIZE), exact=True)
         deadline_scope = trio.move_on_after(self.connect_timeout)
         with deadline_scope:
             try:
@@ -644,6 +667,7 @@ class Transport:
                 f"handshake timed out after {self.connect_timeout:g} s", "protocol"
             )
         assert hs.result is not None
+        ms.set_receive_limit(self.max_frame_size)
         if hs.result.keys is not None:
             ms.start_sealing(hs.result.keys)
         return hs.result.peer

@@ -35,6 +35,7 @@ from .descriptor import (
     Descriptor,
     parse_address,
     validate_descriptor,
+    with_age,
 )
 from .directory import HolderDirectory
 from .errors import InvalidDescriptor, InvalidMessage
@@ -77,6 +78,8 @@ class PeerSampler:
     messages are dropped whole. ``lookups`` enables asking random main-view
     peers for holders: ``lookup_fanout`` peers every period while a model view
     is empty, one peer every ``lookup_every`` periods while it is not full.
+    ``retries`` bounds the replacement shuffles :meth:`on_failure` offers per
+    view and period (0 = plain Cyclon: one exchange per view and period).
     """
 
     def __init__(
@@ -92,6 +95,7 @@ class PeerSampler:
         lookups: bool = True,
         lookup_every: int = 4,
         lookup_fanout: int = 3,
+        retries: int = 1,
         directory_tags: int = 256,
     ) -> None:
         if not isinstance(c, int) or c < 1:
@@ -116,6 +120,15 @@ class PeerSampler:
         self.lookups = lookups
         self.lookup_every = lookup_every
         self.lookup_fanout = lookup_fanout
+        if retries < 0:
+            raise ValueError(f"retries must be >= 0, got {retries}")
+        self.retries = retries
+        self._round_shuffles: dict[bytes | None, ShuffleRequest] = {}
+        # Shuffle targets taken out of a view and awaiting a reply, per view key:
+        # still known (and sampled from an otherwise empty view) until then, so
+        # a holder group of two never looks empty while its members talk.
+        self._in_flight: dict[bytes | None, Descriptor] = {}
+        self._retries_left: dict[bytes | None, int] = {}
         self._me = replace(me, age=0)
         self._view = PartialView(c)
         self._models: dict[bytes, PartialView] = {}
@@ -125,6 +138,9 @@ class PeerSampler:
         self._period = 0
         self._lookup_phase = rng.randrange(lookup_every)
         self._last_contact: dict[str, float] = {}
+        # address -> period it failed: second-hand copies older than the failure
+        # are ignored, so a dead peer's descriptor cannot bounce back in.
+        self._failed: dict[str, int] = {}
         self._stats = SamplerStats()
         self._sync_model_views()
 
@@ -196,7 +212,8 @@ class PeerSampler:
     @property
     def is_isolated(self) -> bool:
         """True while the node knows no peer at all (main and model views empty)."""
-        return not self._view and not any(self._models.values())
+        return (not self._view and not any(self._models.values())
+                and not self._in_flight)
 
     # ------------------------------------------------------------------- queries
 
@@ -215,7 +232,10 @@ class PeerSampler:
         Returns ``None`` when no such peer is known.
         """
         v = self._view if model is None else self._models.get(model)
-        return None if v is None else v.random_entry(self.rng)
+        if v is None:
+            return None
+        d = v.random_entry(self.rng)
+        return d if d is not None else self._in_flight.get(model)
 
     @property
     def stats(self) -> SamplerStats:
@@ -246,7 +266,7 @@ class PeerSampler:
         model view, plus holder lookups for model views that need partners.
         """
         self._period += 1
-        rng, me, length = self.rng, self._me, self.l
+        rng, me = self.rng, self._me
         out: list[tuple[str, ShuffleRequest]] = []
         self._view.increase_age()
         for v in self._models.values():
@@ -267,30 +287,41 @@ class PeerSampler:
                 for peer in self._view.random_subset(rng, fanout):
                     lookups.append((peer.address, ShuffleRequest(me, (), m)))
 
-        q = self._view.oldest(rng)
-        if q is not None:
-            target = self._view.pop(q)
-            assert target is not None
-            entries = tuple(self._view.random_subset(rng, length - 1))
-            out.append((target.address, ShuffleRequest(me, entries, None)))
+        self._round_shuffles = {}
+        self._retries_left = {}
+        shuffle = self._shuffle_oldest(None, self._view)
+        if shuffle is not None:
+            out.append(shuffle)
         else:
             address = self._fallback_contact()
             if address is not None:
                 out.append((address, ShuffleRequest(me, (), None)))
 
         for m, v in self._models.items():
-            q = v.oldest(rng)
-            if q is not None:
-                target = v.pop(q)
-                assert target is not None
-                entries = tuple(v.random_subset(rng, length - 1))
-                out.append((target.address, ShuffleRequest(me, entries, m)))
+            shuffle = self._shuffle_oldest(m, v)
+            if shuffle is not None:
+                out.append(shuffle)
         out.extend(lookups)
         self._stats.lookups_sent += len(lookups)
         self._stats.shuffles_sent += len(out)
         if self._period % 32 == 0:
             self._prune_contacts()
         return out
+
+    def _shuffle_oldest(
+        self, key: bytes | None, view: PartialView
+    ) -> tuple[str, ShuffleRequest] | None:
+        """Take the oldest entry out of ``view`` and build the shuffle for it."""
+        q = view.oldest(self.rng)
+        if q is None:
+            return None
+        target = view.pop(q)
+        assert target is not None
+        entries = tuple(view.random_subset(self.rng, self.l - 1))
+        req = ShuffleRequest(self._me, entries, key)
+        self._round_shuffles[key] = req
+        self._in_flight[key] = target
+        return target.address, req
 
     def _fallback_contact(self) -> str | None:
         """Whom to ask for a main view when it is empty."""
@@ -306,6 +337,8 @@ class PeerSampler:
         return address
 
     def _prune_contacts(self) -> None:
+        horizon = self._period - 2 * self.c
+        self._failed = {a: p for a, p in self._failed.items() if p > horizon}
         known = set(self._view.addresses())
         for v in self._models.values():
             known.update(v.addresses())
@@ -326,8 +359,10 @@ class PeerSampler:
             log.warning("dropped shuffle request: %s", exc)
             return ShuffleReply((), None)
         self._last_contact[sender.address] = now
+        self._failed.pop(sender.address, None)  # it is talking to us: alive
         offered = [sender, *entries]
-        for d in offered:
+        self._observe(sender, fresh=True)
+        for d in entries:
             self._observe(d)
         rng, length = self.rng, self.l
         if model is None:
@@ -346,7 +381,7 @@ class PeerSampler:
             reply = [self._me, *reply[: length - 1]]
         if model is not None:
             offered = [d for d in offered if model in d.tags]
-        view.merge(offered, [d.node_id for d in reply])
+        view.merge(offered, [d.node_id for d in reply], sender.node_id)
         return ShuffleReply(tuple(reply), model)
 
     def _known_holders(self, model: bytes, exclude: bytes) -> list[Descriptor]:
@@ -372,24 +407,60 @@ class PeerSampler:
             log.warning("dropped shuffle reply from %s: %s", address, exc)
             return
         self._last_contact[address] = now
+        # The responder may include itself: that copy is first-hand news.
+        responder = next((d.node_id for d in received if d.address == address), None)
         for d in received:
-            self._observe(d)
+            self._observe(d, fresh=d.node_id == responder)
         sent = [d.node_id for d in req.entries]
-        if req.view is None:
-            self._view.merge(received, sent)
+        target = self._in_flight.get(req.view)
+        if target is not None and target.address == address:
+            del self._in_flight[req.view]
+        else:
+            target = None
+        view = self._view if req.view is None else self._models.get(req.view)
+        if view is None:  # we may have dropped the model meanwhile
             return
-        view = self._models.get(req.view)
-        if view is not None:  # we may have dropped the model meanwhile
-            view.merge([d for d in received if req.view in d.tags], sent)
+        if req.view is None:
+            view.merge(received, sent, responder)
+        else:
+            view.merge([d for d in received if req.view in d.tags], sent, responder)
+        if target is not None:
+            # It just answered, so it is alive: keep it if there is room
+            # (only small views have room; full ones behave as plain Cyclon).
+            view.offer(with_age(target, 0))
 
-    def on_failure(self, address: str, req: ShuffleRequest | None = None) -> None:
-        """``address`` did not answer: drop it from every view."""
+    def on_failure(
+        self, address: str, req: ShuffleRequest | None = None
+    ) -> list[tuple[str, ShuffleRequest]]:
+        """``address`` did not answer: drop it from every view.
+
+        If ``req`` was this period's shuffle of a view, a replacement shuffle
+        with the next-oldest entry is returned (at most ``retries`` per view
+        and period; callers may ignore it). Dead entries are the oldest after
+        a crash, so this roughly doubles the rate at which they are purged.
+        """
         self._stats.shuffles_failed += 1
+        for key, target in list(self._in_flight.items()):
+            if target.address == address:
+                del self._in_flight[key]
         self._view.remove_address(address)
         for v in self._models.values():
             v.remove_address(address)
         self._directory.forget_address(address)
         self._last_contact.pop(address, None)
+        self._failed[address] = self._period
+        if req is None or self._round_shuffles.get(req.view) is not req:
+            return []
+        left = self._retries_left.get(req.view, self.retries)
+        view = self._view if req.view is None else self._models.get(req.view)
+        if left <= 0 or view is None:
+            return []
+        self._retries_left[req.view] = left - 1
+        shuffle = self._shuffle_oldest(req.view, view)
+        if shuffle is None:
+            return []
+        self._stats.shuffles_sent += 1
+        return [shuffle]
 
     # ------------------------------------------------------------- persistence
 
@@ -426,14 +497,17 @@ class PeerSampler:
 
     # ------------------------------------------------------------- validation
 
-    def _observe(self, d: Descriptor) -> None:
-        """Feed one valid descriptor to the model views and the holder cache."""
+    def _observe(self, d: Descriptor, *, fresh: bool = False) -> None:
+        """Feed one valid descriptor to the model views and the holder cache.
+
+        ``fresh``: ``d`` comes from the node itself (it is talking to us).
+        """
         tags = d.tags
         models = self._models
         for tag in tags:
             v = models.get(tag)
             if v is not None:
-                v.offer(d)
+                v.offer(d, fresh=fresh)
             else:
                 self._directory.observe(tag, d, self._period)
         if models:
@@ -474,6 +548,11 @@ class PeerSampler:
                 problems.append("duplicate node id")
                 continue
             seen.add(d.node_id)
+            failed_at = self._failed.get(d.address)
+            if failed_at is not None:
+                if d.age >= self._period - failed_at:
+                    continue  # issued before it failed on us: stale, not malformed
+                del self._failed[d.address]  # issued since: it is back
             out.append(d)
         if problems:
             self._stats.descriptors_rejected += len(problems)

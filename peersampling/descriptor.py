@@ -9,6 +9,7 @@ and which partial models it holds (``tags``: 32-byte sha256 fingerprints).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 from .errors import InvalidDescriptor
 
@@ -62,6 +63,11 @@ def parse_address(address: object) -> tuple[str, int]:
     return host, port
 
 
+# Addresses repeat endlessly in shuffles: remember the valid ones (errors are
+# not cached, so a bad address is re-examined and re-reported every time).
+_parse_address_cached = lru_cache(maxsize=1 << 16)(parse_address)
+
+
 def validate_descriptor(
     descriptor: object, *, max_age: int = MAX_AGE, max_tags: int = MAX_TAGS
 ) -> Descriptor:
@@ -82,7 +88,12 @@ def validate_descriptor(
         raise InvalidDescriptor(
             "node_id", f"length must be 1-{MAX_NODE_ID_LENGTH} bytes, got {len(node_id)}"
         )
-    parse_address(descriptor.address)
+    address = descriptor.address
+    if type(address) is not str:
+        raise InvalidDescriptor(
+            "address", f"expected str 'host:port', got {type(address).__name__}"
+        )
+    _parse_address_cached(address)
     age = descriptor.age
     if type(age) is not int:
         raise InvalidDescriptor("age", f"expected int, got {type(age).__name__}")

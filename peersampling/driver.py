@@ -38,18 +38,21 @@ async def _exchange(
     timeout: float,
     clock: Callable[[], float],
 ) -> None:
-    try:
-        with trio.fail_after(timeout):
-            reply = await transport.request(address, req)
-    except (OSError, TimeoutError, PeerUnreachable, trio.TooSlowError) as exc:
-        log.info("shuffle with %s failed: %s", address, exc or type(exc).__name__)
-        sampler.on_failure(address, req)
-        return
-    except Exception as exc:  # a buggy or hostile peer must not stop peer sampling
-        log.warning("shuffle with %s failed unexpectedly: %r", address, exc)
-        sampler.on_failure(address, req)
-        return
-    sampler.on_reply(address, req, reply, clock())
+    pending = [(address, req)]
+    while pending:  # on_failure may hand back a replacement shuffle
+        address, req = pending.pop()
+        try:
+            with trio.fail_after(timeout):
+                reply = await transport.request(address, req)
+        except (OSError, TimeoutError, PeerUnreachable, trio.TooSlowError) as exc:
+            log.info("shuffle with %s failed: %s", address, exc or type(exc).__name__)
+            pending.extend(sampler.on_failure(address, req))
+            continue
+        except Exception as exc:  # a buggy or hostile peer must not stop peer sampling
+            log.warning("shuffle with %s failed unexpectedly: %r", address, exc)
+            pending.extend(sampler.on_failure(address, req))
+            continue
+        sampler.on_reply(address, req, reply, clock())
 
 
 async def run_round(
@@ -102,10 +105,13 @@ async def run_peer_sampling(
         sent = await run_round(sampler, transport, timeout=timeout, clock=clock)
         if sampler.is_isolated:
             if not was_isolated:
-                log.warning(
-                    "peer sampling: isolated (no peer answered; %d bootstrap addresses)",
-                    len(sampler.bootstrap_addresses),
-                )
+                if sampler.bootstrap_addresses:
+                    log.warning(
+                        "peer sampling: isolated (no peer answered; %d bootstrap addresses)",
+                        len(sampler.bootstrap_addresses),
+                    )
+                else:
+                    log.info("peer sampling: no peer known yet; waiting to be contacted")
             was_isolated = True
             delay = backoff * rng.uniform(0.9, 1.1)
             if sent:

@@ -134,17 +134,19 @@ class Simulator:
             sampler = nodes.get(address)
             if sampler is None:
                 continue
-            for target, req in sampler.start_shuffles(now):
+            queue = sampler.start_shuffles(now)
+            while queue:
+                target, req = queue.pop(0)
                 self.messages += 1
                 peer = nodes.get(target)
                 if peer is None or (loss and rnd() < loss):
                     self.failures += 1
-                    sampler.on_failure(target, req)
+                    queue.extend(sampler.on_failure(target, req))
                     continue
                 reply = peer.on_request(req, now)
                 if loss and rnd() < loss:
                     self.failures += 1
-                    sampler.on_failure(target, req)
+                    queue.extend(sampler.on_failure(target, req))
                     continue
                 sampler.on_reply(target, req, reply, now)
 

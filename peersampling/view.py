@@ -102,18 +102,31 @@ class PartialView:
         n = rng.choice(list(self._age))
         return with_age(self._desc[n], self._age[n])
 
-    def offer(self, d: Descriptor) -> bool:
-        """Add ``d`` if there is room, or refresh it if ``d`` is younger.
+    def _update_known(self, n: bytes, d: Descriptor, fresh: bool) -> None:
+        """Take news about an entry already in the view.
 
-        Returns ``True`` when the view changed.
+        Only a descriptor heard from the node itself (``fresh``) resets the
+        age. A younger copy from a third party may update the address and
+        tags but not the age: copies of a dead node's descriptor bouncing
+        between views must keep aging, or the dead entry is never the
+        oldest and is never purged.
+        """
+        if fresh:
+            self._desc[n] = d
+            self._age[n] = d.age
+            return
+        cur = self._desc[n]
+        if d.age < self._age[n] and (d.tags != cur.tags or d.address != cur.address):
+            self._desc[n] = d
+
+    def offer(self, d: Descriptor, *, fresh: bool = False) -> bool:
+        """Add ``d`` if there is room; if known, take its news (see above).
+
+        Returns ``True`` when ``d`` was added.
         """
         n = d.node_id
-        old = self._age.get(n)
-        if old is not None:
-            if d.age < old:
-                self._desc[n] = d
-                self._age[n] = d.age
-                return True
+        if n in self._age:
+            self._update_known(n, d, fresh)
             return False
         if len(self._age) < self.capacity:
             self._desc[n] = d
@@ -121,24 +134,28 @@ class PartialView:
             return True
         return False
 
-    def merge(self, received: Iterable[Descriptor], sent: Iterable[bytes]) -> int:
+    def merge(
+        self,
+        received: Iterable[Descriptor],
+        sent: Iterable[bytes],
+        fresh_id: bytes | None = None,
+    ) -> int:
         """Cyclon merge: take ``received``, making room by evicting ``sent``.
 
-        A received entry already in the view only refreshes it (when younger);
-        a new one fills an empty slot first, otherwise replaces one of the
-        entries sent in this exchange that is still here; if neither is
-        possible it is dropped. Returns the number of new entries.
+        A received entry already in the view is not added again (only its
+        news is taken, and its age reset if it is ``fresh_id``, the peer we
+        are talking to); a new one fills an empty slot first, otherwise
+        replaces one of the entries sent in this exchange that is still here;
+        if neither is possible it is dropped. Returns the number of new entries.
         """
         desc, ages, cap = self._desc, self._age, self.capacity
         fresh: list[Descriptor] = []
         for d in received:  # decide what is known before changing anything
             n = d.node_id
-            old = ages.get(n)
-            if old is None:
+            if n in ages:
+                self._update_known(n, d, n == fresh_id)
+            else:
                 fresh.append(d)
-            elif d.age < old:
-                desc[n] = d
-                ages[n] = d.age
         replaceable = [n for n in sent if n in ages]
         replaceable.reverse()  # pop() evicts in the order the entries were sent
         added = 0

@@ -137,6 +137,7 @@ def main(argv: list[str] | None = None) -> int:
             summary = swarm.summary()
             codes = swarm.stop()
             summary["exit_codes"] = codes
+            summary["log_tails"] = [d.log_tail(3) for d in swarm.daemons]
             if args.keep:
                 console.print(f"data directories kept in {swarm.workdir}")
     except KeyboardInterrupt:
@@ -152,8 +153,11 @@ def main(argv: list[str] | None = None) -> int:
               f"{' + semi-local' if spec.semi_local else ''}, {spec.rounds} rounds x "
               f"{spec.steps_per_round} steps, {summary['wall_seconds']:.0f}s")
     bad = [i for i, c in enumerate(summary["exit_codes"]) if c != 0]
-    if bad:
-        out.print(f"[yellow]nodes that did not exit cleanly: {bad}[/yellow]")
+    for i in bad:
+        code = summary["exit_codes"][i]
+        why = "killed after the grace period" if code is None else f"exit status {code}"
+        out.print(f"[yellow]node{i} did not exit cleanly ({why}): {summary['log_tails'][i]}"
+                  "[/yellow]")
     if args.json:
         args.json.write_text(json.dumps(summary, indent=2))
     if args.plot:

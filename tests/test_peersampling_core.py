@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import random
+from dataclasses import replace
 
 import pytest
 
@@ -120,15 +121,42 @@ def test_reply_replaces_exactly_the_entries_sent() -> None:
     assert after == (before - sent) | ids(new)
 
 
-def test_known_entry_in_reply_is_refreshed_not_duplicated() -> None:
+def test_known_entry_in_reply_is_not_duplicated_nor_re_aged() -> None:
     s = sampler(c=6, l=3)
     s.restore([desc(i, age=5) for i in range(1, 7)])
     (address, req), *_ = s.start_shuffles(1.0)
     kept = next(d for d in s.view() if d.node_id not in ids(req.entries))
-    s.on_reply(address, req, ShuffleReply((desc(int(kept.node_id[3:]), age=0),)), 2.0)
+    third_party = desc(int(kept.node_id[3:]), age=0)
+    target = address
+    s.on_reply(address, req, ShuffleReply((third_party,)), 2.0)
     view = s.view()
-    assert len(view) == len(ids(view)) == 5
-    assert next(d for d in view if d.node_id == kept.node_id).age == 0
+    # the responder answered, so it is alive: with a slot free it stays, age 0
+    assert len(view) == len(ids(view)) == 6
+    assert next(d for d in view if d.address == target).age == 0
+    # a second-hand copy must not reset the age (dead entries would never age)
+    assert next(d for d in view if d.node_id == kept.node_id).age == 6
+
+
+def test_shuffle_target_stays_known_while_in_flight() -> None:
+    s = sampler(c=6, l=3)
+    s.restore([desc(1)])
+    (address, req), *_ = s.start_shuffles(1.0)
+    assert s.view() == []  # taken out of the view for the exchange...
+    assert not s.is_isolated  # ...but still known until it answers or fails
+    assert s.sample() is not None and s.sample().address == address
+    s.on_failure(address, req)
+    assert s.is_isolated and s.sample() is None
+
+
+def test_responder_own_descriptor_resets_its_age() -> None:
+    s = sampler(c=6, l=3)
+    s.restore([desc(i, age=5) for i in range(1, 4)])
+    [(_, req)] = s.start_shuffles(1.0)
+    other = s.view()[0]
+    assert other.age == 6
+    # as if ``other`` had been the peer called: its own descriptor is first-hand news
+    s.on_reply(other.address, req, ShuffleReply((replace(other, age=0),)), 2.0)
+    assert {d.node_id: d.age for d in s.view()}[other.node_id] == 0
 
 
 def test_reply_entries_beyond_capacity_are_dropped() -> None:
@@ -322,3 +350,37 @@ def test_peer_entries_report_views_and_contacts() -> None:
         (None, b"id-5", 12.5),
         (M1, b"id-5", 12.5),
     }
+
+
+# ---------------------------------------------------------------- failures
+
+
+def test_failed_shuffle_is_retried_once_with_the_next_oldest() -> None:
+    s = sampler(c=6, l=3)
+    s.restore([desc(1, 9), desc(2, 7), desc(3, 1), desc(4, 0)])
+    [(address, req)] = s.start_shuffles(1.0)
+    assert address == desc(1).address
+    [(address2, req2)] = s.on_failure(address, req)
+    assert address2 == desc(2).address and req2.view is None
+    assert s.on_failure(address2, req2) == []  # one retry per view and period
+    assert s.on_failure(desc(3).address, None) == []  # not a shuffle of ours
+    assert ids(s.view()) == {b"id-4"}
+    assert PeerSampler(desc(0), rng=random.Random(0), retries=0).retries == 0
+
+
+def test_dead_peer_copies_cannot_bounce_back() -> None:
+    s = sampler(c=6, l=3)
+    s.restore([desc(1, 3), desc(2, 0), desc(3, 0)])
+    [(address, req)] = s.start_shuffles(1.0)
+    s.on_failure(address, req)
+    assert b"id-1" not in ids(s.view())
+    for t in range(3):  # three more periods pass (failure seen in period 1)
+        s.start_shuffles(2.0 + t)
+    assert s.period == 4
+    r = ShuffleRequest(s.self_descriptor, ())
+    # a second-hand copy issued before the failure (age >= 3) is ignored ...
+    s.on_reply(desc(9).address, r, ShuffleReply((desc(1, age=3),)), 5.0)
+    assert b"id-1" not in ids(s.view()) and s.stats.descriptors_rejected == 0
+    # ... one issued since then proves it is back
+    s.on_reply(desc(9).address, r, ShuffleReply((desc(1, age=2),)), 5.0)
+    assert b"id-1" in ids(s.view())

@@ -70,7 +70,7 @@ def check_invariants(s: PeerSampler) -> None:
         assert all(0 <= d.age <= MAX_AGE for d in mv)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(st.lists(operations, max_size=40), st.integers(0, 2**32))
 def test_random_message_sequences_keep_views_sound(ops: list[tuple], seed: int) -> None:
     s = PeerSampler(ME, c=C, l=L, rng=random.Random(seed))
@@ -109,7 +109,7 @@ def test_random_message_sequences_keep_views_sound(ops: list[tuple], seed: int) 
         check_invariants(s)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(
     st.lists(st.integers(0, 30), min_size=1, max_size=10, unique=True),
     st.lists(st.integers(31, 60), max_size=8, unique=True),
@@ -130,9 +130,10 @@ def test_reply_evicts_only_entries_that_were_sent(
     received = [d(i) for i in fresh] + [d(i) for i in known]
     s.on_reply(address, req, ShuffleReply(tuple(received)), 2.0)
     after = {x.node_id for x in s.view()}
+    target = {b"n%d" % i for i in initial if f"10.1.{i // 256}.{i % 256}:7400" == address}
     new = {x.node_id for x in received} - before
     assert before - after <= sent  # only entries we sent were evicted
-    assert after <= before | new
+    assert after <= before | new | target  # the responder may come back (it is alive)
     room = C - len(before)
     # every new entry is kept while there is a free slot or a sent entry to replace
     assert len(after & new) == min(len(new), room + len(sent))
