@@ -10,6 +10,11 @@ import numpy as np
 from gossip.errors import InvalidValues, RejectedPush
 from gossip.messages import Push
 
+#: Largest magnitude accepted in a received vector. Model parameters and masks
+#: are orders of magnitude below; anything larger is hostile or diverged, and
+#: would overflow float32 when loaded into a network.
+MAX_ABS_VALUE = 1e6
+
 
 def check_vector(values: object, length: int | None, what: str) -> np.ndarray:
     """Return ``values`` as a 1-D float64 array (a copy) or raise InvalidValues."""
@@ -59,6 +64,9 @@ def validate_push(push: object, fingerprint: bytes, length: int, max_weight: flo
     if not np.all(np.isfinite(values)):
         bad = int(np.count_nonzero(~np.isfinite(values)))
         raise RejectedPush(f"values: {bad} non-finite value(s) (NaN or infinity)")
+    largest = float(np.max(np.abs(values))) if values.size else 0.0
+    if largest > MAX_ABS_VALUE:
+        raise RejectedPush(f"values: magnitude {largest:.3g} exceeds the bound {MAX_ABS_VALUE:g}")
     try:
         check_weight(push.weight, max_weight, "weight")
     except InvalidValues as exc:

@@ -70,7 +70,13 @@ class ModelSync:
                 logger.error("model %s: training produced non-finite values; step dropped", name)
                 delta = np.zeros_like(delta)
             core.set_values(core.values + delta)
-            self._write_back(name)
+            try:
+                self._write_back(name)
+            except ValueError as exc:
+                # The core's values cannot be loaded (e.g. beyond float32): keep
+                # training on what the network holds rather than stopping the node.
+                logger.error("model %s: merged values not loaded into the network: %s", name, exc)
+                core.set_values(self._synced[name])
 
     def _write_back(self, name: str) -> None:
         values = self._cores[name].values

@@ -4,9 +4,10 @@ Tasks: the listener (transport server), peer sampling, the trainer (SGD in a
 worker thread, merges folded in between batches by :class:`ModelSync`), the
 gossip sender, the admin server, the checkpointer and the signal watcher.
 
-Ownership: the torch network is touched only by the trainer task (and its
-worker thread); the push-sum cores only on the event loop, so a merge never
-lands in the middle of an SGD step.
+Ownership: the torch network is changed only by the trainer task (and its
+worker thread) under ``_model_lock``, which checkpoints also take to read it;
+the push-sum cores live on the event loop, so a merge never lands in the
+middle of an SGD step.
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ from collections import deque
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-import numpy as np
 import torch
 import trio
 
@@ -44,6 +44,7 @@ from peersampling import PeerUnreachable as ShuffleFailed
 logger = logging.getLogger(__name__)
 
 ADMIN_SOCKET = "admin.sock"
+MAX_TRACKED_FAILURES = 1024  # peers whose address / push failures are remembered
 
 
 @dataclass
@@ -74,7 +75,6 @@ class Node:
         self.config = config
         self.data_dir = check_data_dir_writable(config.node.data_dir)
         self.identity = Identity.load_or_create(self.data_dir)
-        self.learning: LearningSetup = build_learning(config)
         self.progress = Progress()
         self.started = time.time()
         if swarm_key is None and config.security.swarm_key_file is not None:
@@ -82,19 +82,7 @@ class Node:
         self.swarm_key = swarm_key
         torch.set_num_threads(1)  # many daemons share a machine's cores
         register_core_messages()
-        g = config.gossip
-        self.cores: dict[str, PushSum] = {
-            name: PushSum(
-                fp,
-                self.learning.network.extract(name).astype(np.float64),
-                fanout=g.fanout,
-                privacy=g.privacy,
-                masked_pushes=g.masked_pushes,
-                mask_std=g.mask_std,
-                unmask_after=g.unmask_after,
-            )
-            for name, fp in self.learning.fingerprints.items()
-        }
+        self._build_models()
         self.by_fingerprint = {fp: name for name, fp in self.learning.fingerprints.items()}
         listen = config.node.listen
         self.transport = transport or Transport(
@@ -119,14 +107,36 @@ class Node:
         self._addresses: dict[bytes, str] = {}  # node id -> address, from sampled descriptors
         # push-sum counters carried over from a checkpoint, per model
         self.counter_base: dict[str, dict[str, int]] = {}
-        self.peer_failures: dict[str, int] = {}  # address -> failed pushes
+        self.peer_failures: dict[str, int] = {}  # address -> failed pushes since a success
         self._resume()
         self.sync = ModelSync(self.learning.network, self.cores)
         self._round_done = trio.Event()
         self._stop = trio.Event()
+        self._closing = False  # set at shutdown: no merges after the final snapshot
+        self._model_lock = trio.Lock()  # the trainer's round vs a checkpoint's read
+        self._save_lock = trio.Lock()  # checkpoints land in the order they were taken
+        self._gossip_scope = trio.CancelScope()
         self.admin = NodeAdmin(self)
 
     # ------------------------------------------------------------------ state
+
+    def _build_models(self) -> None:
+        """Fresh network, trainer and push-sum cores from the configuration."""
+        self.learning: LearningSetup = build_learning(self.config)
+        g = self.config.gossip
+        self.cores: dict[str, PushSum] = {
+            name: PushSum(
+                fp,
+                self.learning.network.extract(name),
+                fanout=g.fanout,
+                privacy=g.privacy,
+                masked_pushes=g.masked_pushes,
+                mask_std=g.mask_std,
+                # the core counts push exchanges; the setting counts rounds
+                unmask_after=g.unmask_after * g.pushes_per_round,
+            )
+            for name, fp in self.learning.fingerprints.items()
+        }
 
     def _resume(self) -> None:
         try:
@@ -136,14 +146,26 @@ class Node:
             return
         if state is None:
             return
-        restore_state(self, state)
+        try:
+            restore_state(self, state)
+        except (RuntimeError, ValueError, KeyError) as exc:
+            # e.g. the configuration changed the network since the checkpoint
+            logger.error("checkpoint %s does not fit this configuration (%s); starting fresh",
+                         self.store.path, exc)
+            self._build_models()
+            self.progress = Progress()
+            self.counter_base.clear()
+            self.restored_view = []
+            return
         logger.info("resumed from checkpoint at round %d", self.progress.round)
 
     async def save_checkpoint(self) -> int:
         """Write the node state atomically; returns the bytes written."""
-        state = snapshot_state(self)
-        t0 = time.perf_counter()
-        size = await trio.to_thread.run_sync(self.store.save, state)
+        async with self._save_lock:
+            async with self._model_lock:
+                state = snapshot_state(self)
+            t0 = time.perf_counter()
+            size = await trio.to_thread.run_sync(self.store.save, state)
         self.timings["checkpoint"].add(time.perf_counter() - t0)
         self.counters["checkpoints"] += 1
         return size
@@ -166,7 +188,7 @@ class Node:
             await nursery.start(serve_admin, self.data_dir / ADMIN_SOCKET, self.admin)
             nursery.start_soon(self._watch_signals)
             nursery.start_soon(self._peer_sampling)
-            nursery.start_soon(self._gossip_loop)
+            nursery.start_soon(self._gossip_in_scope)
             nursery.start_soon(self._checkpoint_loop)
             trainer_done = trio.Event()
             nursery.start_soon(self._trainer_loop, trainer_done)
@@ -174,8 +196,12 @@ class Node:
                         self.transport.listen_address)
             task_status.started(self.transport.listen_address)
             await self._stop.wait()
-            logger.info("stopping: finishing the current step")
-            # The trainer finishes its current batch (worker threads are not
+            logger.info("stopping: finishing the current round")
+            # No merge or ack may change the push-sum state after the final
+            # snapshot: stop gossiping and refuse pushes first.
+            self._closing = True
+            self._gossip_scope.cancel()
+            # The trainer finishes its current round (worker threads are not
             # abandoned), then everything else is cancelled.
             with trio.move_on_after(30):
                 await trainer_done.wait()
@@ -183,6 +209,8 @@ class Node:
                 await self.save_checkpoint()
             except CheckpointError as exc:
                 logger.error("final checkpoint failed: %s", exc)
+            except Exception:
+                logger.exception("final checkpoint failed")
             nursery.cancel_scope.cancel()
         await self.transport.aclose()
         logger.info("stopped")
@@ -216,6 +244,8 @@ class Node:
                 await self.save_checkpoint()
             except CheckpointError as exc:
                 logger.error("periodic checkpoint failed (previous one kept): %s", exc)
+            except Exception:
+                logger.exception("periodic checkpoint failed (previous one kept)")
 
     # ------------------------------------------------------------------ training
 
@@ -232,23 +262,30 @@ class Node:
                         logger.info("finished %d rounds; still serving peers", t.rounds)
                     # Keep averaging after the last round so late peers still
                     # find partners; the model only changes through merges now.
-                    self.sync.sync()
+                    async with self._model_lock:
+                        self.sync.sync()
                     self._round_done.set()
-                    await trio.sleep(max(t.round_interval, 0.2))
+                    await self._pause(max(t.round_interval, 0.2))
                     continue
                 t0 = time.perf_counter()
-                loss = await trio.to_thread.run_sync(trainer.train_steps, t.steps_per_round)
-                self.timings["train_round"].add(time.perf_counter() - t0)
-                self.progress.round += 1
-                self.progress.steps += t.steps_per_round
-                self.progress.loss = loss if math.isfinite(loss) else None
-                self.sync.sync()
-                if self.progress.round % t.eval_every == 0:
-                    self._evaluate()
+                async with self._model_lock:
+                    loss = await trio.to_thread.run_sync(trainer.train_steps, t.steps_per_round)
+                    self.timings["train_round"].add(time.perf_counter() - t0)
+                    self.progress.round += 1
+                    self.progress.steps += t.steps_per_round
+                    self.progress.loss = loss if math.isfinite(loss) else None
+                    self.sync.sync()
+                    if self.progress.round % t.eval_every == 0:
+                        self._evaluate()
                 self._round_done.set()
-                await trio.sleep(t.round_interval)
+                await self._pause(t.round_interval)
         finally:
             done.set()
+
+    async def _pause(self, seconds: float) -> None:
+        """Sleep between rounds, waking at once on a stop request."""
+        with trio.move_on_after(seconds):
+            await self._stop.wait()
 
     async def _wait_for_peers(self) -> None:
         """Hold the first round until ``training.min_peers`` peers are known."""
@@ -270,6 +307,10 @@ class Node:
         self.progress.history.append((time.time(), self.progress.round, ev.accuracy))
 
     # ------------------------------------------------------------------ gossip
+
+    async def _gossip_in_scope(self) -> None:
+        with self._gossip_scope:
+            await self._gossip_loop()
 
     async def _gossip_loop(self) -> None:
         g = self.config.gossip
@@ -299,7 +340,11 @@ class Node:
             chosen.setdefault(d.node_id, d)
             if len(chosen) == count:
                 break
-        self._addresses.update({d.node_id: d.address for d in chosen.values()})
+        for d in chosen.values():
+            self._addresses.pop(d.node_id, None)  # re-insert: most recent last
+            self._addresses[d.node_id] = d.address
+        while len(self._addresses) > MAX_TRACKED_FAILURES:
+            self._addresses.pop(next(iter(self._addresses)))
         return list(chosen.values())
 
     async def _send_push(self, name: str, peer: bytes, push: Push) -> None:
@@ -323,7 +368,10 @@ class Node:
             # else the peer may have merged it and only the ack was lost: forgetting
             # the push would duplicate its mass; it stays outstanding and expire()
             # retransmits it with the same id (the receiver re-acks, merges once)
-            self.sampler.on_failure(address)
+            if not exc.maybe_delivered:  # a slow but live holder stays in the views
+                self.sampler.on_failure(address)
+            if len(self.peer_failures) >= MAX_TRACKED_FAILURES:
+                self.peer_failures.pop(next(iter(self.peer_failures)))  # oldest first
             self.peer_failures[address] = self.peer_failures.get(address, 0) + 1
             return
         if isinstance(reply, PushAck):
@@ -333,6 +381,7 @@ class Node:
                 logger.warning("ack from %s for %s rejected: %s", address, name, exc)
             else:
                 self.timings["push"].add(time.perf_counter() - t0)
+                self.peer_failures.pop(address, None)
         else:
             logger.warning("push of %s to %s answered with %s", name, address,
                            type(reply).__name__)
@@ -344,6 +393,8 @@ class Node:
         """Answer one request from a connected, authenticated peer."""
         now = trio.current_time()
         if isinstance(msg, Push):
+            if self._closing:
+                return Error(code=ERROR_REJECTED, reason="node is shutting down")
             name = self.by_fingerprint.get(msg.model)
             if name is None:
                 self.counters["rejected_messages"] += 1
@@ -357,6 +408,11 @@ class Node:
                 logger.debug("push of %s from %s rejected: %s", name, _short(peer), exc)
                 return Error(code=ERROR_REJECTED, reason=str(exc))
         if isinstance(msg, ShuffleRequest):
+            if msg.sender.node_id != peer.node_id:
+                self.counters["rejected_messages"] += 1
+                logger.warning("shuffle from %s claims to come from node %s", _short(peer),
+                               msg.sender.node_id[:4].hex())
+                return Error(code=ERROR_BAD_REQUEST, reason="shuffle sender is not the peer")
             return self.sampler.on_request(msg, now)
         if isinstance(msg, Ping):
             return Pong(nonce=msg.nonce)

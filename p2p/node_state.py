@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import logging
 import time
 from typing import TYPE_CHECKING
@@ -40,7 +41,8 @@ def snapshot_state(node: Node) -> NodeState:
         steps=node.progress.steps,
         view=[_record(d) for d in
               (node.sampler.snapshot() if node.sampler is not None else node.restored_view)],
-        optimizer_state=node.learning.trainer.optimizer.state_dict(),
+        # a deep copy: the worker thread may step the optimizer while this is saved
+        optimizer_state=copy.deepcopy(node.learning.trainer.optimizer.state_dict()),
         node_id=node.identity.node_id,
         saved_at=time.time(),
     )

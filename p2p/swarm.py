@@ -77,6 +77,7 @@ class SwarmSpec:
     # several exchanges per round keep the asynchronous average close to the
     # exact one of the synchronous reference (see README, bench_swarm.py)
     pushes_per_round: int = 4
+    start_together: bool = True  # each node waits until it knows the others
     checkpoint_interval: float = 30.0
 
     def permutation(self, index: int) -> str | None:
@@ -121,7 +122,8 @@ def node_config(spec: SwarmSpec, index: int, data_dir: Path,
                                 steps_per_round=spec.steps_per_round, rounds=spec.rounds,
                                 eval_every=spec.eval_every, round_interval=spec.round_interval,
                                 # start together: wait until (almost) everyone is known
-                                min_peers=min(spec.nodes - 1, 20), peer_wait=120.0),
+                                min_peers=min(spec.nodes - 1, 20) if spec.start_together else 0,
+                                peer_wait=120.0),
         gossip=GossipConfig(fanout=spec.fanout, pushes_per_round=spec.pushes_per_round,
                             privacy=spec.privacy),
         peer_sampling=PeerSamplingConfig(period=spec.shuffle_period),

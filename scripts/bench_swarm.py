@@ -64,6 +64,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seeds", type=int, default=3)
     p.add_argument("--schemes", default="partial,local,full")
     p.add_argument("--pushes-per-round", type=int, default=4)
+    p.add_argument("--privacy", choices=["none", "masked"], default="none",
+                   help="masked: the daemons mask their first pushes (the reference cannot)")
     p.add_argument("--quick", action="store_true", help="1 seed, 8 nodes (3 swapped), 30 rounds")
     p.add_argument("--json", type=Path, metavar="PATH")
     args = p.parse_args(argv)
@@ -76,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
         for scheme in schemes:
             spec = SwarmSpec(nodes=args.nodes, rounds=args.rounds, scheme=scheme,
                              permutations=swapped(args.nodes, args.swapped), seed=seed,
-                             pushes_per_round=args.pushes_per_round)
+                             pushes_per_round=args.pushes_per_round, privacy=args.privacy)
             t0 = time.monotonic()
             with Swarm(spec) as swarm:
                 swarm.start()
@@ -103,7 +105,8 @@ def main(argv: list[str] | None = None) -> int:
                           f"reference {100 * ref:.1f}% ({run['training_seconds']:.0f}s training, "
                           f"{startup:.0f}s startup)")
     table = Table(title=f"{args.nodes} daemons, {args.swapped} with 8:9 swapped, {args.rounds} "
-                        f"rounds x 10 steps; median over {args.seeds} seed(s) [min-max]")
+                        f"rounds x 10 steps, privacy {args.privacy}; median over {args.seeds} "
+                        "seed(s) [min-max]")
     for col in ("scheme", "swarm mean acc", "swarm worst acc", "reference mean acc",
                 "swarm - reference", "training s", "peak RSS/node MB"):
         table.add_column(col, justify="left" if col == "scheme" else "right")

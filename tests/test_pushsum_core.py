@@ -103,6 +103,7 @@ def _push(**kw) -> Push:
         (dict(values=np.ones(3, dtype=np.float32)), "dtype"),
         (dict(values=np.array([1.0, np.nan, 1.0])), "non-finite"),
         (dict(values=np.array([1.0, np.inf, 1.0])), "non-finite"),
+        (dict(values=np.array([1.0, 1e300, 1.0])), "exceeds the bound"),
         (dict(values=[1.0, 1.0, 1.0]), "numpy array"),
         (dict(weight=0.0), "weight"),
         (dict(weight=-0.5), "weight"),
