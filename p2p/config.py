@@ -231,6 +231,7 @@ class NodeSection:
 
     name: str = "node"
     listen: HostPort = HostPort("127.0.0.1", 0)
+    advertise: HostPort | None = None
     bootstrap: tuple[HostPort, ...] = ()
     data_dir: Path | None = None
     seed: int = 0
@@ -292,7 +293,7 @@ class GossipConfig:
     privacy: str = "none"
     masked_pushes: int = 4
     mask_std: float = 10.0
-    unmask_after: int = 15
+    unmask_after: int = 5
     push_timeout: float = 5.0
 
 
@@ -569,7 +570,7 @@ def _get(table: dict[str, Any], section: str, key: str, default: _T,
 # --------------------------------------------------------------------------- sections parsing
 
 _SECTION_KEYS: dict[str, tuple[str, ...]] = {
-    "node": ("name", "listen", "bootstrap", "data_dir", "seed", "log_format", "log_level"),
+    "node": ("name", "listen", "advertise", "bootstrap", "data_dir", "seed", "log_format", "log_level"),
     "network": ("layers", "activation", "cross_models"),
     "models": ("name", "neurons", "depends_on", "kind"),
     "training": ("lr", "batch_size", "steps_per_round", "optimizer", "momentum", "rounds",
@@ -603,6 +604,7 @@ def _parse_node(raw: object, base: Path | None) -> NodeSection:
         name=_get(t, s, "name", d.name, lambda v, k: _string(v, k, nonempty=True)),
         listen=_get(t, s, "listen", d.listen,
                     lambda v, k: parse_host_port(v, k, allow_port_zero=True)),
+        advertise=_get(t, s, "advertise", d.advertise, parse_host_port),
         bootstrap=bootstrap,
         data_dir=_get(t, s, "data_dir", d.data_dir, lambda v, k: _path(v, k, base)),
         seed=_get(t, s, "seed", d.seed, lambda v, k: _integer(v, k, minimum=0)),
@@ -949,6 +951,7 @@ def config_to_dict(config: NodeConfig) -> dict[str, Any]:
     out: dict[str, Any] = {
         "node": {
             "name": n.name, "listen": str(n.listen),
+            "advertise": None if n.advertise is None else str(n.advertise),
             "bootstrap": [str(b) for b in n.bootstrap], "data_dir": path(n.data_dir),
             "seed": n.seed, "log_format": n.log_format, "log_level": n.log_level,
         },

@@ -35,7 +35,7 @@ from p2p.identity import Identity
 from p2p.messages import ERROR_BAD_REQUEST, ERROR_REJECTED, Error, Ping, Pong
 from p2p.model_sync import ModelSync
 from p2p.node_admin import NodeAdmin
-from p2p.node_state import restore_state, snapshot_state
+from p2p.node_state import COUNTER_SEP, restore_state, snapshot_state
 from p2p.timing import TimingStats
 from p2p.transport import PeerUnreachable, RemoteError, Transport, TransportError
 from peersampling import Descriptor, PeerSampler, ShuffleReply, ShuffleRequest, run_peer_sampling
@@ -97,6 +97,7 @@ class Node:
             read_timeout=config.limits.read_timeout,
             max_frame_size=config.limits.max_frame_size,
             max_messages_per_second=config.limits.max_messages_per_second,
+            advertise_address=None if config.node.advertise is None else str(config.node.advertise),
         )
         # Created once the listener is bound (port 0 picks the port then).
         self.sampler: PeerSampler = None  # type: ignore[assignment]
@@ -174,6 +175,11 @@ class Node:
         """Push-sum counters of model ``name`` since the data directory was created."""
         base = self.counter_base.get(name, {})
         return {k: v + base.get(k, 0) for k, v in asdict(self.cores[name].counters).items()}
+
+    def flat_model_counters(self) -> dict[str, int]:
+        """Every model's push-sum counters as ``"<model>.<counter>"`` (for metrics and checkpoints)."""
+        return {f"{name}{COUNTER_SEP}{key}": value
+                for name in self.cores for key, value in self.model_counters(name).items()}
 
     def request_stop(self) -> None:
         self._stop.set()
@@ -326,7 +332,7 @@ class Node:
         async with trio.open_nursery() as nursery:
             for name, core in self.cores.items():
                 for peer, push in core.expire(now, timeout):
-                    nursery.start_soon(self._send_push, name, peer, push)
+                    nursery.start_soon(self._send_push, name, peer, push, True)
                 peers = self._holders(core.fingerprint, core.fanout)
                 for peer, push in core.make_pushes([p.node_id for p in peers], now):
                     nursery.start_soon(self._send_push, name, peer, push)
@@ -347,11 +353,20 @@ class Node:
             self._addresses.pop(next(iter(self._addresses)))
         return list(chosen.values())
 
-    async def _send_push(self, name: str, peer: bytes, push: Push) -> None:
+    async def _send_push(self, name: str, peer: bytes, push: Push,
+                         retransmission: bool = False) -> None:
         core = self.cores[name]
+
+        def undelivered() -> None:
+            # Only a first attempt can be forgotten (weight kept): an earlier attempt
+            # of a retransmission may have been merged with its ack lost, so it stays
+            # outstanding until acked or given up by the core (expire).
+            if not retransmission:
+                core.on_failure(push.push_id)
+
         address = self._addresses.get(peer)
         if address is None:
-            core.on_failure(push.push_id)
+            undelivered()
             return
         t0 = time.perf_counter()
         try:
@@ -359,12 +374,12 @@ class Node:
                                                  timeout=self.config.gossip.push_timeout)
         except RemoteError as exc:
             logger.info("push of %s to %s refused: %s", name, address, exc.reason)
-            core.on_failure(push.push_id)
+            undelivered()
             return
         except PeerUnreachable as exc:
             logger.debug("push of %s to %s failed: %s", name, address, exc)
             if not exc.maybe_delivered:
-                core.on_failure(push.push_id)
+                undelivered()
             # else the peer may have merged it and only the ack was lost: forgetting
             # the push would duplicate its mass; it stays outstanding and expire()
             # retransmits it with the same id (the receiver re-acks, merges once)
@@ -385,7 +400,7 @@ class Node:
         else:
             logger.warning("push of %s to %s answered with %s", name, address,
                            type(reply).__name__)
-            core.on_failure(push.push_id)
+            undelivered()
 
     # ------------------------------------------------------------------ serving
 

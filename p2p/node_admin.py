@@ -56,7 +56,7 @@ class NodeAdmin:
 
     def peers(self) -> PeersReport:
         n = self._node
-        names = {fp: name for name, fp in n.learning.fingerprints.items()}
+        names = n.by_fingerprint
         view: list[PeerReport] = []
         models: dict[str, list[PeerReport]] = {name: [] for name in n.cores}
         for entry in n.sampler.peer_entries():
@@ -101,10 +101,7 @@ class NodeAdmin:
 
     def metrics(self) -> MetricsReport:
         n = self._node
-        counters: dict[str, int | float] = dict(n.counters)
-        for name in n.cores:
-            for key, value in n.model_counters(name).items():
-                counters[f"{name}.{key}"] = value
+        counters: dict[str, int | float] = {**n.counters, **n.flat_model_counters()}
         for key, value in asdict(n.sampler.stats).items():
             counters[f"peer_sampling.{key}"] = value
         counters["round"] = n.progress.round

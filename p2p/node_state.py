@@ -14,10 +14,10 @@ from peersampling import Descriptor
 if TYPE_CHECKING:
     from p2p.node import Node
 
+COUNTER_SEP = "."  # push-sum counters are kept per model under "<model>.<counter>"
+
 logger = logging.getLogger(__name__)
 
-# push-sum counters are kept per model under "<model>.<counter>"
-_SEP = "."
 
 
 def _record(d: Descriptor) -> PeerRecord:
@@ -27,12 +27,10 @@ def _record(d: Descriptor) -> PeerRecord:
 def snapshot_state(node: Node) -> NodeState:
     """Everything needed to resume ``node``: network, push-sum state, counters, view."""
     pushsum = {}
-    counters = dict(node.counters)
     for name, core in node.cores.items():
         snap = core.snapshot()
         pushsum[name] = PushSumRecord(snap.weight, snap.values, snap.estimate)
-        for key, value in node.model_counters(name).items():
-            counters[f"{name}{_SEP}{key}"] = int(value)
+    counters = {**node.counters, **node.flat_model_counters()}
     return NodeState(
         model_state={k: v.detach().clone() for k, v in node.learning.network.state_dict().items()},
         pushsum=pushsum,
@@ -67,7 +65,7 @@ def restore_state(node: Node, state: NodeState) -> None:
             weight=rec.weight, noisy=bool((estimate != rec.values).any()), noise_age=0,
         ))
     for key, value in state.counters.items():
-        name, sep, counter = key.rpartition(_SEP)
+        name, sep, counter = key.rpartition(COUNTER_SEP)
         if sep and name in node.cores:
             node.counter_base.setdefault(name, {})[counter] = value
         elif key in node.counters:

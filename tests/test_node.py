@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import numpy as np
@@ -37,6 +39,20 @@ async def wait_until(predicate, timeout: float = 60.0) -> None:
             await trio.sleep(0.01)
 
 
+@asynccontextmanager
+async def running(nodes: list[Node]) -> AsyncIterator[None]:
+    """Run ``nodes`` until each finished its rounds; stop them all on exit."""
+    async with trio.open_nursery() as nursery:
+        for node in nodes:
+            await nursery.start(node.run)
+        await wait_until(lambda: all(n.progress.finished for n in nodes))
+        try:
+            yield
+        finally:
+            for node in nodes:
+                node.request_stop()
+
+
 def spread(nodes: list[Node], model: str) -> float:
     """Largest distance of a node's vector from node 0's, relative to its norm."""
     vectors = [n.cores[model].values for n in nodes]
@@ -52,17 +68,12 @@ async def test_nodes_exchange_and_merge_pushes_over_memory_streams(tmp_path: Pat
                      shuffle_period=0.05, eval_every=5)
     net = MemoryNetwork()
     nodes = make_nodes(tmp_path, net, spec)
-    async with trio.open_nursery() as nursery:
-        for node in nodes:
-            await nursery.start(node.run)
-        await wait_until(lambda: all(n.progress.finished for n in nodes))
+    async with running(nodes):
         at_finish = spread(nodes, "global")
         # After training stops the nodes keep averaging: the global model converges.
         await wait_until(lambda: spread(nodes, "global") < min(1e-3, at_finish / 10), 30)
         await wait_until(lambda: all(n.cores["global"].outstanding == 0 for n in nodes))
         weight = total_weight(nodes, "global")
-        for node in nodes:
-            node.request_stop()
     for node in nodes:
         c = node.model_counters("global")
         assert c["pushes_sent"] > 0 and c["pushes_received"] > 0 and c["acks"] > 0
@@ -75,12 +86,8 @@ async def test_local_scheme_shares_nothing(tmp_path: Path) -> None:
     spec = SwarmSpec(nodes=2, rounds=3, scheme="local", round_interval=0.0, shuffle_period=0.05)
     nodes = make_nodes(tmp_path, MemoryNetwork(), spec)
     assert all(not n.cores for n in nodes)
-    async with trio.open_nursery() as nursery:
-        for node in nodes:
-            await nursery.start(node.run)
-        await wait_until(lambda: all(n.progress.finished for n in nodes))
-        for node in nodes:
-            node.request_stop()
+    async with running(nodes):
+        pass
     assert all(n.progress.accuracy is not None for n in nodes)
 
 
@@ -92,12 +99,8 @@ async def test_semi_local_model_is_averaged_only_among_its_group(tmp_path: Path)
     nodes = make_nodes(tmp_path, MemoryNetwork(), spec)
     assert set(nodes[0].cores) == {"global", "semi0"}
     assert set(nodes[1].cores) == {"global", "semi1"}
-    async with trio.open_nursery() as nursery:
-        for node in nodes:
-            await nursery.start(node.run)
-        await wait_until(lambda: all(n.progress.finished for n in nodes))
-        for node in nodes:
-            node.request_stop()
+    async with running(nodes):
+        pass
     assert nodes[0].model_counters("semi0")["pushes_received"] > 0
     assert nodes[2].model_counters("semi0")["pushes_received"] > 0
     # alone in its group: nobody to push to, nobody pushing to it
@@ -110,10 +113,7 @@ async def test_admin_reports_and_checkpoint_resume(tmp_path: Path) -> None:
                      shuffle_period=0.05)
     net = MemoryNetwork()
     nodes = make_nodes(tmp_path, net, spec)
-    async with trio.open_nursery() as nursery:
-        for node in nodes:
-            await nursery.start(node.run)
-        await wait_until(lambda: all(n.progress.finished for n in nodes))
+    async with running(nodes):
         admin = nodes[0].admin
         status = admin.status()
         assert status.round == 4 and status.steps == 4 * spec.steps_per_round
@@ -129,8 +129,6 @@ async def test_admin_reports_and_checkpoint_resume(tmp_path: Path) -> None:
         report = await admin.checkpoint()
         assert report.bytes > 0 and Path(report.path).is_file()
         sent = nodes[0].model_counters("global")["pushes_sent"]
-        for node in nodes:
-            node.request_stop()
     # a node restarted on the same data directory resumes identity, round and counters
     again = make_nodes(tmp_path, MemoryNetwork(), spec)[0]
     assert again.identity.node_id == nodes[0].identity.node_id

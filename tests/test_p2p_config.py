@@ -344,3 +344,14 @@ def test_operations_doc_documents_every_key() -> None:
         for key in keys:
             dotted = f"models[i].{key}" if section == "models" else f"{section}.{key}"
             assert f"| `{dotted}` |" in doc, dotted
+
+
+def test_advertise_address_parses_renders_and_is_checked(tmp_path: Path) -> None:
+    config = parse_config_text('[node]\nlisten = "0.0.0.0:7400"\nadvertise = "node7.lan:7400"\n')
+    assert str(config.node.advertise) == "node7.lan:7400"
+    out = tmp_path / "out.toml"
+    out.write_text(render_config_toml(config))
+    assert load_config(out) == config
+    assert parse_config_text("").node.advertise is None
+    with pytest.raises(ConfigError, match="node.advertise"):
+        parse_config_text('[node]\nadvertise = "nowhere"\n')
