@@ -200,11 +200,13 @@ class PushSum:
 
         Returns nothing while a previous push is still unacknowledged.
         """
+        if not peers or any(not o.unresolved for o in self._outstanding.values()):
+            return []
+        # Noise ages with exchanges actually made, not with calls: a node that
+        # cannot push (no partner, push in flight) must not fold unmixed noise.
         if self._noisy:
             self._noise_age += 1
         self._maybe_unmask()
-        if not peers or any(not o.unresolved for o in self._outstanding.values()):
-            return []
         targets = list(dict.fromkeys(peers))[: self.fanout]
         # an unresolved push may still be acknowledged: its share must stay available
         share = (self._w - self.reserved_weight) / (self.fanout + 1)

@@ -293,7 +293,7 @@ class GossipConfig:
     privacy: str = "none"
     masked_pushes: int = 4
     mask_std: float = 10.0
-    unmask_after: int = 5
+    unmask_after: int = 40
     push_timeout: float = 5.0
 
 

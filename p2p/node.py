@@ -44,6 +44,7 @@ from peersampling import PeerUnreachable as ShuffleFailed
 logger = logging.getLogger(__name__)
 
 ADMIN_SOCKET = "admin.sock"
+NOISY_WAVE_PAUSE = 0.005  # seconds between extra push waves while masks mix
 MAX_TRACKED_FAILURES = 1024  # peers whose address / push failures are remembered
 
 
@@ -133,8 +134,7 @@ class Node:
                 privacy=g.privacy,
                 masked_pushes=g.masked_pushes,
                 mask_std=g.mask_std,
-                # the core counts push exchanges; the setting counts rounds
-                unmask_after=g.unmask_after * g.pushes_per_round,
+                unmask_after=g.unmask_after,
             )
             for name, fp in self.learning.fingerprints.items()
         }
@@ -325,6 +325,13 @@ class Node:
             self._round_done = trio.Event()
             for _ in range(g.pushes_per_round):
                 await self._push_wave(g.push_timeout)
+            # While mask noise is held apart from the trained values, keep
+            # mixing until the next round: the noise cancels sooner and the
+            # models rejoin the average after fewer rounds of local training.
+            while (any(core.noisy for core in self.cores.values())
+                   and not self._round_done.is_set()):
+                await self._push_wave(g.push_timeout)
+                await trio.sleep(NOISY_WAVE_PAUSE)
 
     async def _push_wave(self, timeout: float) -> None:
         """Push every shared model once (and retransmit expired pushes); wait for the acks."""

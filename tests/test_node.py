@@ -135,3 +135,25 @@ async def test_admin_reports_and_checkpoint_resume(tmp_path: Path) -> None:
     assert again.progress.round == 4
     assert again.model_counters("global")["pushes_sent"] >= sent
     assert np.allclose(again.cores["global"].values, nodes[0].cores["global"].values)
+
+
+async def test_masked_exchange_hides_first_pushes_then_rejoins_the_average(
+        tmp_path: Path) -> None:
+    spec = SwarmSpec(nodes=3, rounds=12, scheme="full", round_interval=0.0,
+                     shuffle_period=0.05, privacy="masked")
+    nodes = make_nodes(tmp_path, MemoryNetwork(), spec)
+    async with running(nodes):
+        # the held-apart noise is folded in once it has mixed away
+        await wait_until(lambda: not any(n.cores["global"].noisy for n in nodes), 30)
+        await wait_until(lambda: spread(nodes, "global") < 1e-3, 30)
+        await wait_until(lambda: all(n.cores["global"].outstanding == 0 for n in nodes))
+        weight = total_weight(nodes, "global")
+        values = [n.cores["global"].values for n in nodes]
+    for node in nodes:
+        c = node.model_counters("global")
+        assert c["masked_sent"] == node.config.gossip.masked_pushes
+        assert c["unmasks"] >= 1 and c["rejected"] == 0
+    assert weight == pytest.approx(3.0, rel=1e-9)
+    # no mask is left in the trained values: they stay at parameter scale
+    assert max(float(np.abs(v).max()) for v in values) < 10.0
+    assert all(n.progress.accuracy > 0.3 for n in nodes)

@@ -178,9 +178,14 @@ def test_noise_folded_in_after_unmask_after_rounds() -> None:
     [(_, push)] = a.make_pushes([B], 0.0)
     a.on_ack(B, b.on_push(A, push, 0.1), 0.2)
     assert a.noisy and b.noisy
-    for t in range(1, 4):
+    # calls that push nothing (no partner) do not age the noise: it is not mixing
+    for t in range(10):
         a.make_pushes([], float(t))
-        b.make_pushes([], float(t))
+    assert a.noisy
+    for t in range(1, 4):
+        for x, y, ids in ((a, b, (A, B)), (b, a, (B, A))):
+            [(_, p)] = x.make_pushes([ids[1]], float(t))
+            x.on_ack(ids[1], y.on_push(ids[0], p, float(t)), float(t))
     assert not a.noisy and not b.noisy and a.counters.unmasks == 1
     # exact: both held identical values, so the masks cancel in the total
     np.testing.assert_allclose(a.mass + b.mass, 2 * np.array([1.0, 2.0, 3.0]), rtol=1e-12)
