@@ -300,6 +300,11 @@ class AdminServer:
             "help": lambda: {"commands": [*ADMIN_COMMANDS, "help"]},
         }
 
+    @property
+    def clients(self) -> int:
+        """Admin clients connected right now."""
+        return self._clients
+
     async def serve(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         """Bind the socket (mode 0600), report started, and serve until cancelled."""
         sock = self._bind()

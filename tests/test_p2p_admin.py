@@ -238,13 +238,18 @@ async def test_too_many_clients_are_refused_politely(tmp_path: Path,
                                                      handler: FakeHandler) -> None:
     path = admin_socket_path(tmp_path)
     async with trio.open_nursery() as nursery:
-        await nursery.start(AdminServer(path, handler, max_clients=1).serve)
+        server = AdminServer(path, handler, max_clients=1)
+        await nursery.start(server.serve)
         idle = await trio.open_unix_socket(os.fspath(path))  # holds the only slot
-        await trio.sleep(0.05)
+        with trio.fail_after(10):
+            while server.clients < 1:
+                await trio.sleep(0.01)
         with pytest.raises(AdminCommandError, match="too many admin clients"):
             await _request(path, "status")
         await idle.aclose()
-        await trio.sleep(0.05)
+        with trio.fail_after(10):
+            while server.clients > 0:
+                await trio.sleep(0.01)
         assert (await _request(path, "status"))["round"] == 42
         nursery.cancel_scope.cancel()
 

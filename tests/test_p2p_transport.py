@@ -40,6 +40,13 @@ codec.register(Echo, "test_echo")
 codec.register(EchoReply, "test_echo_reply")
 
 
+async def eventually(predicate, timeout: float = 10.0) -> None:
+    """Wait until ``predicate()`` holds (no fixed sleeps: the machine may be loaded)."""
+    with trio.fail_after(timeout):
+        while not predicate():
+            await trio.sleep(0.01)
+
+
 async def echo_handler(peer: PeerInfo, msg: object) -> object | None:
     if isinstance(msg, Echo):
         if msg.text == "reject":
@@ -180,7 +187,8 @@ async def test_injected_frame_closes_connection(caplog: pytest.LogCaptureFixture
         await client.request("mem:1", echo())
         with caplog.at_level(logging.WARNING, logger="p2p.transport"):
             await net.client_ends[0].send_all(encode_frame(codec.encode(Ping(1))))
-            await trio.sleep(0.05)
+            await eventually(lambda: any("decrypt failure" in r.getMessage()
+                                         for r in caplog.records))
         warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
         assert len(warnings) == 1
         assert "mem-client" in warnings[0] and "decrypt failure" in warnings[0]
@@ -202,7 +210,8 @@ async def test_replayed_sealed_frame_closes_connection(caplog: pytest.LogCapture
         size = int.from_bytes(sent[:4], "big")
         with caplog.at_level(logging.WARNING, logger="p2p.transport"):
             await net.client_ends[0].send_all(sent[: 4 + size])
-            await trio.sleep(0.05)
+            await eventually(lambda: any("decrypt failure" in r.getMessage()
+                                         for r in caplog.records))
         assert any("decrypt failure" in r.getMessage() for r in caplog.records)
         nursery.cancel_scope.cancel()
 
@@ -291,7 +300,8 @@ async def test_unknown_message_type_after_handshake_closes(
         payload = msgpack.packb({"v": codec.PROTOCOL_VERSION, "t": "zzzz"})
         with caplog.at_level(logging.WARNING, logger="p2p.transport"):
             await net.client_ends[0].send_all(encode_frame(payload))
-            await trio.sleep(0.05)
+            await eventually(lambda: any("unknown message type" in r.getMessage()
+                                         for r in caplog.records))
         assert any("unknown message type 'zzzz'" in r.getMessage() for r in caplog.records)
         nursery.cancel_scope.cancel()
 
@@ -352,7 +362,7 @@ async def test_connection_limit_refuses_extra_incoming(caplog: pytest.LogCapture
         address = await nursery.start(server.serve, echo_handler)
         host, port = address.rsplit(":", 1)
         first = await trio.open_tcp_stream(host, int(port))  # occupies the only slot
-        await trio.sleep(0.05)
+        await eventually(lambda: server.open_connections == 1)
         with caplog.at_level(logging.WARNING, logger="p2p.transport"):
             assert await _raw_exchange(address, b"") == b""  # closed at once
         assert any("connection limit of 1" in r.getMessage() for r in caplog.records)
@@ -369,7 +379,8 @@ async def test_idle_connections_are_closed_and_stale_ones_retried() -> None:
         await nursery.start(reaper.serve, echo_handler)
         await client.request(address, Ping(1))
         await reaper.request(address, Ping(1))
-        await trio.sleep(0.4)
+        await eventually(lambda: reaper.pooled_addresses == [])
+        await trio.sleep(0.3)  # and the server's 2 x 0.1 s of silence on the client's
         # the reaper (running serve) dropped its idle outgoing connection
         assert reaper.pooled_addresses == []
         # the server closed the client's connection; the request retries on a new one
