@@ -100,7 +100,13 @@ class AdminClient:
                 raise AdminConnectionError(f"cannot connect to {path}: "
                                            f"{exc.strerror or exc}") from None
             try:
-                sock.sendall(request)
+                try:
+                    sock.sendall(request)
+                except (BrokenPipeError, ConnectionResetError):
+                    # A server that refuses us (too many clients) writes its
+                    # reason and closes, possibly before we finish sending:
+                    # the reason may still be waiting to be read.
+                    pass
                 data = self._read_line(sock)
             except TimeoutError:
                 raise AdminConnectionError(
