@@ -99,3 +99,26 @@ class MemoryTransport(Transport):
                 await trio.sleep_forever()
             finally:
                 self.network.servers.pop(address, None)
+
+
+class Tap(trio.abc.Stream):
+    """Wraps a stream and records every byte sent through it (an eavesdropper)."""
+
+    def __init__(self, inner: trio.abc.Stream, log: bytearray) -> None:
+        self.inner = inner
+        self.log = log
+
+    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
+        self.log += data
+        await self.inner.send_all(data)
+
+    async def wait_send_all_might_not_block(self) -> None:
+        await self.inner.wait_send_all_might_not_block()
+
+    async def receive_some(self, max_bytes: int | None = None) -> bytes | bytearray:
+        data = await self.inner.receive_some(max_bytes)
+        self.log += data
+        return data
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()

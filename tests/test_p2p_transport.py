@@ -17,6 +17,7 @@ from p2p.handshake import PeerInfo
 from p2p.identity import Identity
 from p2p.messages import ERROR_INTERNAL, ERROR_NO_REPLY, Error, Ping, Pong
 from p2p.transport import PeerUnreachable, Rejected, RemoteError, Transport
+from tests.fakenet import Tap
 
 SWARM = b"k" * 32
 MARKER = b"PLAINTEXT-MARKER-1234567890"
@@ -74,29 +75,6 @@ def transport(swarm_key: bytes | None = None, **kwargs: object) -> Transport:
 
 
 # --- in-memory network ----------------------------------------------------------------
-
-
-class Tap(trio.abc.Stream):
-    """Wraps a stream and records every byte sent through it (an eavesdropper)."""
-
-    def __init__(self, inner: trio.abc.Stream, log: bytearray) -> None:
-        self.inner = inner
-        self.log = log
-
-    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
-        self.log += data
-        await self.inner.send_all(data)
-
-    async def wait_send_all_might_not_block(self) -> None:
-        await self.inner.wait_send_all_might_not_block()
-
-    async def receive_some(self, max_bytes: int | None = None) -> bytes | bytearray:
-        data = await self.inner.receive_some(max_bytes)
-        self.log += data
-        return data
-
-    async def aclose(self) -> None:
-        await self.inner.aclose()
 
 
 class MemoryNet:

@@ -19,7 +19,7 @@ from p2p.identity import Identity
 from p2p.node import ADMIN_SOCKET, Node
 from p2p.swarm import node_config
 from p2p.transport import PeerUnreachable
-from tests.fakenet import MemoryNetwork
+from tests.fakenet import MemoryNetwork, Tap
 from tests.reliability_helpers import (
     admin_request,
     fast_spec,
@@ -84,27 +84,7 @@ class TappedNetwork(MemoryNetwork):
         self.wire = bytearray()
 
     async def connect(self, address: str) -> trio.abc.Stream:
-        return _Tap(await super().connect(address), self.wire)
-
-
-class _Tap(trio.abc.Stream):
-    def __init__(self, inner: trio.abc.Stream, log: bytearray) -> None:
-        self.inner, self.log = inner, log
-
-    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
-        self.log += data
-        await self.inner.send_all(data)
-
-    async def wait_send_all_might_not_block(self) -> None:
-        await self.inner.wait_send_all_might_not_block()
-
-    async def receive_some(self, max_bytes: int | None = None) -> bytes | bytearray:
-        data = await self.inner.receive_some(max_bytes)
-        self.log += data
-        return data
-
-    async def aclose(self) -> None:
-        await self.inner.aclose()
+        return Tap(await super().connect(address), self.wire)
 
 
 async def _eavesdrop(tmp_path: Path, key: bytes | None) -> tuple[bytes, list[bytes]]:
