@@ -35,13 +35,6 @@ class LearningSetup:
     fingerprints: dict[str, bytes]  # shared model name -> fingerprint
 
 
-def permutation_spec(cycles: tuple[tuple[int, ...], ...]) -> str | None:
-    """The learner's permutation notation for the config's parsed cycles."""
-    if not cycles:
-        return None
-    return " ".join("(" + " ".join(str(c) for c in cycle) + ")" for cycle in cycles)
-
-
 def network_spec(config: NodeConfig) -> NetworkSpec:
     return NetworkSpec(sizes=tuple(config.network.layers), activation=config.network.activation)
 
@@ -67,7 +60,7 @@ def build_learning(config: NodeConfig) -> LearningSetup:
         path=None if d.path is None else str(d.path),
         node_index=d.node_index,
         num_nodes=d.num_nodes,
-        permutation=permutation_spec(d.permutation),
+        permutation=d.learner_permutation,
         seed=d.seed,
         test_fraction=d.test_fraction,
     )

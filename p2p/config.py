@@ -323,13 +323,20 @@ class DataConfig:
         """The permutation in config notation (``"8:9"``; ``""`` for none)."""
         return _format_permutation(self.permutation)
 
+    @property
+    def learner_permutation(self) -> str | None:
+        """The permutation in the data loader's cycle notation (``"(7 8 9)"``; None: none)."""
+        if not self.permutation:
+            return None
+        return " ".join("(" + " ".join(map(str, cycle)) + ")" for cycle in self.permutation)
+
     def label_map(self, num_classes: int) -> tuple[int, ...]:
         """``label_map[y]`` is the label this node trains on for true label ``y``."""
-        mapping = list(range(num_classes))
-        for cycle in self.permutation:
-            for i, label in enumerate(cycle):
-                mapping[label] = cycle[(i + 1) % len(cycle)]
-        return tuple(mapping)
+        # the data loader's parser, so that the config can never disagree with it
+        # (imported here: the admin CLI loads this module and must not pull in torch)
+        from learner.permutations import parse_permutation as parse_labels
+
+        return tuple(int(y) for y in parse_labels(self.learner_permutation, num_classes))
 
 
 @dataclass(frozen=True)

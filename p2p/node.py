@@ -1,7 +1,7 @@
 """The node runtime: one trio nursery running every part of a daemon.
 
 Tasks: the listener (transport server), peer sampling, the trainer (SGD in a
-worker thread, merges folded in between batches by :class:`ModelSync`), the
+worker thread, merges folded in between rounds by :class:`ModelSync`), the
 gossip sender, the admin server, the checkpointer and the signal watcher.
 
 Ownership: the torch network is changed only by the trainer task (and its
@@ -45,7 +45,7 @@ logger = logging.getLogger(__name__)
 
 ADMIN_SOCKET = "admin.sock"
 NOISY_WAVE_PAUSE = 0.005  # seconds between extra push waves while masks mix
-MAX_TRACKED_FAILURES = 1024  # peers whose address / push failures are remembered
+MAX_TRACKED_PEERS = 1024  # peers whose address / push failures are remembered
 
 
 @dataclass
@@ -354,10 +354,7 @@ class Node:
             if len(chosen) == count:
                 break
         for d in chosen.values():
-            self._addresses.pop(d.node_id, None)  # re-insert: most recent last
-            self._addresses[d.node_id] = d.address
-        while len(self._addresses) > MAX_TRACKED_FAILURES:
-            self._addresses.pop(next(iter(self._addresses)))
+            _remember(self._addresses, d.node_id, d.address)
         return list(chosen.values())
 
     async def _send_push(self, name: str, peer: bytes, push: Push,
@@ -385,16 +382,15 @@ class Node:
             return
         except PeerUnreachable as exc:
             logger.debug("push of %s to %s failed: %s", name, address, exc)
+            # If it may have been delivered, the peer may have merged it and only
+            # the ack was lost: forgetting the push would duplicate its mass, so it
+            # stays outstanding and expire() retransmits it with the same id (the
+            # receiver re-acks, merges once); and a slow but live holder stays in
+            # the views.
             if not exc.maybe_delivered:
                 undelivered()
-            # else the peer may have merged it and only the ack was lost: forgetting
-            # the push would duplicate its mass; it stays outstanding and expire()
-            # retransmits it with the same id (the receiver re-acks, merges once)
-            if not exc.maybe_delivered:  # a slow but live holder stays in the views
                 self.sampler.on_failure(address)
-            if len(self.peer_failures) >= MAX_TRACKED_FAILURES:
-                self.peer_failures.pop(next(iter(self.peer_failures)))  # oldest first
-            self.peer_failures[address] = self.peer_failures.get(address, 0) + 1
+            _remember(self.peer_failures, address, self.peer_failures.get(address, 0) + 1)
             return
         if isinstance(reply, PushAck):
             try:
@@ -459,6 +455,14 @@ class _ShuffleOverTransport:
         if not isinstance(reply, ShuffleReply):
             raise ShuffleFailed(address, f"answered a shuffle with {type(reply).__name__}")
         return reply
+
+
+def _remember(table: dict[Any, Any], key: Any, value: Any) -> None:
+    """Set ``table[key]`` as its newest entry, forgetting the oldest past the bound."""
+    table.pop(key, None)
+    table[key] = value
+    while len(table) > MAX_TRACKED_PEERS:
+        table.pop(next(iter(table)))
 
 
 def _short(peer: Any) -> str:
