@@ -1,40 +1,74 @@
-"""p2p package."""
+"""The gossip learning daemon: wire, node runtime and operator surface.
+
+Subpackages: :mod:`p2p.wire` (framing, codec, handshake, sealing, transport),
+:mod:`p2p.runtime` (the node, its state, checkpoints, the admin server),
+:mod:`p2p.cli` (the ``p2p`` command, admin client, rendering), :mod:`p2p.config`
+(the configuration schema) and :mod:`p2p.swarm` (the local swarm launcher).
+"""
 
 # --- wire protocol and transport ----------------------------------------------
-from p2p.codec import (
+from p2p.wire import (
+    CIPHERS,
     DecodeError,
     EncodeError,
+    Error,
+    FrameDecoder,
+    FrameTooLarge,
+    Handshake,
+    HandshakeError,
+    Hello,
+    HelloAuth,
+    Identity,
+    IdentityError,
+    PeerInfo,
+    PeerUnreachable,
+    Ping,
+    Pong,
     RegistrationError,
+    Rejected,
+    RemoteError,
+    SealError,
+    Transport,
+    TransportError,
     decode,
     encode,
+    encode_frame,
     register,
     register_core_messages,
 )
-from p2p.framing import FrameDecoder, FrameTooLarge, encode_frame
-from p2p.handshake import Handshake, HandshakeError, PeerInfo
-from p2p.identity import Identity, IdentityError
-from p2p.messages import Error, Hello, HelloAuth, Ping, Pong
-from p2p.secure import CIPHERS, SealError
-from p2p.transport import (
-    PeerUnreachable,
-    Rejected,
-    RemoteError,
-    Transport,
-    TransportError,
-)
-
 __all__ = [
-    "CIPHERS", "DecodeError", "EncodeError", "Error", "FrameDecoder", "FrameTooLarge",
-    "Handshake", "HandshakeError", "Hello", "HelloAuth", "Identity", "IdentityError",
-    "PeerInfo", "PeerUnreachable", "Ping", "Pong", "RegistrationError", "Rejected",
-    "RemoteError", "SealError", "Transport", "TransportError", "decode", "encode",
-    "encode_frame", "register", "register_core_messages",
+    "CIPHERS",
+    "DecodeError",
+    "EncodeError",
+    "Error",
+    "FrameDecoder",
+    "FrameTooLarge",
+    "Handshake",
+    "HandshakeError",
+    "Hello",
+    "HelloAuth",
+    "Identity",
+    "IdentityError",
+    "PeerInfo",
+    "PeerUnreachable",
+    "Ping",
+    "Pong",
+    "RegistrationError",
+    "Rejected",
+    "RemoteError",
+    "SealError",
+    "Transport",
+    "TransportError",
+    "decode",
+    "encode",
+    "encode_frame",
+    "register",
+    "register_core_messages",
 ]
 # --- end wire protocol and transport --------------------------------------------
 
 # --- operator-facing API: config, admin socket, checkpoints -------------------
-from p2p.admin import AdminError, AdminHandler, AdminServer, admin_socket_path, serve_admin
-from p2p.admin_client import AdminClient, AdminClientError
+from p2p.cli.admin_client import AdminClient, AdminClientError
 from p2p.config import (
     ConfigError,
     HostPort,
@@ -45,8 +79,9 @@ from p2p.config import (
     load_swarm_key,
     render_config_toml,
 )
+from p2p.runtime import AdminError, AdminHandler, AdminServer, admin_socket_path, serve_admin
 
-# p2p.checkpoint imports torch: loaded on first use so `p2p status` starts fast.
+# p2p.runtime.checkpoint imports torch: loaded on first use so `p2p status` starts fast.
 _LAZY_CHECKPOINT = ("CheckpointError", "CheckpointStore", "DataDirError", "NodeState",
                     "PeerRecord", "PushSumRecord", "atomic_write_bytes",
                     "check_data_dir_writable")
@@ -54,7 +89,7 @@ _LAZY_CHECKPOINT = ("CheckpointError", "CheckpointStore", "DataDirError", "NodeS
 
 def __getattr__(name: str) -> object:
     if name in _LAZY_CHECKPOINT:
-        from p2p import checkpoint
+        from p2p.runtime import checkpoint
 
         return getattr(checkpoint, name)
     raise AttributeError(f"module 'p2p' has no attribute {name!r}")

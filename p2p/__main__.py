@@ -2,7 +2,7 @@
 
 import sys
 
-from p2p.cli import main
+from p2p.cli.main import main
 
 if __name__ == "__main__":
     sys.exit(main())

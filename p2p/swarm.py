@@ -26,8 +26,7 @@ import numpy as np
 
 from learner.schemes import averaging_level, semi_local_scheme
 from learner.spec import NetworkSpec
-from p2p.admin_client import AdminClient, AdminClientError
-from p2p.checkpoint import CheckpointStore
+from p2p.cli.admin_client import AdminClient, AdminClientError
 from p2p.config import (
     CheckpointConfig,
     DataConfig,
@@ -44,6 +43,7 @@ from p2p.config import (
     parse_permutation,
     render_config_toml,
 )
+from p2p.runtime.checkpoint import CheckpointStore
 
 logger = logging.getLogger(__name__)
 

@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from learner import NodeSetup, TrainConfig, run_reference  # noqa: E402
-from p2p.assembly import build_learning, model_specs, network_spec  # noqa: E402
+from p2p.runtime.assembly import build_learning, model_specs, network_spec  # noqa: E402
 from p2p.swarm import Swarm, SwarmSpec, node_config  # noqa: E402
 
 

@@ -2,7 +2,7 @@
 
 A ~1 MB model (float64 vector of 131072 values inside a gossip ``Push``) is sent
 request/reply (the receiver answers with a ``PushAck``) between two
-:class:`p2p.transport.Transport` instances in one trio process, without a swarm
+:class:`p2p.wire.transport.Transport` instances in one trio process, without a swarm
 key and with sealing by ChaCha20-Poly1305 and AES-256-GCM. The baseline, measured
 in the same run and interleaved with the others, sends the same number of bytes
 over a raw trio TCP stream and waits for a 1-byte acknowledgement.
@@ -29,12 +29,12 @@ import trio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from p2p import codec  # noqa: E402
-from p2p.framing import encode_frame  # noqa: E402
-from p2p.handshake import PeerInfo  # noqa: E402
-from p2p.identity import Identity  # noqa: E402
-from p2p.secure import Opener, Sealer  # noqa: E402
-from p2p.transport import Transport  # noqa: E402
+from p2p.wire import codec  # noqa: E402
+from p2p.wire.framing import encode_frame  # noqa: E402
+from p2p.wire.handshake import PeerInfo  # noqa: E402
+from p2p.wire.identity import Identity  # noqa: E402
+from p2p.wire.sealing import Opener, Sealer  # noqa: E402
+from p2p.wire.transport import Transport  # noqa: E402
 
 VECTOR_LENGTH = 131072
 MODES = ("plain", "chacha20", "aes-gcm")

@@ -34,11 +34,11 @@ import trio
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from p2p import codec  # noqa: E402
-from p2p.admin_client import AdminClient  # noqa: E402
-from p2p.messages import Ping  # noqa: E402
+from p2p.cli.admin_client import AdminClient  # noqa: E402
 from p2p.swarm import Swarm, SwarmSpec  # noqa: E402
-from p2p.transport import HANDSHAKE_MAX_FRAME_SIZE  # noqa: E402
+from p2p.wire import codec  # noqa: E402
+from p2p.wire.messages import Ping  # noqa: E402
+from p2p.wire.transport import HANDSHAKE_MAX_FRAME_SIZE  # noqa: E402
 from tests.reliability_helpers import (  # noqa: E402
     ask,
     open_session,

@@ -16,8 +16,8 @@ from typing import Any
 import trio
 import trio.testing
 
-from p2p.identity import Identity
-from p2p.transport import Transport
+from p2p.wire.identity import Identity
+from p2p.wire.transport import Transport
 
 
 class MemoryNetwork:

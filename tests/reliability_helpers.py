@@ -21,14 +21,14 @@ import numpy as np
 import trio
 
 from gossip import Push
-from p2p import codec
-from p2p.admin_client import AdminClient
+from p2p.cli.admin_client import AdminClient
 from p2p.config import LimitsConfig, encode_swarm_key
-from p2p.framing import encode_frame
-from p2p.identity import Identity
-from p2p.node import ADMIN_SOCKET, Node
+from p2p.runtime.node import ADMIN_SOCKET, Node
 from p2p.swarm import SwarmSpec, node_config
-from p2p.transport import MessageStream, Transport
+from p2p.wire import codec
+from p2p.wire.framing import encode_frame
+from p2p.wire.identity import Identity
+from p2p.wire.transport import MessageStream, Transport
 
 LOOPBACK = "127.0.0.1"
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from p2p.checkpoint import CheckpointStore
+from p2p.runtime.checkpoint import CheckpointStore
 from p2p.swarm import Swarm, SwarmSpec
 
 pytestmark = pytest.mark.e2e

@@ -21,13 +21,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gossip import Push, PushSum, RejectedPush
-from p2p import codec
-from p2p.codec import DecodeError
-from p2p.framing import FrameDecoder, FramingError, encode_frame
-from p2p.handshake import Handshake, HandshakeError
-from p2p.identity import Identity
-from p2p.messages import Error, Hello, Ping
-from p2p.secure import Opener, Sealer, SealError
+from p2p.wire import codec
+from p2p.wire.codec import DecodeError
+from p2p.wire.framing import FrameDecoder, FramingError, encode_frame
+from p2p.wire.handshake import Handshake, HandshakeError
+from p2p.wire.identity import Identity
+from p2p.wire.messages import Error, Hello, Ping
+from p2p.wire.sealing import Opener, Sealer, SealError
 from peersampling import Descriptor, PeerSampler, ShuffleReply, ShuffleRequest
 
 codec.register_core_messages()

@@ -1,6 +1,6 @@
 """A hostile client against a running node on loopback TCP.
 
-Each offence goes to a real :class:`p2p.node.Node` (TCP transport, admin
+Each offence goes to a real :class:`p2p.runtime.node.Node` (TCP transport, admin
 socket, trainer finished so its model only changes through merges). For every
 offence the node must: keep running, merge nothing (weight and values exactly
 unchanged), log exactly one WARNING line naming the problem, and keep
@@ -21,12 +21,12 @@ import pytest
 import trio
 
 from gossip import PushAck
-from p2p import codec
 from p2p.config import LimitsConfig
-from p2p.framing import encode_frame
-from p2p.messages import Error, Ping, Pong
-from p2p.node import Node
-from p2p.transport import HANDSHAKE_MAX_FRAME_SIZE, ConnectionFailure
+from p2p.runtime.node import Node
+from p2p.wire import codec
+from p2p.wire.framing import encode_frame
+from p2p.wire.messages import Error, Ping, Pong
+from p2p.wire.transport import HANDSHAKE_MAX_FRAME_SIZE, ConnectionFailure
 from peersampling import Descriptor, ShuffleReply, ShuffleRequest
 from tests.reliability_helpers import (
     admin_request,

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 import trio
 
-from p2p.identity import Identity
-from p2p.node import Node
+from p2p.runtime.node import Node
 from p2p.swarm import SwarmSpec, node_config
+from p2p.wire.identity import Identity
 from tests.fakenet import MemoryNetwork
 
 ADDRESSES = ["127.0.0.1:7401", "127.0.0.1:7402", "127.0.0.1:7403"]

@@ -12,7 +12,23 @@ from typing import Any
 import pytest
 import trio
 
-from p2p.admin import (
+from p2p.cli.admin_client import (
+    AdminClient,
+    AdminCommandError,
+    AdminConnectionError,
+)
+from p2p.cli.render import (
+    fmt_bytes,
+    fmt_duration,
+    render_checkpoint,
+    render_metrics,
+    render_models,
+    render_peers,
+    render_status,
+    render_stop,
+    to_text,
+)
+from p2p.runtime.admin_server import (
     ADMIN_COMMANDS,
     AdminError,
     AdminHandler,
@@ -29,22 +45,6 @@ from p2p.admin import (
     admin_socket_path,
     serve_admin,
     to_jsonable,
-)
-from p2p.admin_client import (
-    AdminClient,
-    AdminCommandError,
-    AdminConnectionError,
-)
-from p2p.render import (
-    fmt_bytes,
-    fmt_duration,
-    render_checkpoint,
-    render_metrics,
-    render_models,
-    render_peers,
-    render_status,
-    render_stop,
-    to_text,
 )
 
 NODE_ID = "9f" * 32

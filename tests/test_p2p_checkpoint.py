@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 import torch
 
-from p2p import checkpoint as ckpt
-from p2p.checkpoint import (
+from p2p.runtime import checkpoint as ckpt
+from p2p.runtime.checkpoint import (
     CheckpointError,
     CheckpointStore,
     DataDirError,

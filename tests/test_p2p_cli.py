@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 import trio
 
-from p2p.admin import admin_socket_path, serve_admin
-from p2p.cli import JsonLogFormatter, main, setup_logging
+from p2p.cli.main import JsonLogFormatter, main, setup_logging
 from p2p.config import HostPort, NodeConfig, load_config, load_swarm_key
+from p2p.runtime.admin_server import admin_socket_path, serve_admin
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
@@ -113,17 +113,17 @@ def test_keygen_into_missing_directory_fails_cleanly(tmp_path: Path,
 
 @pytest.fixture
 def fake_node(monkeypatch: pytest.MonkeyPatch) -> list[NodeConfig]:
-    """Replace p2p.node with a stub that records the config it is given."""
+    """Replace p2p.runtime.node with a stub that records the config it is given."""
     seen: list[NodeConfig] = []
-    module = types.ModuleType("p2p.node")
+    module = types.ModuleType("p2p.runtime.node")
 
     def run_node(config: NodeConfig) -> int:
         seen.append(config)
-        logging.getLogger("p2p.node").info("started", extra={"round": 3})
+        logging.getLogger("p2p.runtime.node").info("started", extra={"round": 3})
         return 0
 
     module.run_node = run_node  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "p2p.node", module)
+    monkeypatch.setitem(sys.modules, "p2p.runtime.node", module)
     root = logging.getLogger()
     handlers, level = list(root.handlers), root.level
     yield seen
@@ -153,7 +153,7 @@ def test_run_applies_overrides_and_starts_the_node(
     assert config.models == load_config(EXAMPLES / "partial.toml").models
     record = json.loads(err.strip().splitlines()[-1])
     assert record["message"] == "started" and record["round"] == 3
-    assert record["level"] == "info" and record["logger"] == "p2p.node"
+    assert record["level"] == "info" and record["logger"] == "p2p.runtime.node"
 
 
 @pytest.mark.parametrize(
@@ -190,7 +190,7 @@ def test_unexpected_node_crash_is_one_line(
     def boom(config: NodeConfig) -> int:
         raise RuntimeError("kaboom")
 
-    monkeypatch.setattr(sys.modules["p2p.node"], "run_node", boom)
+    monkeypatch.setattr(sys.modules["p2p.runtime.node"], "run_node", boom)
     code, _, err = _run(capsys, "run", "--config", str(EXAMPLES / "local.toml"),
                         "--data-dir", str(tmp_path / "d"))
     assert code == 1

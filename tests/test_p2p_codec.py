@@ -11,9 +11,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from p2p import codec
-from p2p.codec import DecodeError, EncodeError, RegistrationError, VersionMismatch
-from p2p.messages import Error, Hello, Ping, Pong
+from p2p.wire import codec
+from p2p.wire.codec import DecodeError, EncodeError, RegistrationError, VersionMismatch
+from p2p.wire.messages import Error, Hello, Ping, Pong
 
 
 @dataclass(frozen=True)

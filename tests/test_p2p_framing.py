@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from p2p.framing import FrameDecoder, FrameTooLarge, encode_frame
+from p2p.wire.framing import FrameDecoder, FrameTooLarge, encode_frame
 
 
 def test_encode_frame_prefixes_big_endian_length() -> None:

@@ -10,11 +10,11 @@ from pathlib import Path
 import msgpack
 import pytest
 
-from p2p import codec
-from p2p.handshake import Handshake, HandshakeError
-from p2p.identity import IDENTITY_FILE, Identity, IdentityError, verify_signature
-from p2p.messages import Hello, HelloAuth
-from p2p.secure import Opener, Sealer, SealError
+from p2p.wire import codec
+from p2p.wire.handshake import Handshake, HandshakeError
+from p2p.wire.identity import IDENTITY_FILE, Identity, IdentityError, verify_signature
+from p2p.wire.messages import Hello, HelloAuth
+from p2p.wire.sealing import Opener, Sealer, SealError
 
 SWARM = b"s" * 32
 TAG = b"t" * 32
@@ -229,7 +229,7 @@ def test_self_connection() -> None:
 
 
 def test_peer_error_is_reported_as_refusal() -> None:
-    from p2p.messages import Error
+    from p2p.wire.messages import Error
 
     a, _ = _pair()
     a.start()

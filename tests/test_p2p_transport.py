@@ -11,12 +11,12 @@ import pytest
 import trio
 import trio.testing
 
-from p2p import codec
-from p2p.framing import encode_frame
-from p2p.handshake import PeerInfo
-from p2p.identity import Identity
-from p2p.messages import ERROR_INTERNAL, ERROR_NO_REPLY, Error, Ping, Pong
-from p2p.transport import PeerUnreachable, Rejected, RemoteError, Transport
+from p2p.wire import codec
+from p2p.wire.framing import encode_frame
+from p2p.wire.handshake import PeerInfo
+from p2p.wire.identity import Identity
+from p2p.wire.messages import ERROR_INTERNAL, ERROR_NO_REPLY, Error, Ping, Pong
+from p2p.wire.transport import PeerUnreachable, Rejected, RemoteError, Transport
 from tests.fakenet import Tap
 
 SWARM = b"k" * 32
@@ -139,7 +139,7 @@ async def test_handler_outcomes_become_error_replies(caplog: pytest.LogCaptureFi
             await client.request("mem:1", echo("none"))
         assert info.value.code == ERROR_NO_REPLY
         with (
-            caplog.at_level(logging.ERROR, logger="p2p.transport"),
+            caplog.at_level(logging.ERROR, logger="p2p.wire.transport"),
             pytest.raises(RemoteError) as info,
         ):
             await client.request("mem:1", echo("crash"))
@@ -147,7 +147,7 @@ async def test_handler_outcomes_become_error_replies(caplog: pytest.LogCaptureFi
         assert "boom" not in info.value.reason  # internals stay local...
         assert any("handler failed" in r.message for r in caplog.records)  # ...but are logged
         for text in ("unsendable", "unregistered"):
-            with caplog.at_level(logging.ERROR, logger="p2p.transport"):
+            with caplog.at_level(logging.ERROR, logger="p2p.wire.transport"):
                 with pytest.raises(RemoteError, match="unsendable reply"):
                     await client.request("mem:1", echo(text))
         # the connection survived all of this
@@ -163,7 +163,7 @@ async def test_injected_frame_closes_connection(caplog: pytest.LogCaptureFixture
         net.add("mem:1", transport(SWARM))
         client = transport(SWARM, connector=net.connect)
         await client.request("mem:1", echo())
-        with caplog.at_level(logging.WARNING, logger="p2p.transport"):
+        with caplog.at_level(logging.WARNING, logger="p2p.wire.transport"):
             await net.client_ends[0].send_all(encode_frame(codec.encode(Ping(1))))
             await eventually(lambda: any("decrypt failure" in r.getMessage()
                                          for r in caplog.records))
@@ -186,7 +186,7 @@ async def test_replayed_sealed_frame_closes_connection(caplog: pytest.LogCapture
         # the last frame the client sent is a sealed Ping: 4-byte length + ciphertext
         sent = bytes(net.wire[mark:])
         size = int.from_bytes(sent[:4], "big")
-        with caplog.at_level(logging.WARNING, logger="p2p.transport"):
+        with caplog.at_level(logging.WARNING, logger="p2p.wire.transport"):
             await net.client_ends[0].send_all(sent[: 4 + size])
             await eventually(lambda: any("decrypt failure" in r.getMessage()
                                          for r in caplog.records))
@@ -255,7 +255,7 @@ async def test_malformed_input_closes_only_that_connection(
     async with trio.open_nursery() as nursery:
         address = await nursery.start(server.serve, echo_handler)
         assert isinstance(await client.request(address, echo()), EchoReply)  # pooled, open
-        with caplog.at_level(logging.WARNING, logger="p2p.transport"):
+        with caplog.at_level(logging.WARNING, logger="p2p.wire.transport"):
             await _raw_exchange(address, garbage)  # returns: the server closed it
         warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
         assert len(warnings) == 1, warnings
@@ -276,7 +276,7 @@ async def test_unknown_message_type_after_handshake_closes(
         client = transport(connector=net.connect)
         await client.request("mem:1", Ping(0))
         payload = msgpack.packb({"v": codec.PROTOCOL_VERSION, "t": "zzzz"})
-        with caplog.at_level(logging.WARNING, logger="p2p.transport"):
+        with caplog.at_level(logging.WARNING, logger="p2p.wire.transport"):
             await net.client_ends[0].send_all(encode_frame(payload))
             await eventually(lambda: any("unknown message type" in r.getMessage()
                                          for r in caplog.records))
@@ -341,7 +341,7 @@ async def test_connection_limit_refuses_extra_incoming(caplog: pytest.LogCapture
         host, port = address.rsplit(":", 1)
         first = await trio.open_tcp_stream(host, int(port))  # occupies the only slot
         await eventually(lambda: server.open_connections == 1)
-        with caplog.at_level(logging.WARNING, logger="p2p.transport"):
+        with caplog.at_level(logging.WARNING, logger="p2p.wire.transport"):
             assert await _raw_exchange(address, b"") == b""  # closed at once
         assert any("connection limit of 1" in r.getMessage() for r in caplog.records)
         await first.aclose()

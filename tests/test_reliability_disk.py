@@ -22,8 +22,8 @@ import numpy as np
 import pytest
 import trio
 
-from p2p.admin_client import AdminCommandError
-from p2p.checkpoint import CheckpointStore
+from p2p.cli.admin_client import AdminCommandError
+from p2p.runtime.checkpoint import CheckpointStore
 from tests.reliability_helpers import admin_request, fast_spec, tcp_node, wait_until
 
 SIZE_KIB = 1024

@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 import trio
 
-from p2p.identity import Identity
-from p2p.node import Node
+from p2p.runtime.node import Node
 from p2p.swarm import SwarmSpec, node_config
+from p2p.wire.identity import Identity
 from tests.fakenet import MemoryNetwork
 from tests.reliability_helpers import wait_until
 

@@ -21,12 +21,12 @@ import trio
 import trio.testing
 
 from gossip import PushAck
-from p2p import codec
 from p2p.config import LimitsConfig, parse_config_text, render_config_toml
-from p2p.messages import Ping, Pong
-from p2p.node import Node
+from p2p.runtime.node import Node
 from p2p.swarm import node_config
-from p2p.transport import ConnectionFailure
+from p2p.wire import codec
+from p2p.wire.messages import Ping, Pong
+from p2p.wire.transport import ConnectionFailure
 from tests.reliability_helpers import (
     ask,
     fast_spec,

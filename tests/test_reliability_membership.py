@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 import trio
 
-from p2p.identity import Identity
-from p2p.node import ADMIN_SOCKET, Node
+from p2p.runtime.node import ADMIN_SOCKET, Node
 from p2p.swarm import node_config
-from p2p.transport import PeerUnreachable
+from p2p.wire.identity import Identity
+from p2p.wire.transport import PeerUnreachable
 from tests.fakenet import MemoryNetwork, Tap
 from tests.reliability_helpers import (
     admin_request,

@@ -206,7 +206,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         raise UsageError("no data directory: pass --data-dir DIR or set node.data_dir in "
                          f"{args.config}")
     setup_logging(config.node.log_format, config.node.log_level)
-    from p2p.checkpoint import check_data_dir_writable  # imports torch: only when running
+    from p2p.runtime.checkpoint import check_data_dir_writable  # imports torch: only when running
 
     check_data_dir_writable(config.node.data_dir)
     if config.security.swarm_key_file is not None:
@@ -216,16 +216,16 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 def _start_node(config: NodeConfig) -> int:
     try:
-        from p2p.node import run_node
+        from p2p.runtime.node import run_node
     except ModuleNotFoundError as exc:
-        if exc.name == "p2p.node":
-            raise CommandFailed("the node runtime (p2p.node) is not installed") from exc
+        if exc.name == "p2p.runtime.node":
+            raise CommandFailed("the node runtime (p2p.runtime.node) is not installed") from exc
         raise
     return int(run_node(config) or 0)
 
 
 def _socket_path(args: argparse.Namespace) -> Path:
-    from p2p.admin import admin_socket_path
+    from p2p.runtime.admin_server import admin_socket_path
 
     if args.socket:
         return Path(args.socket)
@@ -237,20 +237,20 @@ def _socket_path(args: argparse.Namespace) -> Path:
 
 
 def _cmd_query(args: argparse.Namespace) -> int:
-    from p2p.admin_client import AdminClient
+    from p2p.cli.admin_client import AdminClient
 
     result = AdminClient(_socket_path(args), timeout=args.timeout).request(args.command)
     if args.json:
         print(json.dumps(result, indent=2, sort_keys=True))
         return EXIT_OK
-    from p2p.render import make_console, render_result
+    from p2p.cli.render import make_console, render_result
 
     make_console().print(render_result(args.command, result))
     return EXIT_OK
 
 
 def _cmd_stop(args: argparse.Namespace) -> int:
-    from p2p.admin_client import AdminClient, AdminConnectionError
+    from p2p.cli.admin_client import AdminClient, AdminConnectionError
 
     path = _socket_path(args)
     client = AdminClient(path, timeout=args.timeout)
@@ -260,7 +260,7 @@ def _cmd_stop(args: argparse.Namespace) -> int:
     else:
         from rich.console import Console
 
-        from p2p.render import render_stop
+        from p2p.cli.render import render_stop
 
         Console().print(render_stop(result))
     if args.wait:
@@ -346,7 +346,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     debug = os.environ.get("P2P_DEBUG") == "1" or getattr(args, "log_level", None) == "debug"
-    from p2p.admin_client import AdminClientError
+    from p2p.cli.admin_client import AdminClientError
 
     try:
         return _COMMANDS[args.command](args)
@@ -360,7 +360,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         _error("interrupted")
         return EXIT_INTERRUPTED
     except Exception as exc:
-        checkpoint = sys.modules.get("p2p.checkpoint")  # only loaded by `run`
+        checkpoint = sys.modules.get("p2p.runtime.checkpoint")  # only loaded by `run`
         if checkpoint is not None and isinstance(exc, checkpoint.CheckpointError):
             _error(str(exc))
             return EXIT_USAGE if isinstance(exc, checkpoint.DataDirError) else EXIT_FAILURE

@@ -1,7 +1,7 @@
 """Trio transport: authenticated, optionally sealed request/reply over TCP.
 
 A connection is opened by the requester, runs the handshake
-(:mod:`p2p.handshake`), and then carries one request at a time: the requester
+(:mod:`p2p.wire.handshake`), and then carries one request at a time: the requester
 sends a message and waits for exactly one reply. Outgoing connections are
 pooled per address and closed after ``idle_timeout``; the server closes
 incoming connections that stay silent for twice that long.
@@ -25,11 +25,11 @@ from dataclasses import dataclass, field
 
 import trio
 
-from p2p import codec
-from p2p.framing import DEFAULT_MAX_FRAME_SIZE, FrameDecoder, FramingError, frame_header
-from p2p.handshake import Handshake, HandshakeError, PeerInfo, SessionKeys
-from p2p.identity import Identity
-from p2p.messages import (
+from p2p.wire import codec
+from p2p.wire.framing import DEFAULT_MAX_FRAME_SIZE, FrameDecoder, FramingError, frame_header
+from p2p.wire.handshake import Handshake, HandshakeError, PeerInfo, SessionKeys
+from p2p.wire.identity import Identity
+from p2p.wire.messages import (
     ERROR_BAD_REQUEST,
     ERROR_HANDSHAKE,
     ERROR_INTERNAL,
@@ -40,7 +40,7 @@ from p2p.messages import (
     Ping,
     Pong,
 )
-from p2p.secure import DEFAULT_CIPHER, Opener, Sealer, SealError, check_cipher
+from p2p.wire.sealing import DEFAULT_CIPHER, Opener, Sealer, SealError, check_cipher
 
 __all__ = [
     "Connector",
@@ -88,7 +88,7 @@ class PeerUnreachable(TransportError):
 
 
 class RemoteError(TransportError):
-    """The peer answered the request with an :class:`~p2p.messages.Error`."""
+    """The peer answered the request with an :class:`~p2p.wire.messages.Error`."""
 
     def __init__(self, address: str, code: str, reason: str) -> None:
         super().__init__(f"peer {address} refused the request ({code}): {reason}")

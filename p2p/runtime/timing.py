@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from p2p.admin import TimingReport
+from p2p.runtime.admin_server import TimingReport
 
 
 class TimingStats:

@@ -1,7 +1,7 @@
 """Tables for people: render admin results (the JSON dicts) with :mod:`rich`.
 
 Every renderer takes the ``result`` dict of one admin command (see
-:mod:`p2p.admin` for the fields) and tolerates missing or extra fields: a
+:mod:`p2p.runtime.admin_server` for the fields) and tolerates missing or extra fields: a
 missing value shows as ``-``, unknown status fields are listed at the end, so
 an older CLI still shows a newer node's answers.
 """

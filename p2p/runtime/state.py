@@ -8,11 +8,11 @@ import time
 from typing import TYPE_CHECKING
 
 from gossip import PushSumSnapshot
-from p2p.checkpoint import NodeState, PeerRecord, PushSumRecord
+from p2p.runtime.checkpoint import NodeState, PeerRecord, PushSumRecord
 from peersampling import Descriptor
 
 if TYPE_CHECKING:
-    from p2p.node import Node
+    from p2p.runtime.node import Node
 
 COUNTER_SEP = "."  # push-sum counters are kept per model under "<model>.<counter>"
 

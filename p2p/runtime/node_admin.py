@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 import trio
 
-from p2p.admin import (
+from p2p.runtime.admin_server import (
     CheckpointReport,
     MetricsReport,
     ModelReport,
@@ -20,7 +20,7 @@ from p2p.admin import (
 )
 
 if TYPE_CHECKING:
-    from p2p.node import Node
+    from p2p.runtime.node import Node
 
 
 def _seconds_ago(instant: float | None) -> float | None:
@@ -31,7 +31,7 @@ def _seconds_ago(instant: float | None) -> float | None:
 
 
 class NodeAdmin:
-    """Implements :class:`p2p.admin.AdminHandler` over a running :class:`Node`."""
+    """Implements :class:`p2p.runtime.admin_server.AdminHandler` over a running :class:`Node`."""
 
     def __init__(self, node: Node) -> None:
         self._node = node

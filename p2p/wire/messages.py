@@ -1,13 +1,13 @@
 """Messages of the p2p layer itself: handshake, liveness and errors.
 
-Importing this module registers them with :mod:`p2p.codec`.
+Importing this module registers them with :mod:`p2p.wire.codec`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from p2p import codec
+from p2p.wire import codec
 
 __all__ = [
     "ERROR_BAD_REQUEST",

@@ -40,10 +40,10 @@ from dataclasses import dataclass
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
-from p2p import codec
-from p2p.identity import Identity, verify_signature
-from p2p.messages import NONCE_SIZE, Error, Hello, HelloAuth
-from p2p.secure import CIPHERS, DEFAULT_CIPHER, KEY_SIZE, Opener, Sealer, check_cipher
+from p2p.wire import codec
+from p2p.wire.identity import Identity, verify_signature
+from p2p.wire.messages import NONCE_SIZE, Error, Hello, HelloAuth
+from p2p.wire.sealing import CIPHERS, DEFAULT_CIPHER, KEY_SIZE, Opener, Sealer, check_cipher
 
 __all__ = [
     "SWARM_KEY_SIZE",

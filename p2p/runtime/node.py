@@ -26,18 +26,18 @@ import torch
 import trio
 
 from gossip import Push, PushAck, PushSum, RejectedAck, RejectedPush
-from p2p.admin import serve_admin
-from p2p.assembly import LearningSetup, build_learning
-from p2p.checkpoint import CheckpointError, CheckpointStore, check_data_dir_writable
-from p2p.codec import register_core_messages
 from p2p.config import ConfigError, NodeConfig, load_swarm_key
-from p2p.identity import Identity
-from p2p.messages import ERROR_BAD_REQUEST, ERROR_REJECTED, Error, Ping, Pong
-from p2p.model_sync import ModelSync
-from p2p.node_admin import NodeAdmin
-from p2p.node_state import COUNTER_SEP, restore_state, snapshot_state
-from p2p.timing import TimingStats
-from p2p.transport import PeerUnreachable, RemoteError, Transport, TransportError
+from p2p.runtime.admin_server import serve_admin
+from p2p.runtime.assembly import LearningSetup, build_learning
+from p2p.runtime.checkpoint import CheckpointError, CheckpointStore, check_data_dir_writable
+from p2p.runtime.model_sync import ModelSync
+from p2p.runtime.node_admin import NodeAdmin
+from p2p.runtime.state import COUNTER_SEP, restore_state, snapshot_state
+from p2p.runtime.timing import TimingStats
+from p2p.wire.codec import register_core_messages
+from p2p.wire.identity import Identity
+from p2p.wire.messages import ERROR_BAD_REQUEST, ERROR_REJECTED, Error, Ping, Pong
+from p2p.wire.transport import PeerUnreachable, RemoteError, Transport, TransportError
 from peersampling import Descriptor, PeerSampler, ShuffleReply, ShuffleRequest, run_peer_sampling
 from peersampling import PeerUnreachable as ShuffleFailed
 

@@ -548,11 +548,11 @@ CORE_MESSAGES: tuple[tuple[str, str, str], ...] = (
 def register_core_messages() -> list[str]:
     """Register the p2p, peer-sampling and gossip messages; returns the wire names.
 
-    Imports the other packages lazily so that ``p2p.codec`` itself has no
+    Imports the other packages lazily so that ``p2p.wire.codec`` itself has no
     dependency on them. Safe to call more than once. Raises
     :class:`RegistrationError` naming the module or class that is missing.
     """
-    from p2p import messages as p2p_messages
+    from p2p.wire import messages as p2p_messages
 
     names = p2p_messages.register_p2p_messages()
     for module_name, class_name, wire_name in CORE_MESSAGES:

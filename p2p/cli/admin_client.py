@@ -3,7 +3,7 @@
 Synchronous and dependency-free (plain :mod:`socket`), so the CLI starts fast
 and scripts can use it without trio::
 
-    from p2p.admin_client import AdminClient
+    from p2p.cli.admin_client import AdminClient
     status = AdminClient.for_data_dir("/var/lib/p2p").request("status")
 """
 
@@ -16,7 +16,7 @@ import socket
 from pathlib import Path
 from typing import Any
 
-from p2p.admin import ADMIN_SOCKET_NAME
+from p2p.runtime.admin_server import ADMIN_SOCKET_NAME
 
 __all__ = [
     "AdminClient",

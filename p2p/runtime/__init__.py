@@ -1,0 +1,15 @@
+"""The node runtime: the daemon's nursery, its state, checkpoints and admin server.
+
+Importing this package does not load torch; :mod:`p2p.runtime.node` and
+:mod:`p2p.runtime.checkpoint` do, and are imported on first use.
+"""
+
+from p2p.runtime.admin_server import (
+    AdminError,
+    AdminHandler,
+    AdminServer,
+    admin_socket_path,
+    serve_admin,
+)
+
+__all__ = ["AdminError", "AdminHandler", "AdminServer", "admin_socket_path", "serve_admin"]

@@ -1,0 +1,29 @@
+"""The wire: framing, the message codec, the handshake, sealing and the TCP transport.
+
+Nothing here knows about models or training; the node runtime composes the
+messages and handlers of each subsystem on top of this layer.
+"""
+
+from p2p.wire.codec import (
+    DecodeError,
+    EncodeError,
+    RegistrationError,
+    decode,
+    encode,
+    register,
+    register_core_messages,
+)
+from p2p.wire.framing import FrameDecoder, FrameTooLarge, encode_frame
+from p2p.wire.handshake import Handshake, HandshakeError, PeerInfo
+from p2p.wire.identity import Identity, IdentityError
+from p2p.wire.messages import Error, Hello, HelloAuth, Ping, Pong
+from p2p.wire.sealing import CIPHERS, SealError
+from p2p.wire.transport import PeerUnreachable, Rejected, RemoteError, Transport, TransportError
+
+__all__ = [
+    "CIPHERS", "DecodeError", "EncodeError", "Error", "FrameDecoder", "FrameTooLarge",
+    "Handshake", "HandshakeError", "Hello", "HelloAuth", "Identity", "IdentityError",
+    "PeerInfo", "PeerUnreachable", "Ping", "Pong", "RegistrationError", "Rejected",
+    "RemoteError", "SealError", "Transport", "TransportError", "decode", "encode",
+    "encode_frame", "register", "register_core_messages",
+]
