@@ -36,6 +36,7 @@ from p2p.wire import (
     register,
     register_core_messages,
 )
+
 __all__ = [
     "CIPHERS",
     "DecodeError",
