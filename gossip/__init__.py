@@ -1,14 +1,29 @@
 """Push-sum averaging per partial model, with an optional masked exchange.
 
 Sans-IO: the cores take messages, the current time and a random generator and
-return what to send.  No torch, trio or p2p imports here.
+return what to send.  :class:`GossipDriver` (trio) runs them over a
+:class:`PushTransport`; :class:`Simulation` runs many in memory with the same
+rules.  The driver names are imported lazily so that importing this package
+never imports trio.  No torch or p2p imports here.
 """
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
 from gossip.counters import PushSumCounters
-from gossip.errors import GossipError, InvalidValues, RejectedAck, RejectedPush
+from gossip.errors import (
+    GossipError,
+    InvalidValues,
+    PushRefused,
+    PushUndelivered,
+    RejectedAck,
+    RejectedPush,
+)
 from gossip.masking import MaskSource, mask_source_from
-from gossip.messages import FINGERPRINT_BYTES, Push, PushAck
-from gossip.pushsum import PRIVACY_MODES, PushSum, PushSumSnapshot
+from gossip.messages import FINGERPRINT_BYTES, WIRE_MESSAGES, Push, PushAck
+from gossip.model_sync import AveragingCore, ModelSync, VectorModel
+from gossip.pushsum import PRIVACY_MODES, PushSum, PushSumSnapshot, UndeliveredOutcome
 from gossip.simulator import (
     Faults,
     ModelSpec,
@@ -20,26 +35,50 @@ from gossip.simulator import (
     uniform_sampler,
 )
 
+if TYPE_CHECKING:
+    from gossip.driver import DurationSink, GossipDriver, Holders, PushTransport
+
 __all__ = [
     "FINGERPRINT_BYTES",
     "PRIVACY_MODES",
+    "WIRE_MESSAGES",
+    "AveragingCore",
+    "DurationSink",
     "Faults",
+    "GossipDriver",
     "GossipError",
+    "Holders",
     "InvalidValues",
     "MaskSource",
     "ModelSpec",
+    "ModelSync",
     "Push",
     "PushAck",
+    "PushRefused",
     "PushSum",
     "PushSumCounters",
     "PushSumSnapshot",
+    "PushTransport",
+    "PushUndelivered",
     "RejectedAck",
     "RejectedPush",
     "Sampler",
     "Simulation",
+    "UndeliveredOutcome",
+    "VectorModel",
     "mask_source_from",
     "model_fingerprint",
     "node_id",
     "random_models",
     "uniform_sampler",
 ]
+
+_DRIVER_NAMES = {"DurationSink", "GossipDriver", "Holders", "PushTransport"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _DRIVER_NAMES:
+        from gossip import driver
+
+        return getattr(driver, name)
+    raise AttributeError(f"module 'gossip' has no attribute {name!r}")

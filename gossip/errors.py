@@ -29,3 +29,24 @@ class RejectedAck(GossipError):
 
 class InvalidValues(GossipError, ValueError):
     """Values given by the local side (constructor, set_values, restore) are invalid."""
+
+
+class PushUndelivered(GossipError):
+    """A push got no acknowledgement from its peer (raised by a push transport).
+
+    ``maybe_delivered`` is True when the push may have reached the peer and
+    been merged with only the reply lost (timeout or connection lost after
+    sending); False when it surely was not merged (nothing was sent).
+    """
+
+    def __init__(self, reason: str, *, maybe_delivered: bool) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.maybe_delivered = maybe_delivered
+
+
+class PushRefused(PushUndelivered):
+    """The peer answered a push without merging it (an error or a wrong reply)."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason, maybe_delivered=False)

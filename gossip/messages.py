@@ -69,3 +69,11 @@ class PushAck:
     def nbytes(self) -> int:
         """Approximate size on the wire."""
         return len(self.model) + 8
+
+
+#: The wire surface of gossip: (message class, wire type name) pairs. The p2p
+#: codec encodes each field by its annotation; the node registers these at start.
+WIRE_MESSAGES: tuple[tuple[type, str], ...] = (
+    (Push, "push"),
+    (PushAck, "push_ack"),
+)

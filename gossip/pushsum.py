@@ -13,6 +13,13 @@ Delivery: a push leaves the sender's weight untouched; the share is removed
 only when the acknowledgement arrives.  An unacknowledged push is retransmitted
 (same ``push_id``; receivers recognise duplicates and re-acknowledge without
 merging) up to ``max_attempts`` times, then given up with the weight kept.
+
+Undelivered pushes (:meth:`PushSum.on_undelivered`): a first attempt that
+surely did not reach the peer is forgotten with the weight kept; one that may
+have been delivered stays outstanding and :meth:`PushSum.expire` retransmits
+it; a push that was retransmitted is never forgotten on a failure report,
+since an earlier attempt may have been merged with only its ack lost.  The
+daemon's driver and the simulator both apply this one rule.
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ import secrets
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
+from enum import Enum
 
 import numpy as np
 
@@ -49,6 +57,14 @@ class PushSumSnapshot:
     weight: float
     noisy: bool
     noise_age: int
+
+
+class UndeliveredOutcome(Enum):
+    """What :meth:`PushSum.on_undelivered` did with a push reported undelivered."""
+
+    FORGOTTEN = "forgotten"  # surely not merged: dropped, the weight stays here
+    OUTSTANDING = "outstanding"  # maybe merged: kept, expire() retransmits it (same id)
+    UNKNOWN = "unknown"  # not an outstanding push of this core: nothing changed
 
 
 @dataclass
@@ -79,7 +95,7 @@ class PushSum:
         max_weight: float = 1e6,
         privacy: str = "none",
         masked_pushes: int = 3,
-        mask_std: float = 100.0,
+        mask_std: float = 10.0,
         unmask_after: int = 40,
         max_attempts: int = 5,
         give_up_after: int = 30,
@@ -269,18 +285,40 @@ class PushSum:
                 )
         return resend
 
-    def on_failure(self, push_id: int) -> bool:
-        """The transport could not deliver ``push_id``: forget it, keep the weight.
+    def on_undelivered(self, push_id: int, maybe_delivered: bool) -> UndeliveredOutcome:
+        """The transport reports that a send of ``push_id`` got no acknowledgement.
 
-        Returns False (and changes nothing) if the push is not outstanding.
+        ``maybe_delivered`` is False when the push surely did not reach the
+        peer (connection refused, the peer answered with an error) and True
+        when it may have been merged with only the ack lost (reply timed out,
+        connection lost mid-exchange).  A first attempt that surely was not
+        delivered is forgotten and the weight kept; anything else stays
+        outstanding for :meth:`expire` to retransmit with the same id (the
+        receiver merges once and re-acknowledges), because forgetting a push
+        that was merged would duplicate its mass.  A push that has been
+        retransmitted is never forgotten here: an earlier attempt may have been
+        merged even if this one surely was not.
         """
-        o = self._outstanding.pop(push_id, None)
+        o = self._outstanding.get(push_id)
         if o is None:
-            log.warning("failure reported for unknown push %r of model %s",
+            log.warning("undelivered push %r of model %s is not outstanding",
                         push_id, _short(self.fingerprint))
-            return False
+            return UndeliveredOutcome.UNKNOWN
+        if maybe_delivered or o.attempts > 1:
+            return UndeliveredOutcome.OUTSTANDING
+        del self._outstanding[push_id]
         self._c["failures"] += 1
-        return True
+        return UndeliveredOutcome.FORGOTTEN
+
+    def on_failure(self, push_id: int) -> bool:
+        """Shorthand: ``push_id`` surely was not delivered; True if it was forgotten.
+
+        Same rule as ``on_undelivered(push_id, maybe_delivered=False)``: the
+        weight is kept; a retransmitted push stays outstanding.  Returns False
+        (and changes nothing) if the push is not outstanding.
+        """
+        outcome = self.on_undelivered(push_id, maybe_delivered=False)
+        return outcome is UndeliveredOutcome.FORGOTTEN
 
     # ---------------------------------------------------------- remote side
     def on_push(self, sender: bytes, push: Push, now: float) -> PushAck:

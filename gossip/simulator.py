@@ -6,7 +6,11 @@ the other holders.  Messages travel through a time-ordered queue with
 injectable loss (each push and each ack dropped independently), latency
 (uniform extra delay, in rounds) and crashes (a crashed node stops, its mass is
 lost, pushes to it fail when they arrive).  No real time and no sockets: the
-same ``PushSum`` cores the daemon runs.
+same ``PushSum`` cores the daemon runs, with the same delivery rules: a lost
+push or ack is retransmitted by ``expire``, and a push refused by a crashed
+node is handed to ``PushSum.on_undelivered`` exactly as the daemon's driver
+does (a first attempt is forgotten with the weight kept; a retransmission is
+kept outstanding).
 """
 
 from __future__ import annotations
@@ -242,8 +246,8 @@ class Simulation:
             if ev.kind == "push":
                 sender_core = self.cores[(ev.src, ev.model)]
                 if not self.alive(ev.dst):
-                    if self.alive(ev.src):  # connection refused
-                        sender_core.on_failure(ev.message.push_id)
+                    if self.alive(ev.src):  # connection refused: surely not merged
+                        sender_core.on_undelivered(ev.message.push_id, maybe_delivered=False)
                     continue
                 ack = self.cores[(ev.dst, ev.model)].on_push(node_id(ev.src), ev.message, ev.time)
                 self._send("ack", ev.dst, ev.src, ev.model, ack, ev.time)

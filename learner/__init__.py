@@ -1,42 +1,105 @@
-"""learner package."""
+"""Partial models over torch: declarations, layouts, data, training, the synchronous reference.
 
-# --- partial-model core (spec / layout / network) ---
-from learner.layout import ModelLayout  # noqa: E402
-from learner.network import PartialMLP, assign, extract  # noqa: E402
-from learner.spec import NetworkSpec, PartialModelSpec, SpecError  # noqa: E402
+The declarations (:mod:`learner.spec`, :mod:`learner.model_graph`,
+:mod:`learner.layout`), data specs and permutations and :class:`TrainConfig`
+are plain Python and numpy. The names that need torch (the network, the
+trainer, the reference run) are imported on first use, so that the node's
+config and the operator CLI can build the learner's own spec objects without
+paying for ``import torch``.
+"""
 
-__all__ = [*globals().get("__all__", []), "NetworkSpec", "PartialModelSpec", "SpecError",
-           "ModelLayout", "PartialMLP", "extract", "assign"]
+from __future__ import annotations
 
-# --- data, training and the synchronous reference ---
-from learner.data import DataSpec, NodeData, load_node_data  # noqa: E402
-from learner.data_errors import DataError  # noqa: E402
-from learner.idx import read_idx, write_idx  # noqa: E402
-from learner.permutations import (  # noqa: E402
+from typing import TYPE_CHECKING
+
+from learner.data import DataSpec, NodeData, load_node_data
+from learner.data_errors import DataError
+from learner.errors import FieldError
+from learner.idx import read_idx, write_idx
+from learner.layout import ModelLayout
+from learner.model_graph import ModelGraph
+from learner.permutations import (
     format_permutation,
     last_classes_permutations,
+    parse_cycles,
     parse_permutation,
 )
-from learner.reference import (  # noqa: E402
-    NodeSetup,
-    ReferenceResult,
-    ReferenceSetupError,
-    average_shared_models,
-    run_reference,
-)
-from learner.schemes import SEMI_LOCAL_SCHEMES, averaging_level, semi_local_scheme  # noqa: E402
-from learner.tasks import TaskData, load_task  # noqa: E402
-from learner.trainer import (  # noqa: E402
-    Evaluation,
-    TrainConfig,
-    TrainConfigError,
-    Trainer,
-    evaluate_model,
-)
+from learner.schemes import SEMI_LOCAL_SCHEMES, averaging_level, semi_local_scheme
+from learner.spec import NetworkSpec, PartialModelSpec, SpecError
+from learner.tasks import TaskData, load_task
+from learner.train_config import OPTIMIZERS, TrainConfig, TrainConfigError
 
-__all__ = [*globals().get("__all__", []), "DataSpec", "NodeData", "load_node_data", "DataError",
-           "read_idx", "write_idx", "format_permutation", "last_classes_permutations",
-           "parse_permutation", "NodeSetup", "ReferenceResult", "ReferenceSetupError",
-           "average_shared_models", "run_reference", "SEMI_LOCAL_SCHEMES", "averaging_level",
-           "semi_local_scheme", "TaskData", "load_task", "Evaluation", "TrainConfig",
-           "TrainConfigError", "Trainer", "evaluate_model"]
+if TYPE_CHECKING:
+    from learner.network import PartialMLP, assign, extract
+    from learner.reference import (
+        NodeSetup,
+        ReferenceResult,
+        ReferenceSetupError,
+        average_shared_models,
+        run_reference,
+    )
+    from learner.trainer import Evaluation, Trainer, evaluate_model
+
+__all__ = [
+    "OPTIMIZERS",
+    "SEMI_LOCAL_SCHEMES",
+    "DataError",
+    "DataSpec",
+    "Evaluation",
+    "FieldError",
+    "ModelGraph",
+    "ModelLayout",
+    "NetworkSpec",
+    "NodeData",
+    "NodeSetup",
+    "PartialMLP",
+    "PartialModelSpec",
+    "ReferenceResult",
+    "ReferenceSetupError",
+    "SpecError",
+    "TaskData",
+    "TrainConfig",
+    "TrainConfigError",
+    "Trainer",
+    "assign",
+    "average_shared_models",
+    "averaging_level",
+    "evaluate_model",
+    "extract",
+    "format_permutation",
+    "last_classes_permutations",
+    "load_node_data",
+    "load_task",
+    "parse_cycles",
+    "parse_permutation",
+    "read_idx",
+    "run_reference",
+    "semi_local_scheme",
+    "write_idx",
+]
+
+# name -> module holding it; these modules import torch
+_TORCH_NAMES = {
+    "PartialMLP": "learner.network",
+    "assign": "learner.network",
+    "extract": "learner.network",
+    "NodeSetup": "learner.reference",
+    "ReferenceResult": "learner.reference",
+    "ReferenceSetupError": "learner.reference",
+    "average_shared_models": "learner.reference",
+    "run_reference": "learner.reference",
+    "Evaluation": "learner.trainer",
+    "Trainer": "learner.trainer",
+    "evaluate_model": "learner.trainer",
+}
+
+
+def __getattr__(name: str) -> object:
+    module = _TORCH_NAMES.get(name)
+    if module is None:
+        raise AttributeError(f"module 'learner' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later look-ups skip this function
+    return value

@@ -29,7 +29,8 @@ class DataSpec:
 
     task: one of "digits", "synthetic", "npz", "idx"; path: the `.npz` file or
     IDX directory (npz/idx only); node_index in 0..num_nodes-1; permutation: a
-    label permutation spec (see `learner.permutations`) or None; seed: the
+    label permutation spec (see `learner.permutations`) or None (checked
+    against the task's classes when the data is loaded); seed: the
     swarm-wide data seed (same on every node); test_fraction: share of samples
     held out as the shared test part when the source has no test set;
     samples_per_node: cap on each node's shard (None: the whole shard);
@@ -48,24 +49,29 @@ class DataSpec:
 
     def __post_init__(self) -> None:
         if self.task not in TASKS:
-            raise DataError(f"data.task: unknown task {self.task!r}; expected one of {', '.join(TASKS)}")
+            raise DataError(f"unknown task {self.task!r}; expected one of {', '.join(TASKS)}",
+                            field="task")
         if self.task in ("npz", "idx") and not self.path:
-            raise DataError(f"data.path: task {self.task!r} needs a path")
+            form = ("an .npz file with arrays x, y (optional x_test, y_test)" if self.task == "npz"
+                    else "a directory holding MNIST-style IDX files")
+            raise DataError(f'required when data.task = "{self.task}"; expected {form}',
+                            field="path")
         if self.num_nodes < 1:
-            raise DataError(f"data.num_nodes: expected an integer >= 1, got {self.num_nodes}")
+            raise DataError(f"expected an integer >= 1, got {self.num_nodes}", field="num_nodes")
         if not 0 <= self.node_index < self.num_nodes:
-            raise DataError(
-                f"data.node_index: expected 0..{self.num_nodes - 1} (num_nodes={self.num_nodes}), "
-                f"got {self.node_index}"
-            )
+            raise DataError(f"{self.node_index} is not below data.num_nodes {self.num_nodes}; "
+                            "expected 0 <= node_index < num_nodes", field="node_index")
+        if self.seed < 0:
+            raise DataError(f"expected an integer >= 0, got {self.seed}", field="seed")
         if not 0.0 < self.test_fraction < 1.0:
-            raise DataError(f"data.test_fraction: expected a number in (0, 1), got {self.test_fraction}")
+            raise DataError(f"expected a number > 0 and < 1, got {self.test_fraction}",
+                            field="test_fraction")
         if self.samples_per_node is not None and self.samples_per_node < 1:
-            raise DataError(
-                f"data.samples_per_node: expected an integer >= 1 or None, got {self.samples_per_node}"
-            )
+            raise DataError(f"expected an integer >= 1 or None, got {self.samples_per_node}",
+                            field="samples_per_node")
         if self.num_classes is not None and self.num_classes < 2:
-            raise DataError(f"data.num_classes: expected an integer >= 2 or None, got {self.num_classes}")
+            raise DataError(f"expected an integer >= 2 or None, got {self.num_classes}",
+                            field="num_classes")
 
 
 @dataclass(frozen=True, eq=False)

@@ -165,11 +165,18 @@ class ModelLayout:
             if len(counts) != len(sizes):
                 raise SpecError(f"partial model {n!r} has {len(counts)} counts "
                                 f"({graph[n].notation()}) but network {network.notation()} has "
-                                f"{len(sizes)} layers; expected one count per layer")
+                                f"{len(sizes)} layers; expected one count per layer",
+                                field="counts", model=n)
             for layer, (c, s) in enumerate(zip(counts, sizes, strict=True)):
                 if c > s:
                     raise SpecError(f"partial model {n!r} wants {c} neurons in layer {layer} "
-                                    f"but network {network.notation()} has only {s} there")
+                                    f"but network {network.notation()} has only {s} there; "
+                                    f"expected <= {s}", field="counts", model=n)
+            if sum(counts[1:]) == 0:
+                # weights belong to the model of the neuron they feed: input neurons own none
+                raise SpecError(f"partial model {n!r} ({graph[n].notation()}) owns no parameters "
+                                "(only input neurons); expected at least one non-input neuron",
+                                field="counts", model=n)
         for layer, s in enumerate(sizes):
             total = sum(graph[n].counts[layer] for n in impl)
             if total > s:
@@ -177,7 +184,8 @@ class ModelLayout:
                                   if graph[n].counts[layer])
                 raise SpecError(f"layer {layer}: the partial models together want {total} "
                                 f"neurons ({parts}) but network {network.notation()} has only "
-                                f"{s} there")
+                                f"{s} there; expected the models' counts per layer to sum to "
+                                f"<= {s}")
 
     # --------------------------------------------------------------- building
     def _assign_neurons(self, order: Sequence[str]) -> None:

@@ -7,6 +7,7 @@ counts everywhere.
 
 from __future__ import annotations
 
+import difflib
 import heapq
 from collections.abc import Iterable, Mapping, Sequence
 
@@ -20,21 +21,26 @@ class ModelGraph:
 
     def __init__(self, models: Sequence[PartialModelSpec]) -> None:
         by_name: dict[str, PartialModelSpec] = {}
-        for m in models:
+        for i, m in enumerate(models):
             if not isinstance(m, PartialModelSpec):
                 raise SpecError(f"partial models: expected PartialModelSpec, got "
-                                f"{type(m).__name__} ({m!r})")
+                                f"{type(m).__name__} ({m!r})", index=i)
             if m.name in by_name:
-                raise SpecError(f"partial model {m.name!r} is declared twice; model names must "
-                                "be unique")
+                raise SpecError(f"partial model {m.name!r} is declared twice (duplicate model "
+                                "name); model names must be unique", field="name", model=m.name,
+                                index=i)
             by_name[m.name] = m
+        self._index = {m.name: i for i, m in enumerate(models)}
         for m in by_name.values():
             for d in m.depends_on:
                 if d not in by_name:
                     known = ", ".join(sorted(by_name)) or "none"
-                    raise SpecError(f"partial model {m.name!r} depends on unknown model {d!r} "
-                                    f"(declared models: {known}); declare {d!r} or remove it "
-                                    "from depends_on")
+                    close = difflib.get_close_matches(d, list(by_name), n=1, cutoff=0.6)
+                    hint = f" (did you mean {close[0]!r}?)" if close else ""
+                    raise SpecError(f"partial model {m.name!r} depends on unknown model {d!r}"
+                                    f"{hint} (declared models: {known}); declare {d!r} or remove "
+                                    "it from depends_on", field="depends_on", model=m.name,
+                                    index=self._index[m.name])
         self._by_name = by_name
         self._order = [m.name for m in models]
         self._check_acyclic()
@@ -61,9 +67,11 @@ class ModelGraph:
                     continue
                 if colour[nxt] == grey:
                     cycle = path[path.index(nxt):] + [nxt]
-                    raise SpecError("partial models have a dependency cycle: "
-                                    + " -> ".join(cycle)
-                                    + "; dependencies must be acyclic")
+                    chain = " -> ".join(cycle)
+                    itself = f" (model {nxt!r} depends on itself)" if len(cycle) == 2 else ""
+                    raise SpecError(f"partial models have a dependency cycle: {chain}{itself}; "
+                                    f"dependencies must be acyclic: break the cycle {chain}",
+                                    field="depends_on", model=nxt, index=self._index[nxt])
                 if colour[nxt] == white:
                     colour[nxt] = grey
                     path.append(nxt)

@@ -1,14 +1,20 @@
-"""Label permutations written as short spec strings (the papers' "modified MNIST").
+"""Label permutations (the papers' "modified MNIST"): one notation, one parser.
 
-A permutation maps each true label `y` to the label the node is taught,
-`perm[y]`. Accepted specs (whitespace is ignored around tokens):
+A permutation maps each true label ``y`` to the label the node is taught,
+``perm[y]``. It is a product of disjoint cycles, written (whitespace ignored
+around tokens):
 
-- ``""``, ``"id"``, ``"identity"``, ``"()"`` or ``None``: no change;
-- swaps ``"8:9"`` or several ``"6:7,8:9"``;
-- cycles in cycle notation ``"(7 8 9)"`` (7->8, 8->9, 9->7), products ``"(6 7)(8 9)"``;
+- ``"id"`` (also ``""``, ``"identity"``, ``"none"``, ``"()"`` or ``None``): no change;
+- colon cycles separated by commas: ``"8:9"`` swaps 8 and 9, ``"7:8:9"`` maps
+  7->8, 8->9, 9->7, ``"8:9,6:7"`` applies two disjoint cycles. This is the
+  canonical form: :func:`format_cycles` and :func:`format_permutation` write it;
+- the same cycles in parentheses, labels separated by spaces: ``"(7 8 9)(6 7)"``;
 - the papers' difference rate ``"rate:r"``: the cycle ``(C-r ... C-1)`` over the
-  last `r` of `C` classes (``rate:0`` is the identity, ``rate:1`` is impossible);
+  last ``r`` of ``C`` classes (``rate:0`` is the identity, ``rate:1`` is impossible);
 - an explicit image list ``"map:1,0,2,3,4,5,6,7,8,9"`` (``perm[i]`` for every class).
+
+A comma always separates cycles (or, after ``map:``, images); it never
+separates labels of one cycle.
 """
 
 from __future__ import annotations
@@ -21,16 +27,24 @@ import numpy as np
 from learner.data_errors import DataError
 
 __all__ = [
+    "Cycles",
+    "cycles_of",
+    "format_cycles",
     "format_permutation",
     "identity_permutation",
     "last_classes_permutations",
+    "parse_cycles",
     "parse_permutation",
 ]
 
+#: A permutation as disjoint cycles, e.g. ``((8, 9), (6, 7))``; ``()`` is the identity.
+Cycles = tuple[tuple[int, ...], ...]
+
 _FORMS = (
-    "'id', a swap '8:9' (comma-separated for several), cycles '(7 8 9)(1 2)', "
-    "'rate:R' (cycle over the last R classes) or 'map:i0,i1,...'"
+    "'id', cycles '8:9' or '7:8:9' (comma-separated for several, e.g. '8:9,6:7'), "
+    "'(7 8 9)(1 2)', 'rate:R' (cycle over the last R classes) or 'map:i0,i1,...'"
 )
+_IDENTITY = ("", "id", "identity", "none")
 _CYCLE_RE = re.compile(r"\(([^()]*)\)")
 
 
@@ -39,91 +53,109 @@ def identity_permutation(num_classes: int) -> np.ndarray:
     return np.arange(num_classes, dtype=np.int64)
 
 
-def _label(token: str, spec: str, num_classes: int) -> int:
+def _label(token: str, spec: str, num_classes: int | None) -> int:
     token = token.strip()
     if not re.fullmatch(r"\d+", token):
         raise DataError(f"permutation {spec!r}: {token!r} is not a class index; expected {_FORMS}")
     value = int(token)
-    if value >= num_classes:
-        raise DataError(
-            f"permutation {spec!r}: class {value} out of range; expected 0..{num_classes - 1}"
-        )
+    if num_classes is not None and value >= num_classes:
+        raise DataError(f"permutation {spec!r}: class {value} out of range: it does not exist "
+                        f"among {num_classes} classes (expected labels 0..{num_classes - 1})")
     return value
 
 
-def _apply_cycle(perm: np.ndarray, cycle: list[int], spec: str) -> None:
-    """Compose `perm` with a cycle applied after it (so cycles read left to right)."""
-    if len(set(cycle)) != len(cycle):
-        raise DataError(f"permutation {spec!r}: cycle {tuple(cycle)} repeats a class")
-    step = {a: b for a, b in zip(cycle, cycle[1:] + cycle[:1], strict=True)}
-    for i, image in enumerate(perm):
-        perm[i] = step.get(int(image), int(image))
+def _checked(cycles: list[tuple[int, ...]], spec: str) -> Cycles:
+    seen: set[int] = set()
+    out: list[tuple[int, ...]] = []
+    for cycle in cycles:
+        text = ":".join(map(str, cycle))
+        if len(set(cycle)) != len(cycle):
+            raise DataError(f"permutation {spec!r}: cycle {text} repeats a class (a class cannot "
+                            "be mapped to itself or twice)")
+        shared = seen.intersection(cycle)
+        if shared:
+            raise DataError(f"permutation {spec!r}: class {min(shared)} appears in two cycles; "
+                            "cycles must be disjoint")
+        seen.update(cycle)
+        if len(cycle) > 1:
+            out.append(cycle)
+    return tuple(out)
 
 
-def _parse_cycles(text: str, spec: str, num_classes: int) -> np.ndarray:
-    perm = identity_permutation(num_classes)
-    rest = _CYCLE_RE.sub("", text)
-    if rest.strip():
-        raise DataError(f"permutation {spec!r}: unexpected text {rest.strip()!r}; expected {_FORMS}")
-    for body in _CYCLE_RE.findall(text):
-        tokens = body.replace(",", " ").split()
-        if not tokens:
-            continue
-        _apply_cycle(perm, [_label(t, spec, num_classes) for t in tokens], spec)
-    return perm
+def _need_classes(spec: str, num_classes: int | None, form: str) -> int:
+    if num_classes is None:
+        raise DataError(f"permutation {spec!r}: '{form}' needs the number of classes")
+    return num_classes
+
+
+def parse_cycles(spec: str | None, num_classes: int | None = None) -> Cycles:
+    """Parse a permutation spec into disjoint cycles, in the order written.
+
+    With ``num_classes``, labels must lie in ``0..num_classes-1`` (and the
+    ``rate:``/``map:`` forms, which need it, are accepted). Raises
+    :class:`DataError` naming the spec and the accepted forms.
+    """
+    if spec is not None and not isinstance(spec, str):
+        raise DataError(f"permutation: expected a string such as '8:9', got "
+                        f"{type(spec).__name__}")
+    raw = spec or ""
+    text = raw.strip()
+    if text.lower() in _IDENTITY:
+        return ()
+    if text.startswith("("):
+        rest = _CYCLE_RE.sub("", text)
+        if rest.strip():
+            raise DataError(f"permutation {raw!r}: unexpected text {rest.strip()!r}; "
+                            f"expected {_FORMS}")
+        bodies = _CYCLE_RE.findall(text)
+        if any("," in body for body in bodies):
+            raise DataError(f"permutation {raw!r}: a comma separates cycles, not labels; write "
+                            "the labels of one cycle with spaces, e.g. '(7 8 9)', or use '7:8:9'")
+        return _checked([tuple(_label(t, raw, num_classes) for t in body.split())
+                         for body in bodies], raw)
+    lowered = text.lower()
+    if lowered.startswith("rate:"):
+        n = _need_classes(raw, num_classes, "rate:R")
+        value = text[5:].strip()
+        if not re.fullmatch(r"\d+", value):
+            raise DataError(f"permutation {raw!r}: rate must be an integer; expected 'rate:R'")
+        rate = int(value)
+        if rate == 1 or rate > n:
+            raise DataError(f"permutation {raw!r}: difference rate must be 0 or 2..{n}, "
+                            f"got {rate}")
+        return (tuple(range(n - rate, n)),) if rate else ()
+    if lowered.startswith("map:"):
+        n = _need_classes(raw, num_classes, "map:")
+        images = [_label(t, raw, n) for t in text[4:].split(",")]
+        if len(images) != n or sorted(images) != list(range(n)):
+            raise DataError(f"permutation {raw!r}: 'map:' needs each of the {n} classes "
+                            "exactly once")
+        return cycles_of(np.asarray(images, dtype=np.int64))
+    if ":" in text:
+        return _checked([tuple(_label(t, raw, num_classes) for t in chunk.split(":"))
+                         for chunk in text.split(",")], raw)
+    raise DataError(f"permutation {raw!r}: cannot parse: unrecognised form; expected {_FORMS}")
 
 
 def parse_permutation(spec: str | None, num_classes: int) -> np.ndarray:
     """Parse a permutation spec into an int64 array `perm` with `perm[true_label] = taught_label`.
 
-    Raises DataError naming the spec and the accepted forms when it is malformed,
-    names a class outside ``0..num_classes-1`` or does not describe a bijection.
+    Raises DataError naming the spec and the accepted forms when it is malformed
+    or names a class outside ``0..num_classes-1``.
     """
     if num_classes < 1:
         raise DataError(f"permutation: num_classes must be >= 1, got {num_classes}")
-    text = "" if spec is None else spec.strip()
-    if text.lower() in ("", "id", "identity", "none"):
-        return identity_permutation(num_classes)
-    if text.startswith("("):
-        return _parse_cycles(text, spec or "", num_classes)
-    if text.lower().startswith("rate:"):
-        value = text[5:].strip()
-        if not re.fullmatch(r"\d+", value):
-            raise DataError(f"permutation {spec!r}: rate must be an integer; expected 'rate:R'")
-        rate = int(value)
-        if rate == 1 or rate > num_classes:
-            raise DataError(
-                f"permutation {spec!r}: difference rate must be 0 or 2..{num_classes}, got {rate}"
-            )
-        perm = identity_permutation(num_classes)
-        if rate:
-            _apply_cycle(perm, list(range(num_classes - rate, num_classes)), spec or "")
-        return perm
-    if text.lower().startswith("map:"):
-        images = [_label(t, spec or "", num_classes) for t in text[4:].split(",")]
-        if len(images) != num_classes or sorted(images) != list(range(num_classes)):
-            raise DataError(
-                f"permutation {spec!r}: 'map:' needs each of the {num_classes} classes exactly once"
-            )
-        return np.asarray(images, dtype=np.int64)
-    if ":" in text:
-        perm = identity_permutation(num_classes)
-        for pair in text.split(","):
-            parts = pair.split(":")
-            if len(parts) != 2:
-                raise DataError(f"permutation {spec!r}: bad swap {pair.strip()!r}; expected 'A:B'")
-            a, b = (_label(p, spec or "", num_classes) for p in parts)
-            if a == b:
-                raise DataError(f"permutation {spec!r}: swap {pair.strip()!r} swaps a class with itself")
-            _apply_cycle(perm, [a, b], spec or "")
-        return perm
-    raise DataError(f"permutation {spec!r}: unrecognised form; expected {_FORMS}")
+    perm = identity_permutation(num_classes)
+    for cycle in parse_cycles(spec, num_classes):
+        for a, b in zip(cycle, cycle[1:] + cycle[:1], strict=True):
+            perm[a] = b
+    return perm
 
 
-def format_permutation(perm: np.ndarray) -> str:
-    """Cycle notation for `perm` (``"id"`` for the identity), accepted by `parse_permutation`."""
+def cycles_of(perm: np.ndarray) -> Cycles:
+    """The disjoint cycles of `perm`, each starting at its smallest label, in label order."""
     seen: set[int] = set()
-    cycles: list[str] = []
+    cycles: list[tuple[int, ...]] = []
     for start in range(len(perm)):
         if start in seen or int(perm[start]) == start:
             continue
@@ -134,15 +166,25 @@ def format_permutation(perm: np.ndarray) -> str:
             cycle.append(current)
             seen.add(current)
             current = int(perm[current])
-        cycles.append("(" + " ".join(map(str, cycle)) + ")")
-    return "".join(cycles) or "id"
+        cycles.append(tuple(cycle))
+    return tuple(cycles)
+
+
+def format_cycles(cycles: Cycles) -> str:
+    """The canonical notation of `cycles`: ``"8:9,6:7"`` (``"id"`` for the identity)."""
+    return ",".join(":".join(map(str, c)) for c in cycles) or "id"
+
+
+def format_permutation(perm: np.ndarray) -> str:
+    """Canonical notation for `perm` (``"id"`` for the identity), accepted by `parse_permutation`."""
+    return format_cycles(cycles_of(perm))
 
 
 def last_classes_permutations(count: int = 3, num_classes: int = 10) -> list[str]:
     """Specs for all `count`! permutations of the last `count` classes, identity first.
 
     With the defaults: the six elements of S3 acting on digits 7, 8, 9, as in
-    the papers' semi-local experiment (``id``, ``(8 9)``, ``(7 8)``, ...).
+    the papers' semi-local experiment (``id``, ``8:9``, ``7:8``, ...).
     """
     if not 1 <= count <= num_classes:
         raise DataError(f"last_classes_permutations: count must be 1..{num_classes}, got {count}")

@@ -16,6 +16,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from learner.train_config import OPTIMIZERS, TrainConfig, TrainConfigError
+
 __all__ = [
     "OPTIMIZERS",
     "Evaluation",
@@ -26,53 +28,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
-
-OPTIMIZERS = ("sgd", "momentum", "adam")
-
-
-class TrainConfigError(ValueError):
-    """A training setting is out of range; the message names the field and the expected form."""
-
-
-@dataclass(frozen=True)
-class TrainConfig:
-    """Training settings.
-
-    lr: learning rate; batch_size: samples per mini-batch (capped at the shard
-    size); steps_per_round: mini-batches per `train_round`; optimizer: "sgd"
-    (plain), "momentum" (SGD with `momentum`) or "adam"; weight_decay: L2
-    penalty; seed: drives the mini-batch order.
-
-    The papers used plain SGD with learning rate 0.1, a sigmoid network and
-    mean loss: that is this config with `optimizer="sgd"` and a sigmoid
-    network. With ReLU networks the same settings learn much faster on digits.
-    """
-
-    lr: float = 0.1
-    batch_size: int = 32
-    steps_per_round: int = 10
-    optimizer: str = "sgd"
-    momentum: float = 0.9
-    weight_decay: float = 0.0
-    seed: int = 0
-
-    def __post_init__(self) -> None:
-        if not (self.lr > 0 and np.isfinite(self.lr)):
-            raise TrainConfigError(f"train.lr: expected a finite number > 0, got {self.lr}")
-        if self.batch_size < 1:
-            raise TrainConfigError(f"train.batch_size: expected an integer >= 1, got {self.batch_size}")
-        if self.steps_per_round < 1:
-            raise TrainConfigError(
-                f"train.steps_per_round: expected an integer >= 1, got {self.steps_per_round}"
-            )
-        if self.optimizer not in OPTIMIZERS:
-            raise TrainConfigError(
-                f"train.optimizer: unknown {self.optimizer!r}; expected one of {', '.join(OPTIMIZERS)}"
-            )
-        if not 0.0 <= self.momentum < 1.0:
-            raise TrainConfigError(f"train.momentum: expected a number in [0, 1), got {self.momentum}")
-        if not self.weight_decay >= 0.0:
-            raise TrainConfigError(f"train.weight_decay: expected a number >= 0, got {self.weight_decay}")
 
 
 @dataclass(frozen=True)

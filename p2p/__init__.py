@@ -7,6 +7,7 @@ Subpackages: :mod:`p2p.wire` (framing, codec, handshake, sealing, transport),
 """
 
 # --- wire protocol and transport ----------------------------------------------
+from p2p.runtime.protocol import register_node_messages
 from p2p.wire import (
     CIPHERS,
     DecodeError,
@@ -34,7 +35,7 @@ from p2p.wire import (
     encode,
     encode_frame,
     register,
-    register_core_messages,
+    register_messages,
 )
 
 __all__ = [
@@ -64,7 +65,8 @@ __all__ = [
     "encode",
     "encode_frame",
     "register",
-    "register_core_messages",
+    "register_messages",
+    "register_node_messages",
 ]
 # --- end wire protocol and transport --------------------------------------------
 
@@ -73,7 +75,6 @@ from p2p.cli.admin_client import AdminClient, AdminClientError
 from p2p.config import (
     ConfigError,
     HostPort,
-    ModelSpec,
     NodeConfig,
     SwarmKeyError,
     load_config,
@@ -100,7 +101,7 @@ def __getattr__(name: str) -> object:
 __all__ = [
     *globals().get("__all__", []),
     "AdminClient", "AdminClientError", "AdminError", "AdminHandler", "AdminServer",
-    "ConfigError", "HostPort", "ModelSpec", "NodeConfig", "SwarmKeyError",
+    "ConfigError", "HostPort", "NodeConfig", "SwarmKeyError",
     "admin_socket_path", "load_config", "load_swarm_key", "render_config_toml",
     "serve_admin", *_LAZY_CHECKPOINT,
 ]

@@ -24,24 +24,23 @@ from typing import Any
 
 import numpy as np
 
+from learner.permutations import parse_cycles
 from learner.schemes import averaging_level, semi_local_scheme
-from learner.spec import NetworkSpec
+from learner.spec import NetworkSpec, PartialModelSpec
 from p2p.cli.admin_client import AdminClient, AdminClientError
 from p2p.config import (
     CheckpointConfig,
     DataConfig,
     GossipConfig,
-    ModelSpec,
     NetworkConfig,
     NodeConfig,
     NodeSection,
     PeerSamplingConfig,
     SecurityConfig,
     TrainingConfig,
-    encode_swarm_key,
     generate_swarm_key,
-    parse_permutation,
     render_config_toml,
+    write_swarm_key,
 )
 from p2p.runtime.checkpoint import CheckpointStore
 
@@ -94,7 +93,7 @@ def default_permutations(nodes: int, every: int = 2, swap: str = "8:9") -> tuple
     return tuple(swap if i % every == every - 1 else None for i in range(nodes))
 
 
-def node_models(spec: SwarmSpec, index: int) -> tuple[ModelSpec, ...]:
+def node_models(spec: SwarmSpec, index: int) -> tuple[PartialModelSpec, ...]:
     """The partial models node ``index`` declares under the spec's scheme."""
     if spec.scheme not in SCHEME_LEVELS:
         raise SwarmError(f"--scheme: expected one of {', '.join(SCHEME_LEVELS)}, "
@@ -106,8 +105,7 @@ def node_models(spec: SwarmSpec, index: int) -> tuple[ModelSpec, ...]:
         declared = semi_local_scheme(network, "global80+semi20", spec.groups()[index])
     else:
         declared = averaging_level(network, SCHEME_LEVELS[spec.scheme])
-    return tuple(ModelSpec(m.name, tuple(m.counts), tuple(m.depends_on), m.kind)
-                 for m in declared)
+    return tuple(declared)
 
 
 def node_config(spec: SwarmSpec, index: int, data_dir: Path,
@@ -116,7 +114,7 @@ def node_config(spec: SwarmSpec, index: int, data_dir: Path,
     perm = spec.permutation(index)
     return NodeConfig(
         node=NodeSection(name=f"node{index}", data_dir=data_dir, seed=spec.seed * 1000 + index),
-        network=NetworkConfig(layers=tuple(int(s) for s in spec.layers.split("="))),
+        network=NetworkConfig(layers=NetworkSpec.parse(spec.layers).sizes),
         models=node_models(spec, index),
         training=TrainingConfig(lr=spec.lr, batch_size=spec.batch_size,
                                 steps_per_round=spec.steps_per_round, rounds=spec.rounds,
@@ -128,7 +126,7 @@ def node_config(spec: SwarmSpec, index: int, data_dir: Path,
                             privacy=spec.privacy),
         peer_sampling=PeerSamplingConfig(period=spec.shuffle_period),
         data=DataConfig(task="digits", node_index=index, num_nodes=spec.nodes,
-                        permutation=parse_permutation(perm) if perm else (), seed=spec.seed),
+                        permutation=parse_cycles(perm), seed=spec.seed),
         security=SecurityConfig(swarm_key_file=swarm_key_file),
         checkpoint=CheckpointConfig(interval=spec.checkpoint_interval),
     )
@@ -194,8 +192,7 @@ class Swarm:
         key_file = None
         if self.spec.swarm_key:
             key_file = self.workdir / "swarm.key"
-            key_file.write_text(encode_swarm_key(generate_swarm_key()))
-            key_file.chmod(0o600)
+            write_swarm_key(key_file, generate_swarm_key())
         for i in range(self.spec.nodes):
             data_dir = self.workdir / f"node{i}"
             data_dir.mkdir(parents=True, exist_ok=True)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from .address import AddressError, HostPort, parse_host_port
 from .core import PeerEntry, PeerSampler, SamplerStats
 from .descriptor import (
     MAX_AGE,
@@ -29,7 +30,7 @@ from .graph import (
     largest_strong_component,
     largest_weak_component,
 )
-from .messages import ShuffleReply, ShuffleRequest
+from .messages import WIRE_MESSAGES, ShuffleReply, ShuffleRequest
 from .simulator import Simulator
 from .view import PartialView
 
@@ -40,9 +41,12 @@ __all__ = [
     "MAX_AGE",
     "MAX_TAGS",
     "TAG_LENGTH",
+    "WIRE_MESSAGES",
+    "AddressError",
     "DegreeStats",
     "Descriptor",
     "HolderDirectory",
+    "HostPort",
     "InvalidDescriptor",
     "InvalidMessage",
     "PartialView",
@@ -61,6 +65,7 @@ __all__ = [
     "largest_strong_component",
     "largest_weak_component",
     "parse_address",
+    "parse_host_port",
     "run_peer_sampling",
     "validate_descriptor",
 ]

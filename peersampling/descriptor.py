@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
+from .address import AddressError, parse_host_port
 from .errors import InvalidDescriptor
 
 #: A descriptor older than this many periods is treated as garbage, not as old.
@@ -22,7 +23,6 @@ TAG_LENGTH = 32
 #: Node ids are Ed25519 public keys on the wire (32 bytes); simulations may use
 #: shorter ones, so any length from 1 to this bound is accepted.
 MAX_NODE_ID_LENGTH = 64
-MAX_HOST_LENGTH = 253
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,31 +36,15 @@ class Descriptor:
 
 
 def parse_address(address: object) -> tuple[str, int]:
-    """Split ``"host:port"`` (or ``"[v6]:port"``) into its parts.
+    """Split ``"host:port"`` (or ``"[v6]:port"``) into its parts (rule: :mod:`.address`).
 
     Raises :class:`InvalidDescriptor` (field ``address``) when malformed.
     """
-    if not isinstance(address, str):
-        raise InvalidDescriptor(
-            "address", f"expected str 'host:port', got {type(address).__name__}"
-        )
-    host, sep, port_text = address.rpartition(":")
-    if not sep or not host:
-        raise InvalidDescriptor("address", f"expected 'host:port', got {address[:80]!r}")
-    if not (port_text.isascii() and port_text.isdigit()) or len(port_text) > 5:
-        raise InvalidDescriptor("address", f"port must be 1-65535 in {address[:80]!r}")
-    port = int(port_text)
-    if not 1 <= port <= 65535:
-        raise InvalidDescriptor("address", f"port must be 1-65535 in {address[:80]!r}")
-    if host.startswith("[") and host.endswith("]"):
-        host = host[1:-1]
-        if not host:
-            raise InvalidDescriptor("address", f"empty IPv6 host in {address[:80]!r}")
-    elif ":" in host:
-        raise InvalidDescriptor("address", f"IPv6 hosts must be bracketed: {address[:80]!r}")
-    if len(host) > MAX_HOST_LENGTH or not host.isprintable() or " " in host:
-        raise InvalidDescriptor("address", f"host is not a printable name: {address[:80]!r}")
-    return host, port
+    try:
+        parsed = parse_host_port(address)
+    except AddressError as exc:
+        raise InvalidDescriptor("address", str(exc)) from None
+    return parsed.host, parsed.port
 
 
 # Addresses repeat endlessly in shuffles: remember the valid ones (errors are

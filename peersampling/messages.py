@@ -32,3 +32,12 @@ class ShuffleReply:
 
     entries: tuple[Descriptor, ...]
     view: bytes | None = None
+
+
+#: The wire surface of peer sampling: (message class, wire type name) pairs. The
+#: p2p codec encodes each field by its annotation (a :class:`Descriptor` nests as
+#: a map); the node registers these at start.
+WIRE_MESSAGES: tuple[tuple[type, str], ...] = (
+    (ShuffleRequest, "shuffle_request"),
+    (ShuffleReply, "shuffle_reply"),
+)

@@ -19,7 +19,6 @@ import argparse
 import json
 import platform
 import statistics
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -28,9 +27,7 @@ import numpy as np
 import torch
 from torch import nn
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from learner import ModelLayout, NetworkSpec, PartialMLP, PartialModelSpec  # noqa: E402
+from learner import ModelLayout, NetworkSpec, PartialMLP, PartialModelSpec
 
 NETWORK = "784=300=100=10"
 G80 = PartialModelSpec.parse("G", "784-240-80-10")

@@ -15,14 +15,11 @@ import copy
 import hashlib
 import json
 import statistics
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from peersampling import Simulator  # noqa: E402
+from peersampling import Simulator
 
 MODEL = hashlib.sha256(b"bench-semi-local-model").digest()
 

@@ -18,11 +18,9 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from gossip.messages import Push  # noqa: E402
-from gossip.pushsum import PushSum  # noqa: E402
-from gossip.simulator import Faults, Simulation, random_models  # noqa: E402
+from gossip.messages import Push
+from gossip.pushsum import PushSum
+from gossip.simulator import Faults, Simulation, random_models
 
 TOL = 1e-6
 DIM = 8

@@ -25,12 +25,9 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from learner import NodeSetup, TrainConfig, run_reference  # noqa: E402
-from p2p.runtime.assembly import build_learning, model_specs, network_spec  # noqa: E402
-from p2p.swarm import Swarm, SwarmSpec, node_config  # noqa: E402
+from learner import NodeSetup, TrainConfig, run_reference
+from p2p.runtime.assembly import build_learning, model_specs, network_spec
+from p2p.swarm import Swarm, SwarmSpec, node_config
 
 
 def swapped(nodes: int, count: int) -> tuple[str | None, ...]:

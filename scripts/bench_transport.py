@@ -18,7 +18,6 @@ import argparse
 import json
 import os
 import statistics
-import sys
 import time
 from dataclasses import dataclass
 from functools import partial
@@ -27,14 +26,12 @@ from pathlib import Path
 import numpy as np
 import trio
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from p2p.wire import codec  # noqa: E402
-from p2p.wire.framing import encode_frame  # noqa: E402
-from p2p.wire.handshake import PeerInfo  # noqa: E402
-from p2p.wire.identity import Identity  # noqa: E402
-from p2p.wire.sealing import Opener, Sealer  # noqa: E402
-from p2p.wire.transport import Transport  # noqa: E402
+from p2p.wire import codec
+from p2p.wire.framing import encode_frame
+from p2p.wire.handshake import PeerInfo
+from p2p.wire.identity import Identity
+from p2p.wire.sealing import Opener, Sealer
+from p2p.wire.transport import Transport
 
 VECTOR_LENGTH = 131072
 MODES = ("plain", "chacha20", "aes-gcm")
@@ -43,7 +40,9 @@ MODES = ("plain", "chacha20", "aes-gcm")
 def _messages() -> tuple[type, type, str]:
     """Use gossip's Push/PushAck when available, else an equivalent local pair."""
     try:
-        codec.register_core_messages()
+        from p2p.runtime.protocol import register_node_messages
+
+        register_node_messages()
         from gossip.messages import Push, PushAck
 
         return Push, PushAck, "gossip.messages.Push"

@@ -30,11 +30,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from p2p.runtime.checkpoint import CheckpointStore  # noqa: E402
-from p2p.swarm import Swarm, SwarmError, SwarmSpec, default_permutations  # noqa: E402
+from p2p.runtime.checkpoint import CheckpointStore
+from p2p.swarm import Swarm, SwarmError, SwarmSpec, default_permutations
 
 
 def build_spec(args: argparse.Namespace) -> SwarmSpec:

@@ -2,7 +2,7 @@
 """Message loss and delay injected at the transport layer: accuracy and push-sum weight.
 
 Runs real nodes (full transport, handshake, codec, node runtime) over the
-in-memory network of ``tests/fakenet.py`` three times with the same seed:
+in-memory network of :mod:`p2p.testing` twice with the same seed:
 no faults, then each write delayed up to ``--delay`` seconds and lost with
 probability ``--loss`` (a lost write darkens its connection, so the requester
 times out and retransmits). Prints median accuracy, the live total push-sum
@@ -26,10 +26,7 @@ from typing import Any
 
 import trio
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from tests.test_reliability_faults import run_with_faults  # noqa: E402
+from p2p.testing import run_with_faults
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -50,11 +47,13 @@ def main(argv: list[str] | None = None) -> int:
     results: dict[str, Any] = {}
     for label, loss, delay in (("clean", 0.0, 0.0), ("faults", args.loss, args.delay)):
         with tempfile.TemporaryDirectory(prefix="p2p-faults-") as tmp:
-            r = trio.run(partial(run_with_faults, Path(tmp), nodes=args.nodes,
-                                 rounds=args.rounds, loss=loss, delay=delay, seed=args.seed,
-                                 timeout=args.timeout, shuffle_period=args.timeout,
-                                 round_interval=args.round_interval))
-        accs = [a for a in r["accuracy"] if a is not None]  # type: ignore[union-attr]
+            report = trio.run(partial(run_with_faults, Path(tmp), nodes=args.nodes,
+                                      rounds=args.rounds, loss=loss, delay=delay,
+                                      seed=args.seed, timeout=args.timeout,
+                                      shuffle_period=args.timeout,
+                                      round_interval=args.round_interval))
+        accs = [a for a in report.accuracy if a is not None]
+        r = report.as_dict()
         r["accuracy_median"] = statistics.median(accs)
         r["loss"], r["max_delay"] = loss, delay
         results[label] = r

@@ -31,21 +31,13 @@ from typing import Any
 import numpy as np
 import trio
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from p2p.cli.admin_client import AdminClient  # noqa: E402
-from p2p.swarm import Swarm, SwarmSpec  # noqa: E402
-from p2p.wire import codec  # noqa: E402
-from p2p.wire.messages import Ping  # noqa: E402
-from p2p.wire.transport import HANDSHAKE_MAX_FRAME_SIZE  # noqa: E402
-from tests.reliability_helpers import (  # noqa: E402
-    ask,
-    open_session,
-    push_payload,
-    raw_exchange,
-    split,
-)
+from p2p.cli.admin_client import AdminClient
+from p2p.runtime.protocol import register_node_messages
+from p2p.swarm import Swarm, SwarmSpec
+from p2p.testing import ask, open_session, push_payload, raw_exchange
+from p2p.wire import codec
+from p2p.wire.messages import Ping
+from p2p.wire.transport import HANDSHAKE_MAX_FRAME_SIZE, parse_address
 
 
 def rss(pid: int) -> dict[str, int]:
@@ -103,7 +95,7 @@ async def big_frame_wave(address: str, count: int) -> None:
     streams = []
     for _ in range(count):
         try:
-            s = await trio.open_tcp_stream(*split(address))
+            s = await trio.open_tcp_stream(*parse_address(address))
             await s.send_all(struct.pack(">I", HANDSHAKE_MAX_FRAME_SIZE - 16)
                              + b"\0" * (HANDSHAKE_MAX_FRAME_SIZE - 4096))
             streams.append(s)
@@ -119,7 +111,7 @@ async def flood_wave(address: str, count: int, client: AdminClient) -> list[floa
     latencies = []
     for i in range(count):
         try:
-            streams.append(await trio.open_tcp_stream(*split(address)))
+            streams.append(await trio.open_tcp_stream(*parse_address(address)))
         except OSError:
             pass
         if i % 50 == 0:
@@ -133,7 +125,7 @@ async def flood_wave(address: str, count: int, client: AdminClient) -> list[floa
 
 async def attack(address: str, pid: int, client: AdminClient, model: bytes, length: int,
                  scale: int) -> dict[str, Any]:
-    codec.register_core_messages()
+    register_node_messages()
     phases: dict[str, Any] = {"start": rss(pid)}
     before = client.request("models")["models"][0]
     rng = np.random.default_rng(0)

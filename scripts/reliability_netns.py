@@ -32,12 +32,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from p2p.cli.admin_client import AdminClient, AdminClientError
+from p2p.config import render_config_toml
+from p2p.swarm import SwarmSpec, default_permutations, node_config
 
-from p2p.cli.admin_client import AdminClient, AdminClientError  # noqa: E402
-from p2p.config import render_config_toml  # noqa: E402
-from p2p.swarm import SwarmSpec, default_permutations, node_config  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 SKIP = 77
 

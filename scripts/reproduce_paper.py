@@ -37,14 +37,12 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from learner.data import DataSpec, load_node_data  # noqa: E402
-from learner.permutations import last_classes_permutations  # noqa: E402
-from learner.reference import NodeSetup, run_reference  # noqa: E402
-from learner.schemes import averaging_level, semi_local_scheme  # noqa: E402
-from learner.spec import NetworkSpec  # noqa: E402
-from learner.trainer import OPTIMIZERS, TrainConfig  # noqa: E402
+from learner.data import DataSpec, load_node_data
+from learner.permutations import last_classes_permutations
+from learner.reference import NodeSetup, run_reference
+from learner.schemes import averaging_level, semi_local_scheme
+from learner.spec import NetworkSpec
+from learner.trainer import OPTIMIZERS, TrainConfig
 
 logger = logging.getLogger("reproduce_paper")
 

@@ -22,10 +22,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from p2p.swarm import Swarm, SwarmError, SwarmSpec, default_permutations  # noqa: E402
+from p2p.swarm import Swarm, SwarmError, SwarmSpec, default_permutations
 
 
 def parse_permuted(text: str | None, nodes: int) -> tuple[str | None, ...]:

@@ -56,10 +56,11 @@ def test_swarm_learns_above_chance_and_exchanges_pushes(swarm: Swarm) -> None:
 
 def test_global_vectors_converge_once_training_stops(swarm: Swarm) -> None:
     before = relative_spread(swarm.shared_vectors("global"))
-    deadline = time.monotonic() + 30
+    # a condition wait with a generous limit: daemons average at the pace of the machine
+    deadline = time.monotonic() + 180
     after = before
     while time.monotonic() < deadline:
-        time.sleep(1.0)
+        time.sleep(0.5)
         after = relative_spread(swarm.shared_vectors("global"))
         if after < before / 10:
             break
@@ -88,8 +89,10 @@ def test_sigterm_checkpoints_and_exits_zero_then_resumes(swarm: Swarm) -> None:
         store.path.unlink()
     started = time.monotonic()
     d.process.send_signal(signal.SIGTERM)
-    assert d.process.wait(timeout=5) == 0
-    assert time.monotonic() - started < 5
+    assert d.process.wait(timeout=60) == 0
+    # It did not wait out the 30 s cap on the trainer's round (the bound is
+    # loose on purpose: process exit takes what a loaded machine gives it).
+    assert time.monotonic() - started < 25
     state = store.load()
     assert state is not None and state.round >= rounds
     assert state.node_id is not None and state.node_id.hex() == node_id
@@ -107,7 +110,7 @@ def test_every_process_is_gone_after_the_swarm(tmp_path: Path) -> None:
         pids = [d.process.pid for d in s.daemons if d.process is not None]
         s.run_until_done(timeout=120)
         # every daemon stops on SIGTERM by itself, cleanly (None would mean killed)
-        assert s.stop(grace=5) == [0, 0]
+        assert s.stop(grace=60) == [0, 0]
     for pid in pids:
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)

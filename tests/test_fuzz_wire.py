@@ -21,6 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gossip import Push, PushSum, RejectedPush
+from p2p.runtime.protocol import register_node_messages
 from p2p.wire import codec
 from p2p.wire.codec import DecodeError
 from p2p.wire.framing import FrameDecoder, FramingError, encode_frame
@@ -30,7 +31,7 @@ from p2p.wire.messages import Error, Hello, Ping
 from p2p.wire.sealing import Opener, Sealer, SealError
 from peersampling import Descriptor, PeerSampler, ShuffleReply, ShuffleRequest
 
-codec.register_core_messages()
+register_node_messages()
 
 FAST = 100
 SLOW = 10_000

@@ -11,7 +11,13 @@ import pytest
 from learner.data import DataSpec, load_node_data, split_task
 from learner.data_errors import DataError
 from learner.idx import read_idx, write_idx
-from learner.permutations import format_permutation, last_classes_permutations, parse_permutation
+from learner.permutations import (
+    format_cycles,
+    format_permutation,
+    last_classes_permutations,
+    parse_cycles,
+    parse_permutation,
+)
 from learner.tasks import digits_task, idx_task, load_task, npz_task, synthetic_task
 
 # ---------------------------------------------------------------- permutations
@@ -33,6 +39,17 @@ def test_swap_cycle_rate_and_map_specs() -> None:
     assert parse_permutation("rate:0", 10).tolist() == list(range(10))
     assert parse_permutation("rate:10", 10)[9] == 0
     assert parse_permutation("map:1,0,2", 3).tolist() == [1, 0, 2]
+
+
+def test_one_notation_for_cycles() -> None:
+    # "7:8:9" is the cycle 7 -> 8 -> 9 -> 7, the same as "(7 8 9)"; the colon form is canonical
+    assert parse_permutation("7:8:9", 10).tolist() == parse_permutation("(7 8 9)", 10).tolist()
+    assert parse_cycles("8:9,6:7") == ((8, 9), (6, 7))
+    assert parse_cycles("(8 9)(6 7)") == ((8, 9), (6, 7))
+    assert parse_cycles("") == parse_cycles("id") == ()
+    assert format_cycles(((8, 9), (6, 7))) == "8:9,6:7"
+    assert format_permutation(parse_permutation("(7 8 9)", 10)) == "7:8:9"
+    assert format_cycles(()) == "id"
 
 
 def test_format_round_trips() -> None:
@@ -58,7 +75,9 @@ def test_last_classes_permutations_are_s3_on_last_digits() -> None:
         ("8:x", "not a class index"),
         ("8:10", "out of range"),
         ("8:8", "itself"),
-        ("8:9:7", "bad swap"),
+        ("8:9,", "not a class index"),
+        ("8:9,9:7", "disjoint"),
+        ("(7,8,9)", "comma separates cycles"),
         ("(7 8 7)", "repeats"),
         ("(7 8", "unexpected text"),
         ("(7 8) junk", "unexpected text"),

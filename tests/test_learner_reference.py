@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import sys
 from pathlib import Path
@@ -143,12 +144,16 @@ def test_reference_setup_errors() -> None:
         run_reference([], 1, TrainConfig())
 
 
-def test_reproduce_script_tiny_run(tmp_path: Path, capsys) -> None:
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
-    try:
-        import reproduce_paper
-    finally:
-        sys.path.pop(0)
+def test_reproduce_script_tiny_run(tmp_path: Path, capsys,
+                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    # scripts are not a package: load the file itself (no sys.path edit)
+    path = Path(__file__).resolve().parents[1] / "scripts" / "reproduce_paper.py"
+    spec = importlib.util.spec_from_file_location("reproduce_paper", path)
+    assert spec is not None and spec.loader is not None
+    reproduce_paper = importlib.util.module_from_spec(spec)
+    # registered while it runs, as an import would (dataclasses look their module up)
+    monkeypatch.setitem(sys.modules, "reproduce_paper", reproduce_paper)
+    spec.loader.exec_module(reproduce_paper)
     out = tmp_path / "r.json"
     code = reproduce_paper.main(["semi-local", "--seeds", "2", "--rounds", "2", "--batch-sizes",
                                  "8", "--variants", "none,global80+semi20", "--workers", "1",

@@ -12,8 +12,8 @@ import trio
 
 from p2p.runtime.node import Node
 from p2p.swarm import SwarmSpec, node_config
+from p2p.testing import MemoryNetwork
 from p2p.wire.identity import Identity
-from tests.fakenet import MemoryNetwork
 
 ADDRESSES = ["127.0.0.1:7401", "127.0.0.1:7402", "127.0.0.1:7403"]
 
@@ -71,7 +71,7 @@ async def test_nodes_exchange_and_merge_pushes_over_memory_streams(tmp_path: Pat
     async with running(nodes):
         at_finish = spread(nodes, "global")
         # After training stops the nodes keep averaging: the global model converges.
-        await wait_until(lambda: spread(nodes, "global") < min(1e-3, at_finish / 10), 30)
+        await wait_until(lambda: spread(nodes, "global") < min(1e-3, at_finish / 10))
         await wait_until(lambda: all(n.cores["global"].outstanding == 0 for n in nodes))
         weight = total_weight(nodes, "global")
     for node in nodes:
@@ -144,8 +144,8 @@ async def test_masked_exchange_hides_first_pushes_then_rejoins_the_average(
     nodes = make_nodes(tmp_path, MemoryNetwork(), spec)
     async with running(nodes):
         # the held-apart noise is folded in once it has mixed away
-        await wait_until(lambda: not any(n.cores["global"].noisy for n in nodes), 30)
-        await wait_until(lambda: spread(nodes, "global") < 1e-3, 30)
+        await wait_until(lambda: not any(n.cores["global"].noisy for n in nodes))
+        await wait_until(lambda: spread(nodes, "global") < 1e-3)
         await wait_until(lambda: all(n.cores["global"].outstanding == 0 for n in nodes))
         weight = total_weight(nodes, "global")
         values = [n.cores["global"].values for n in nodes]

@@ -56,6 +56,7 @@ class FakeHandler:
     def __init__(self) -> None:
         self.stopped = False
         self.fail_metrics = False
+        self.peers_calls = 0
 
     def status(self) -> StatusReport:
         return StatusReport(
@@ -65,6 +66,7 @@ class FakeHandler:
         )
 
     def peers(self) -> PeersReport:
+        self.peers_calls += 1
         a = PeerReport(id="a1" * 32, address="127.0.0.1:7401", age=2, last_contact=1.5,
                        failures=0, models=["global", "perm-8-9"])
         b = PeerReport(id="b2" * 32, address="127.0.0.1:7402", age=5, last_contact=None,
@@ -109,7 +111,8 @@ EXPECTED_FIELDS = {
 
 
 async def _request(path: Path, cmd: str) -> dict[str, Any]:
-    return await trio.to_thread.run_sync(lambda: AdminClient(path, timeout=5).request(cmd))
+    # generous: a hang guard, not a speed requirement (the machine may be loaded)
+    return await trio.to_thread.run_sync(lambda: AdminClient(path, timeout=60).request(cmd))
 
 
 async def _raw(path: Path, payload: bytes, *, replies: int = 1) -> list[dict[str, Any]]:
@@ -118,7 +121,7 @@ async def _raw(path: Path, payload: bytes, *, replies: int = 1) -> list[dict[str
     async with stream:
         await stream.send_all(payload)
         buffer = b""
-        with trio.fail_after(5):
+        with trio.fail_after(60):
             while buffer.count(b"\n") < replies:
                 chunk = await stream.receive_some(65536)
                 if not chunk:
@@ -210,7 +213,7 @@ async def test_handler_exception_is_reported(server: Path, handler: FakeHandler)
 async def test_last_request_without_newline_is_answered(server: Path) -> None:
     def send_and_shutdown() -> bytes:
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
-            s.settimeout(5)
+            s.settimeout(60)
             s.connect(os.fspath(server))
             s.sendall(b'{"cmd": "status"}')
             s.shutdown(socket.SHUT_WR)
@@ -220,7 +223,8 @@ async def test_last_request_without_newline_is_answered(server: Path) -> None:
     assert reply["ok"] is True
 
 
-async def test_disconnecting_clients_do_not_affect_the_server(server: Path) -> None:
+async def test_disconnecting_clients_do_not_affect_the_server(server: Path,
+                                                              handler: FakeHandler) -> None:
     def rude_clients() -> None:
         for payload in (b"", b'{"cmd": "sta', b'{"cmd": "peers"}\n'):
             s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -230,7 +234,10 @@ async def test_disconnecting_clients_do_not_affect_the_server(server: Path) -> N
             s.close()  # gone before (or while) the reply is written
 
     await trio.to_thread.run_sync(rude_clients)
-    await trio.sleep(0.05)
+    # the last rude client's request reached the handler: the server has seen them all
+    with trio.fail_after(60):
+        while handler.peers_calls < 1:
+            await trio.sleep(0.01)
     assert (await _request(server, "status"))["name"] == "node-7"
 
 
@@ -241,13 +248,13 @@ async def test_too_many_clients_are_refused_politely(tmp_path: Path,
         server = AdminServer(path, handler, max_clients=1)
         await nursery.start(server.serve)
         idle = await trio.open_unix_socket(os.fspath(path))  # holds the only slot
-        with trio.fail_after(10):
+        with trio.fail_after(60):
             while server.clients < 1:
                 await trio.sleep(0.01)
         with pytest.raises(AdminCommandError, match="too many admin clients"):
             await _request(path, "status")
         await idle.aclose()
-        with trio.fail_after(10):
+        with trio.fail_after(60):
             while server.clients > 0:
                 await trio.sleep(0.01)
         assert (await _request(path, "status"))["round"] == 42
@@ -368,3 +375,63 @@ def test_model_report_serialises_to_the_documented_fields(handler: FakeHandler) 
     as_dict = _as_json(report)
     assert set(as_dict["models"][0]) == set(handler.models()["models"][0])
     assert as_dict["models"][0]["weight"] is None
+
+
+class _Source:
+    """An :class:`AdminSource` that is not a node: what NodeAdmin reads, and nothing else."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        import random
+        from types import SimpleNamespace
+
+        from p2p.runtime.timing import TimingStats
+        from peersampling import Descriptor, PeerSampler
+
+        me = Descriptor(b"\x9f" * 32, "10.0.0.1:7400", 0, frozenset())
+        self.identity = SimpleNamespace(node_id=me.node_id)
+        self.config = SimpleNamespace(node=SimpleNamespace(name="fake"))
+        self.started = 0.0
+        self.data_dir = tmp_path
+        self.progress = SimpleNamespace(round=3, steps=30, loss=0.5, accuracy=0.75,
+                                        test_loss=None)
+        self.transport = SimpleNamespace(listen_address=me.address, open_connections=2)
+        self.sampler = PeerSampler(me, rng=random.Random(1))
+        self.sampler.restore([Descriptor(b"\x01" * 32, "10.0.0.2:7400", 1, frozenset())])
+        self.learning = None  # only the models command reads the layout
+        self.by_fingerprint: dict[bytes, str] = {}
+        self.cores: dict[str, object] = {}
+        self.peer_failures = {b"\x01" * 32: 4}
+        self.counters = {"rejected_messages": 1}
+        self.timings = {"push": TimingStats()}
+        self.store = SimpleNamespace(path=tmp_path / "checkpoint.pt")
+        self.stop_requested = False
+
+    def model_counters(self, name: str) -> dict[str, int]:
+        return {}
+
+    def flat_model_counters(self) -> dict[str, int]:
+        return {"global.pushes_sent": 7}
+
+    async def save_checkpoint(self) -> int:
+        return 123
+
+    def request_stop(self) -> None:
+        self.stop_requested = True
+
+
+async def test_node_admin_needs_only_its_narrow_source(tmp_path: Path) -> None:
+    from p2p.runtime.node_admin import NodeAdmin
+
+    source = _Source(tmp_path)
+    admin = NodeAdmin(source)  # type: ignore[arg-type]
+    status = admin.status()
+    assert (status.id, status.name, status.round, status.view_size, status.connections) == (
+        "9f" * 32, "fake", 3, 1, 2)
+    (peer,) = admin.peers().view
+    assert (peer.address, peer.failures) == ("10.0.0.2:7400", 4)
+    counters = admin.metrics().counters
+    assert counters["rejected_messages"] == 1 and counters["global.pushes_sent"] == 7
+    assert counters["round"] == 3 and "test_loss" not in counters
+    report = await admin.checkpoint()
+    assert (report.bytes, report.round) == (123, 3)
+    assert admin.stop().stopping and source.stop_requested

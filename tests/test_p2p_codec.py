@@ -11,9 +11,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import gossip
+import peersampling
+from gossip.messages import Push, PushAck
+from p2p.runtime.protocol import NODE_MESSAGES, register_node_messages
 from p2p.wire import codec
 from p2p.wire.codec import DecodeError, EncodeError, RegistrationError, VersionMismatch
-from p2p.wire.messages import Error, Hello, Ping, Pong
+from p2p.wire.messages import MESSAGES, Error, Hello, Ping, Pong
+from peersampling.descriptor import Descriptor
+from peersampling.messages import ShuffleReply, ShuffleRequest
 
 
 @dataclass(frozen=True)
@@ -310,22 +316,62 @@ def test_registration_rules() -> None:
         codec.register(Sample, "other_name")
 
 
-def test_register_core_messages_round_trips_push_and_shuffle() -> None:
-    pytest.importorskip("gossip.messages")
-    pytest.importorskip("peersampling.messages")
-    names = codec.register_core_messages()
+def test_node_messages_round_trip_push_and_shuffle() -> None:
+    names = register_node_messages()
     assert {"push", "push_ack", "shuffle_request", "shuffle_reply", "hello"} <= set(names)
-    assert codec.register_core_messages() == names  # idempotent
-    from gossip.messages import Push, PushAck
-    from peersampling.descriptor import Descriptor
-    from peersampling.messages import ShuffleReply, ShuffleRequest
-
+    assert register_node_messages() == names  # idempotent
     push = Push(b"m" * 32, 5, np.arange(10, dtype=np.float64), 0.5, masked=True)
     assert codec.decode(codec.encode(push)) == push
     assert codec.decode(codec.encode(PushAck(b"m" * 32, 5))) == PushAck(b"m" * 32, 5)
     d = Descriptor(b"n" * 32, "10.0.0.1:4000", 3, frozenset({b"t" * 32}))
     for msg in (ShuffleRequest(d, (d,), b"v" * 32), ShuffleReply((d, d), None)):
         assert codec.decode(codec.encode(msg)) == msg
+
+
+def test_each_package_brings_its_wire_surface() -> None:
+    assert gossip.WIRE_MESSAGES == ((Push, "push"), (PushAck, "push_ack"))
+    assert peersampling.WIRE_MESSAGES == (
+        (ShuffleRequest, "shuffle_request"), (ShuffleReply, "shuffle_reply"))
+    assert set(NODE_MESSAGES) == {*MESSAGES, *gossip.WIRE_MESSAGES, *peersampling.WIRE_MESSAGES}
+    # the wire's own messages need no registration: the handshake relies on them
+    assert all(codec.is_registered(cls) for cls, _ in MESSAGES)
+
+
+# Payloads written by the codec before the wire surfaces moved into their
+# packages: the format on the wire must not change.
+_GOLDEN = {
+    "push": "89a56d6f64656cc4046d6d6d6da7707573685f696401a676616c75657383a56474797065a33c6638"
+            "a16e02a464617461c410000000000000f03f00000000000000c0a6776569676874cb3fe0000000000000"
+            "a66d61736b6564c2a56e6f697379c2a96e6f6973655f61676500a17601a174a470757368",
+    "push_ack": "84a56d6f64656cc4046d6d6d6da7707573685f696405a17601a174a8707573685f61636b",
+    "shuffle_request": "85a673656e64657284a76e6f64655f6964c4046e6e6e6ea761646472657373a3683a31a3"
+                       "61676502a47461677392c40161c40162a7656e747269657390a476696577c40176a17601"
+                       "a174af73687566666c655f72657175657374",
+}
+
+
+def test_wire_format_of_subsystem_messages_is_unchanged() -> None:
+    register_node_messages()
+    samples = {
+        "push": Push(b"m" * 4, 1, np.array([1.0, -2.0]), 0.5),
+        "push_ack": PushAck(b"m" * 4, 5),
+        "shuffle_request": ShuffleRequest(
+            Descriptor(b"n" * 4, "h:1", 2, frozenset({b"b", b"a"})), (), b"v"),
+    }
+    for name, msg in samples.items():
+        assert codec.encode(msg).hex() == _GOLDEN[name], name
+        assert codec.decode(bytes.fromhex(_GOLDEN[name])) == msg
+
+
+def test_register_messages_names_a_malformed_entry() -> None:
+    register_node_messages()
+    with pytest.raises(RegistrationError, match="pair"):
+        codec.register_messages([(Inner,)])  # type: ignore[list-item]
+    with pytest.raises(RegistrationError, match="pair"):
+        codec.register_messages([("push", Push)])  # type: ignore[list-item]
+    with pytest.raises(RegistrationError, match="already used"):
+        codec.register_messages([(Inner, "push")])
+    assert codec.register_messages([]) == []
 
 
 _msgpack_values = st.recursive(

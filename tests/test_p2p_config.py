@@ -77,7 +77,7 @@ def test_full_document_is_parsed() -> None:
     assert config.network.cross_models is True
     assert [m.name for m in config.models] == ["global", "group"]
     assert config.models[1].depends_on == ("global",)
-    assert config.models[1].neurons == (0, 8, 8, 0)
+    assert config.models[1].counts == (0, 8, 8, 0)
     assert config.model("group").kind == "semi-local"
     assert isinstance(config.training.lr, float) and config.training.lr == 1.0
     assert config.data.permutation == ((8, 9), (6, 7))
@@ -293,14 +293,14 @@ def test_examples_load(name: str) -> None:
     if name == "local":
         assert shared == {}
     elif name == "full":
-        assert shared["global"].neurons == config.network.layers
+        assert shared["global"].counts == config.network.layers
     elif name == "partial":
-        g = shared["global"].neurons
+        g = shared["global"].counts
         assert round(g[2] / config.network.layers[2], 1) == 0.8
         assert g[0] == 64 and g[-1] == 10
     else:
         assert shared["perm-8-9"].depends_on == ("global",)
-        covered = [sum(m.neurons[i] for m in config.models) for i in range(4)]
+        covered = [sum(m.counts[i] for m in config.models) for i in range(4)]
         assert tuple(covered) == config.network.layers
 
 
@@ -337,10 +337,10 @@ def test_swarm_key_round_trip_and_errors(tmp_path: Path) -> None:
 
 
 def test_operations_doc_documents_every_key() -> None:
-    from p2p.config import _SECTION_KEYS
+    from p2p.config import SECTION_KEYS
 
     doc = (EXAMPLES.parent / "docs" / "operations.md").read_text()
-    for section, keys in _SECTION_KEYS.items():
+    for section, keys in SECTION_KEYS.items():
         for key in keys:
             dotted = f"models[i].{key}" if section == "models" else f"{section}.{key}"
             assert f"| `{dotted}` |" in doc, dotted

@@ -31,6 +31,7 @@ class FakeNetwork:
         self.down: set[str] = set()
         self.delay = delay
         self.requests = 0
+        self.in_flight = 0
 
     def transport(self, origin: str) -> ShuffleTransport:
         net = self
@@ -38,13 +39,27 @@ class FakeNetwork:
         class _Transport:
             async def request(self, address: str, req: ShuffleRequest) -> ShuffleReply:
                 net.requests += 1
-                await trio.sleep(net.delay)
+                net.in_flight += 1
+                try:
+                    await trio.sleep(net.delay)
+                finally:
+                    net.in_flight -= 1
                 target = net.samplers.get(address)
                 if target is None or address in net.down or origin in net.down:
                     raise PeerUnreachable(address)
                 return target.on_request(req, trio.current_time())
 
         return _Transport()
+
+    async def quiet(self) -> None:
+        """Return at a moment when no shuffle is in flight.
+
+        Cyclon takes a shuffle's target out of the view until it answers, so
+        a view is only complete between exchanges; checking it at an arbitrary
+        instant would race with the round schedule.
+        """
+        while self.in_flight:
+            await trio.sleep(self.delay / 4)
 
 
 def make(i: int, c: int = 8, l: int = 3) -> PeerSampler:  # noqa: E741
@@ -61,10 +76,12 @@ async def test_twenty_nodes_from_one_bootstrap_address_form_a_connected_overlay(
         net.samplers[s.self_descriptor.address] = s
         s.bootstrap([nodes[0].self_descriptor.address])
     async with trio.open_nursery() as nursery:
-        for s in nodes:
+        for i, s in enumerate(nodes):
             transport = net.transport(s.self_descriptor.address)
-            await nursery.start(partial(run_peer_sampling, s, transport, period=1.0))
-        await trio.sleep(30.5)  # between rounds: no shuffle in flight
+            await nursery.start(partial(run_peer_sampling, s, transport, period=1.0,
+                                        rng=random.Random(100 + i)))
+        await trio.sleep(30.5)
+        await net.quiet()  # views are whole only between exchanges
         nursery.cancel_scope.cancel()
     graph = {s.self_descriptor.address: [d.address for d in s.view()] for s in nodes}
     assert all(not s.is_isolated for s in nodes)
@@ -84,7 +101,8 @@ async def test_unreachable_bootstrap_backs_off_and_reports_isolation(
     s.bootstrap(["127.0.0.1:9999"])  # nobody there
     with caplog.at_level(logging.INFO, logger="peersampling"):
         with trio.move_on_after(1000):
-            await run_peer_sampling(s, net.transport("x"), period=1.0, max_backoff=64.0)
+            await run_peer_sampling(s, net.transport("x"), period=1.0, max_backoff=64.0,
+                                    rng=random.Random(7))
     assert s.is_isolated
     # 1 + 2 + 4 + ... + 64, then every ~64 s: far fewer than 1000 attempts
     assert 15 <= s.stats.bootstrap_attempts <= 30
@@ -99,11 +117,16 @@ async def test_recovers_once_bootstrap_comes_up(autojump_clock: trio.testing.Moc
     net.down.add(b.self_descriptor.address)
     a.bootstrap([b.self_descriptor.address])
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(partial(run_peer_sampling, a, net.transport("a"), period=1.0))
+        # (the backoff jitter comes from a seeded generator: the same schedule every run)
+        nursery.start_soon(partial(run_peer_sampling, a, net.transport("a"), period=1.0,
+                                   rng=random.Random(3)))
         await trio.sleep(20)
         assert a.is_isolated
         net.down.clear()
         await trio.sleep(40)  # longer than the backoff reached so far
+        # b is out of a's view while a shuffle with it is in flight (Cyclon
+        # holds the target apart until it answers): look between exchanges
+        await net.quiet()
         assert not a.is_isolated and [d.address for d in a.view()] == [b.self_descriptor.address]
         nursery.cancel_scope.cancel()
 
@@ -132,7 +155,7 @@ async def test_transport_errors_never_crash_the_loop(
     s.bootstrap(["10.0.0.99:1"])
     transport = _Misbehaving()
     with trio.move_on_after(200):
-        await run_peer_sampling(s, transport, period=1.0, timeout=0.5)
+        await run_peer_sampling(s, transport, period=1.0, timeout=0.5, rng=random.Random(5))
     assert transport.calls >= 10
     assert s.stats.shuffles_failed >= 7
     assert s.stats.descriptors_rejected >= 1

@@ -7,7 +7,15 @@ import logging
 import numpy as np
 import pytest
 
-from gossip import InvalidValues, Push, PushAck, PushSum, RejectedAck, RejectedPush
+from gossip import (
+    InvalidValues,
+    Push,
+    PushAck,
+    PushSum,
+    RejectedAck,
+    RejectedPush,
+    UndeliveredOutcome,
+)
 
 FP = bytes(range(32))
 OTHER_FP = bytes(32)
@@ -211,3 +219,64 @@ def test_unresolved_push_reserves_its_share() -> None:
     a.on_ack(B, ack, 1.6)  # the late ack resolves it
     assert a.weight == pytest.approx(0.5) and a.reserved_weight == 0.0
     assert a.weight + b.weight == pytest.approx(2.0)
+
+
+# ------------------------------------------------------- undelivered pushes
+
+
+def test_first_attempt_surely_undelivered_is_forgotten_with_weight_kept() -> None:
+    a = core()
+    [(_, push)] = a.make_pushes([B], 0.0)
+    assert a.on_undelivered(push.push_id, maybe_delivered=False) is UndeliveredOutcome.FORGOTTEN
+    assert a.weight == 1.0 and a.outstanding == 0 and a.counters.failures == 1
+    assert a.expire(10.0, timeout=1.0) == []  # nothing left to retransmit
+    [(_, nxt)] = a.make_pushes([B], 1.0)  # no longer blocks new pushes
+    assert nxt.push_id != push.push_id
+
+
+def test_maybe_delivered_stays_outstanding_and_is_retransmitted() -> None:
+    a, b = core(), core((5.0, 5.0, 5.0))
+    [(_, push)] = a.make_pushes([B], 0.0)
+    b.on_push(A, push, 0.1)  # merged; the ack is lost on the way back
+    assert a.on_undelivered(push.push_id, maybe_delivered=True) is UndeliveredOutcome.OUTSTANDING
+    assert a.outstanding == 1 and a.weight == 1.0 and a.counters.failures == 0
+    assert a.make_pushes([C], 0.5) == []  # still blocks new pushes
+    [(peer, again)] = a.expire(1.0, timeout=1.0)
+    assert peer == B and again == push  # same id, same payload
+    a.on_ack(B, b.on_push(A, again, 1.1), 1.2)  # merged once, acked again
+    assert b.counters.duplicates == 1
+    assert a.weight + b.weight == pytest.approx(2.0)
+    np.testing.assert_allclose(a.mass + b.mass, [6.0, 7.0, 8.0])
+
+
+def test_retransmission_is_never_forgotten() -> None:
+    a, b = core(), core((5.0, 5.0, 5.0))
+    [(_, push)] = a.make_pushes([B], 0.0)
+    ack = b.on_push(A, push, 0.1)  # the first attempt was merged, its ack lost
+    [(_, again)] = a.expire(1.0, timeout=1.0)
+    # the retransmission surely did not arrive, but the first attempt did
+    assert a.on_undelivered(again.push_id, maybe_delivered=False) is UndeliveredOutcome.OUTSTANDING
+    assert not a.on_failure(again.push_id)  # the shorthand applies the same rule
+    assert a.outstanding == 1 and a.counters.failures == 0
+    a.on_ack(B, ack, 1.5)  # so a late ack still resolves it: mass is conserved
+    assert a.weight + b.weight == pytest.approx(2.0)
+    np.testing.assert_allclose(a.mass + b.mass, [6.0, 7.0, 8.0])
+
+
+def test_retransmission_is_given_up_by_expire_only() -> None:
+    a = core(max_attempts=2, give_up_after=3)
+    [(_, push)] = a.make_pushes([B], 0.0)
+    for t in (1.0, 2.0):
+        [(_, again)] = a.expire(t, timeout=1.0)
+        assert a.on_undelivered(again.push_id, False) is UndeliveredOutcome.OUTSTANDING
+    assert a.expire(3.0, timeout=1.0) == [] and a.outstanding == 0
+    assert a.weight == 1.0 and a.counters.failures == 1
+
+
+def test_undelivered_unknown_push_changes_nothing(caplog: pytest.LogCaptureFixture) -> None:
+    a = core()
+    before = state(a)
+    with caplog.at_level(logging.WARNING, logger="gossip.pushsum"):
+        assert a.on_undelivered(424242, maybe_delivered=True) is UndeliveredOutcome.UNKNOWN
+    assert "not outstanding" in caplog.text
+    assert state(a) == before and a.counters.failures == 0

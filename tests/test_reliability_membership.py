@@ -15,19 +15,20 @@ from pathlib import Path
 import pytest
 import trio
 
-from p2p.runtime.node import ADMIN_SOCKET, Node
-from p2p.swarm import node_config
-from p2p.wire.identity import Identity
-from p2p.wire.transport import PeerUnreachable
-from tests.fakenet import MemoryNetwork, Tap
-from tests.reliability_helpers import (
+from p2p.runtime.node import ADMIN_SOCKET
+from p2p.testing import (
+    MemoryNetwork,
+    Tap,
     admin_request,
     fast_spec,
+    memory_addresses,
+    memory_node,
     tcp_node,
     valid_push,
     wait_until,
     write_swarm_key,
 )
+from p2p.wire.transport import PeerUnreachable
 
 KEY = b"m" * 32
 WRONG = b"x" * 32
@@ -53,7 +54,7 @@ async def test_outsiders_neither_join_nor_inject(tmp_path: Path, nursery: trio.N
     members = (a, b)
     await wait_until(lambda: all(n.progress.finished for n in (*members, *outsiders)), 60)
     await wait_until(lambda: all(n.model_counters("global")["pushes_received"] > 0
-                                 for n in members), 30)
+                                 for n in members))
     outsider_ids = {o.identity.node_id for o in outsiders}
     for m in members:
         known = {d.node_id for d in m.sampler.snapshot()}
@@ -90,16 +91,12 @@ class TappedNetwork(MemoryNetwork):
 async def _eavesdrop(tmp_path: Path, key: bytes | None) -> tuple[bytes, list[bytes]]:
     spec = fast_spec(nodes=2, rounds=3)
     net = TappedNetwork()
-    addresses = ["10.0.0.1:7000", "10.0.0.2:7000"]  # in-memory names, no socket
+    addresses = memory_addresses(2)  # in-memory names, no socket
     nodes, sent = [], []
     for i in range(2):
-        data_dir = tmp_path / f"e{i}"
-        data_dir.mkdir(parents=True)
-        config = node_config(spec, i, data_dir, None).with_overrides(
-            listen=addresses[i], bootstrap=[addresses[0]] if i else [])
-        transport = net.transport(Identity.load_or_create(data_dir), addresses[i], swarm_key=key)
-        node = Node(config, transport=transport, swarm_key=key)
-        transport.tags = frozenset(node.by_fingerprint)
+        node = memory_node(net, tmp_path / f"e{i}", spec, i, addresses[i],
+                           bootstrap=addresses[:1] if i else (), swarm_key=key)
+        transport = node.transport
         real_request = transport.request
 
         async def recording(address: str, msg: object, *args: object, _r=real_request,

@@ -17,13 +17,12 @@ command fails. Tracebacks are shown only with ``--log-level debug`` or
 from __future__ import annotations
 
 import argparse
-import contextlib
 import datetime as dt
+import errno
 import json
 import logging
 import os
 import sys
-import tempfile
 import time
 import traceback
 from collections.abc import Sequence
@@ -40,7 +39,9 @@ from p2p.config import (
     load_config,
     load_swarm_key,
     render_config_toml,
+    write_swarm_key,
 )
+from p2p.files import FileWriteError
 
 __all__ = ["JsonLogFormatter", "build_parser", "main", "setup_logging"]
 
@@ -278,9 +279,9 @@ def _cmd_stop(args: argparse.Namespace) -> int:
 
 
 def _cmd_keygen(args: argparse.Namespace) -> int:
-    text = encode_swarm_key(generate_swarm_key())
+    key = generate_swarm_key()
     if not args.out:
-        sys.stdout.write(text)
+        sys.stdout.write(encode_swarm_key(key))
         return EXIT_OK
     out = Path(args.out).expanduser()
     if out.is_dir():
@@ -288,35 +289,15 @@ def _cmd_keygen(args: argparse.Namespace) -> int:
     if out.exists() and not args.force:
         raise CommandFailed(f"{out} already exists; refusing to overwrite a swarm key "
                             "(use --force to replace it)")
-    _write_secret(out, text.encode("ascii"), replace=args.force)
+    try:
+        write_swarm_key(out, key, replace=args.force)
+    except FileWriteError as exc:
+        if exc.errno == errno.EEXIST:
+            raise CommandFailed(f"{out} already exists; use --force to replace it") from None
+        raise CommandFailed(str(exc)) from None
     print(f"swarm key written to {out} (mode 0600); give this file to every node of the "
           "swarm with --swarm-key-file", file=sys.stderr)
     return EXIT_OK
-
-
-def _write_secret(path: Path, data: bytes, *, replace: bool) -> None:
-    """Write a 0600 file; with ``replace`` atomically over an existing one."""
-    try:
-        if not replace:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-            return
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent or ".")
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
-    except FileExistsError:
-        raise CommandFailed(f"{path} already exists; use --force to replace it") from None
-    except OSError as exc:
-        raise CommandFailed(f"cannot write {path}: {exc.strerror or exc}") from None
 
 
 def _cmd_config(args: argparse.Namespace) -> int:

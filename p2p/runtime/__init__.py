@@ -11,5 +11,9 @@ from p2p.runtime.admin_server import (
     admin_socket_path,
     serve_admin,
 )
+from p2p.runtime.protocol import NODE_MESSAGES, register_node_messages
 
-__all__ = ["AdminError", "AdminHandler", "AdminServer", "admin_socket_path", "serve_admin"]
+__all__ = [
+    "NODE_MESSAGES", "AdminError", "AdminHandler", "AdminServer", "admin_socket_path",
+    "register_node_messages", "serve_admin",
+]

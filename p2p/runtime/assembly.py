@@ -1,7 +1,9 @@
 """Build a node's learning side (network, data, trainer) from its configuration.
 
 Kept apart from the runtime so the same construction serves the daemon, the
-swarm script's reference comparison and the tests.
+swarm script's reference comparison and the tests. The config has already
+built (and so validated) the learner's spec objects; this adds what needs
+torch or the data on disk.
 """
 
 from __future__ import annotations
@@ -10,17 +12,9 @@ from dataclasses import dataclass
 
 import torch
 
-from learner import (
-    DataSpec,
-    ModelLayout,
-    NetworkSpec,
-    NodeData,
-    PartialMLP,
-    PartialModelSpec,
-    TrainConfig,
-    Trainer,
-    load_node_data,
-)
+from learner import ModelLayout, NetworkSpec, NodeData, PartialModelSpec, load_node_data
+from learner.network import PartialMLP
+from learner.trainer import Trainer
 from p2p.config import ConfigError, NodeConfig
 
 
@@ -36,49 +30,31 @@ class LearningSetup:
 
 
 def network_spec(config: NodeConfig) -> NetworkSpec:
-    return NetworkSpec(sizes=tuple(config.network.layers), activation=config.network.activation)
+    """The node's network declaration."""
+    return config.network.spec
 
 
 def model_specs(config: NodeConfig) -> list[PartialModelSpec]:
-    return [
-        PartialModelSpec(name=m.name, counts=tuple(m.neurons), depends_on=tuple(m.depends_on),
-                         kind=m.kind)
-        for m in config.models
-    ]
+    """The node's declared partial models."""
+    return list(config.models)
 
 
 def build_learning(config: NodeConfig) -> LearningSetup:
     """Network, data and trainer for ``config``; errors name the config key."""
-    try:
-        layout = ModelLayout(network_spec(config), model_specs(config),
-                             cross_models=config.network.cross_models)
-    except ValueError as exc:
-        raise ConfigError(f"models: {exc}") from exc
+    layout = config.layout()
     d = config.data
-    spec = DataSpec(
-        task=d.task,
-        path=None if d.path is None else str(d.path),
-        node_index=d.node_index,
-        num_nodes=d.num_nodes,
-        permutation=d.learner_permutation,
-        seed=d.seed,
-        test_fraction=d.test_fraction,
-    )
-    data = load_node_data(spec)
+    data = load_node_data(d.spec())
     sizes = layout.network.sizes
     if data.num_features != sizes[0] or data.num_classes != sizes[-1]:
         raise ConfigError(
             f"network.layers: the task {d.task!r} has {data.num_features} features and "
             f"{data.num_classes} classes, so layers must start with {data.num_features} and end "
-            f"with {data.num_classes}; got {'='.join(map(str, sizes))}"
+            f"with {data.num_classes}; got {'='.join(map(str, sizes))}",
+            key="network.layers",
         )
     torch.manual_seed(config.node.seed)
     network = PartialMLP(layout, seed=config.node.seed)
-    t = config.training
-    train_config = TrainConfig(
-        lr=t.lr, batch_size=t.batch_size, steps_per_round=t.steps_per_round,
-        optimizer=t.optimizer, momentum=t.momentum, seed=config.node.seed,
-    )
-    trainer = Trainer(network, data.train_x, data.train_y, train_config)
+    trainer = Trainer(network, data.train_x, data.train_y,
+                      config.training.train_config(seed=config.node.seed))
     fingerprints = {name: layout.fingerprint(name) for name in layout.shared_models}
     return LearningSetup(layout, network, data, trainer, fingerprints)

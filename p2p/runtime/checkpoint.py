@@ -29,6 +29,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from p2p.files import FileWriteError, describe_os_error, write_private_file
+
 logger = logging.getLogger(__name__)
 
 __all__ = [
@@ -69,68 +71,17 @@ class DataDirError(CheckpointError):
 
 
 def atomic_write_bytes(path: str | os.PathLike[str], data: bytes, mode: int = 0o600) -> None:
-    """Replace ``path`` with ``data`` atomically, with permissions ``mode``.
+    """Replace ``path`` with ``data`` atomically, with permissions ``mode``
+    (:func:`p2p.files.write_private_file`).
 
-    Writes a temporary file in the same directory, fsyncs it, renames it over
-    ``path`` and fsyncs the directory. On failure (unwritable directory, full
-    disk, ...) raises :class:`CheckpointError` naming ``path`` and the cause;
-    the previous file is left untouched and the temporary file is removed.
+    On failure (unwritable directory, full disk, ...) raises
+    :class:`CheckpointError` naming ``path`` and the cause; the previous file
+    is left untouched and the temporary file is removed.
     """
-    target = Path(path)
-    directory = target.parent
     try:
-        fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp",
-                                        dir=directory)
-    except OSError as exc:
-        raise CheckpointError(exc.errno, f"cannot write {target}: cannot create a temporary "
-                              f"file in {directory}: {_reason(exc)}") from exc
-    try:
-        try:
-            os.fchmod(fd, mode)
-            view = memoryview(data)
-            while view:
-                written = os.write(fd, view)
-                if written <= 0:  # defensive: a 0-byte write would loop forever
-                    raise OSError(errno.EIO, "write returned 0 bytes")
-                view = view[written:]
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp_name, target)
-    except OSError as exc:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp_name)
-        raise CheckpointError(exc.errno, f"cannot write {target}: {_reason(exc)}; "
-                              "the previous file (if any) is unchanged") from exc
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp_name)
-        raise
-    _fsync_directory(directory)
-
-
-def _reason(exc: OSError) -> str:
-    if exc.errno == errno.ENOSPC:
-        return "no space left on device"
-    if exc.errno in (errno.EACCES, errno.EPERM):
-        return "permission denied"
-    if exc.errno == errno.EROFS:
-        return "read-only file system"
-    return exc.strerror or str(exc)
-
-
-def _fsync_directory(directory: Path) -> None:
-    """Make the rename durable; some file systems refuse directory fsync."""
-    try:
-        dir_fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(dir_fd)
-    except OSError:
-        pass
-    finally:
-        os.close(dir_fd)
+        write_private_file(path, data, mode=mode)
+    except FileWriteError as exc:
+        raise CheckpointError(exc.errno, str(exc)) from exc
 
 
 def check_data_dir_writable(path: str | os.PathLike[str], *, create: bool = True) -> Path:
@@ -150,12 +101,12 @@ def check_data_dir_writable(path: str | os.PathLike[str], *, create: bool = True
             p.mkdir(mode=0o700, parents=True, exist_ok=True)
         except OSError as exc:
             raise DataDirError(exc.errno, f"cannot create data directory {p}: "
-                               f"{_reason(exc)}") from exc
+                               f"{describe_os_error(exc)}") from exc
     try:
         fd, probe = tempfile.mkstemp(prefix=".write-test.", dir=p)
     except OSError as exc:
         raise DataDirError(exc.errno, f"data directory {p} is not writable: "
-                           f"{_reason(exc)}") from exc
+                           f"{describe_os_error(exc)}") from exc
     os.close(fd)
     with contextlib.suppress(OSError):
         os.unlink(probe)
@@ -370,7 +321,7 @@ class CheckpointStore:
             return None
         except OSError as exc:
             raise CheckpointError(exc.errno, f"cannot read checkpoint {self.path}: "
-                                  f"{_reason(exc)}") from exc
+                                  f"{describe_os_error(exc)}") from exc
         try:
             raw = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
         except Exception as exc:  # torch raises many types for bad input

@@ -19,24 +19,35 @@ import random
 import signal
 import time
 from collections import deque
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import torch
 import trio
 
-from gossip import Push, PushAck, PushSum, RejectedAck, RejectedPush
+from gossip import (
+    GossipDriver,
+    ModelSync,
+    Push,
+    PushAck,
+    PushRefused,
+    PushSum,
+    PushUndelivered,
+    RejectedPush,
+)
 from p2p.config import ConfigError, NodeConfig, load_swarm_key
 from p2p.runtime.admin_server import serve_admin
 from p2p.runtime.assembly import LearningSetup, build_learning
 from p2p.runtime.checkpoint import CheckpointError, CheckpointStore, check_data_dir_writable
-from p2p.runtime.model_sync import ModelSync
 from p2p.runtime.node_admin import NodeAdmin
+from p2p.runtime.protocol import register_node_messages
 from p2p.runtime.state import COUNTER_SEP, restore_state, snapshot_state
 from p2p.runtime.timing import TimingStats
-from p2p.wire.codec import register_core_messages
+from p2p.wire.dispatch import RequestDispatcher
+from p2p.wire.handshake import PeerInfo
 from p2p.wire.identity import Identity
-from p2p.wire.messages import ERROR_BAD_REQUEST, ERROR_REJECTED, Error, Ping, Pong
+from p2p.wire.messages import ERROR_BAD_REQUEST, ERROR_REJECTED, Error
 from p2p.wire.transport import PeerUnreachable, RemoteError, Transport, TransportError
 from peersampling import Descriptor, PeerSampler, ShuffleReply, ShuffleRequest, run_peer_sampling
 from peersampling import PeerUnreachable as ShuffleFailed
@@ -44,8 +55,7 @@ from peersampling import PeerUnreachable as ShuffleFailed
 logger = logging.getLogger(__name__)
 
 ADMIN_SOCKET = "admin.sock"
-NOISY_WAVE_PAUSE = 0.005  # seconds between extra push waves while masks mix
-MAX_TRACKED_PEERS = 1024  # peers whose address / push failures are remembered
+MAX_TRACKED_PEERS = 1024  # peers whose address is remembered (from sampled descriptors)
 
 
 @dataclass
@@ -82,7 +92,11 @@ class Node:
             swarm_key = load_swarm_key(config.security.swarm_key_file)
         self.swarm_key = swarm_key
         torch.set_num_threads(1)  # many daemons share a machine's cores
-        register_core_messages()
+        # The node composes the wire: every subsystem's messages and request handlers.
+        register_node_messages()
+        self.requests = RequestDispatcher(on_unknown=self._unexpected_request)
+        self.requests.add(ShuffleRequest, self._serve_shuffle)
+        self.requests.add(Push, self._serve_push)
         self._build_models()
         self.by_fingerprint = {fp: name for name, fp in self.learning.fingerprints.items()}
         listen = config.node.listen
@@ -109,10 +123,18 @@ class Node:
         self._addresses: dict[bytes, str] = {}  # node id -> address, from sampled descriptors
         # push-sum counters carried over from a checkpoint, per model
         self.counter_base: dict[str, dict[str, int]] = {}
-        self.peer_failures: dict[str, int] = {}  # address -> failed pushes since a success
         self._resume()
         self.sync = ModelSync(self.learning.network, self.cores)
-        self._round_done = trio.Event()
+        g = config.gossip
+        self.gossip = GossipDriver(
+            self.cores,
+            _PushOverTransport(self.transport, self._addresses, self._on_unreachable,
+                               timeout=g.push_timeout),
+            self._holders,
+            push_timeout=g.push_timeout,
+            pushes_per_round=g.pushes_per_round,
+            push_durations=self.timings["push"],
+        )
         self._stop = trio.Event()
         self._closing = False  # set at shutdown: no merges after the final snapshot
         self._model_lock = trio.Lock()  # the trainer's round vs a checkpoint's read
@@ -270,7 +292,7 @@ class Node:
                     # find partners; the model only changes through merges now.
                     async with self._model_lock:
                         self.sync.sync()
-                    self._round_done.set()
+                    self.gossip.signal_round()
                     await self._pause(max(t.round_interval, 0.2))
                     continue
                 t0 = time.perf_counter()
@@ -283,7 +305,7 @@ class Node:
                     self.sync.sync()
                     if self.progress.round % t.eval_every == 0:
                         self._evaluate()
-                self._round_done.set()
+                self.gossip.signal_round()
                 await self._pause(t.round_interval)
         finally:
             done.set()
@@ -314,37 +336,18 @@ class Node:
 
     # ------------------------------------------------------------------ gossip
 
+    @property
+    def peer_failures(self) -> Mapping[bytes, int]:
+        """Node id -> pushes to that peer unanswered since its last ack (admin ``peers``)."""
+        return self.gossip.peer_failures
+
     async def _gossip_in_scope(self) -> None:
+        # Cancelled at shutdown before the final snapshot, so no ack lands after it.
         with self._gossip_scope:
-            await self._gossip_loop()
+            await self.gossip.run()
 
-    async def _gossip_loop(self) -> None:
-        g = self.config.gossip
-        while True:
-            await self._round_done.wait()
-            self._round_done = trio.Event()
-            for _ in range(g.pushes_per_round):
-                await self._push_wave(g.push_timeout)
-            # While mask noise is held apart from the trained values, keep
-            # mixing until the next round: the noise cancels sooner and the
-            # models rejoin the average after fewer rounds of local training.
-            while (any(core.noisy for core in self.cores.values())
-                   and not self._round_done.is_set()):
-                await self._push_wave(g.push_timeout)
-                await trio.sleep(NOISY_WAVE_PAUSE)
-
-    async def _push_wave(self, timeout: float) -> None:
-        """Push every shared model once (and retransmit expired pushes); wait for the acks."""
-        now = trio.current_time()
-        async with trio.open_nursery() as nursery:
-            for name, core in self.cores.items():
-                for peer, push in core.expire(now, timeout):
-                    nursery.start_soon(self._send_push, name, peer, push, True)
-                peers = self._holders(core.fingerprint, core.fanout)
-                for peer, push in core.make_pushes([p.node_id for p in peers], now):
-                    nursery.start_soon(self._send_push, name, peer, push)
-
-    def _holders(self, fingerprint: bytes, count: int) -> list[Descriptor]:
+    def _holders(self, fingerprint: bytes, count: int) -> list[bytes]:
+        """Up to ``count`` distinct sampled holders of a model; remembers their addresses."""
         chosen: dict[bytes, Descriptor] = {}
         for _ in range(count * 3):
             d = self.sampler.sample(fingerprint)
@@ -355,85 +358,45 @@ class Node:
                 break
         for d in chosen.values():
             _remember(self._addresses, d.node_id, d.address)
-        return list(chosen.values())
+        return list(chosen)
 
-    async def _send_push(self, name: str, peer: bytes, push: Push,
-                         retransmission: bool = False) -> None:
-        core = self.cores[name]
-
-        def undelivered() -> None:
-            # Only a first attempt can be forgotten (weight kept): an earlier attempt
-            # of a retransmission may have been merged with its ack lost, so it stays
-            # outstanding until acked or given up by the core (expire).
-            if not retransmission:
-                core.on_failure(push.push_id)
-
-        address = self._addresses.get(peer)
-        if address is None:
-            undelivered()
-            return
-        t0 = time.perf_counter()
-        try:
-            reply = await self.transport.request(address, push, node_id=peer,
-                                                 timeout=self.config.gossip.push_timeout)
-        except RemoteError as exc:
-            logger.info("push of %s to %s refused: %s", name, address, exc.reason)
-            undelivered()
-            return
-        except PeerUnreachable as exc:
-            logger.debug("push of %s to %s failed: %s", name, address, exc)
-            # If it may have been delivered, the peer may have merged it and only
-            # the ack was lost: forgetting the push would duplicate its mass, so it
-            # stays outstanding and expire() retransmits it with the same id (the
-            # receiver re-acks, merges once); and a slow but live holder stays in
-            # the views.
-            if not exc.maybe_delivered:
-                undelivered()
-                self.sampler.on_failure(address)
-            _remember(self.peer_failures, address, self.peer_failures.get(address, 0) + 1)
-            return
-        if isinstance(reply, PushAck):
-            try:
-                core.on_ack(peer, reply, trio.current_time())
-            except RejectedAck as exc:
-                logger.warning("ack from %s for %s rejected: %s", address, name, exc)
-            else:
-                self.timings["push"].add(time.perf_counter() - t0)
-                self.peer_failures.pop(address, None)
-        else:
-            logger.warning("push of %s to %s answered with %s", name, address,
-                           type(reply).__name__)
-            undelivered()
+    def _on_unreachable(self, address: str) -> None:
+        """A push surely did not reach ``address``: peer sampling drops or retries it."""
+        self.sampler.on_failure(address)
 
     # ------------------------------------------------------------------ serving
 
-    async def handle_request(self, peer: Any, msg: Any) -> Any:
-        """Answer one request from a connected, authenticated peer."""
-        now = trio.current_time()
-        if isinstance(msg, Push):
-            if self._closing:
-                return Error(code=ERROR_REJECTED, reason="node is shutting down")
-            name = self.by_fingerprint.get(msg.model)
-            if name is None:
-                self.counters["rejected_messages"] += 1
-                logger.warning("push from %s for a model this node does not hold (%s)",
-                               _short(peer), msg.model[:4].hex())
-                return Error(code=ERROR_REJECTED, reason="this node does not hold that model")
-            try:
-                return self.cores[name].on_push(peer.node_id, msg, now)
-            except RejectedPush as exc:
-                # the core has logged the one warning line for this offence
-                logger.debug("push of %s from %s rejected: %s", name, _short(peer), exc)
-                return Error(code=ERROR_REJECTED, reason=str(exc))
-        if isinstance(msg, ShuffleRequest):
-            if msg.sender.node_id != peer.node_id:
-                self.counters["rejected_messages"] += 1
-                logger.warning("shuffle from %s claims to come from node %s", _short(peer),
-                               msg.sender.node_id[:4].hex())
-                return Error(code=ERROR_BAD_REQUEST, reason="shuffle sender is not the peer")
-            return self.sampler.on_request(msg, now)
-        if isinstance(msg, Ping):
-            return Pong(nonce=msg.nonce)
+    async def handle_request(self, peer: PeerInfo, msg: object) -> object:
+        """Answer one request from a connected, authenticated peer (routed by its type)."""
+        return await self.requests(peer, msg)
+
+    async def _serve_push(self, peer: PeerInfo, msg: Push) -> PushAck | Error:
+        if self._closing:
+            return Error(code=ERROR_REJECTED, reason="node is shutting down")
+        name = self.by_fingerprint.get(msg.model)
+        if name is None:
+            self.counters["rejected_messages"] += 1
+            logger.warning("push from %s for a model this node does not hold (%s)",
+                           _short(peer), msg.model[:4].hex())
+            return Error(code=ERROR_REJECTED, reason="this node does not hold that model")
+        try:
+            return self.cores[name].on_push(peer.node_id, msg, trio.current_time())
+        except RejectedPush as exc:
+            # the core has logged the one warning line for this offence
+            logger.debug("push of %s from %s rejected: %s", name, _short(peer), exc)
+            return Error(code=ERROR_REJECTED, reason=str(exc))
+
+    async def _serve_shuffle(self, peer: PeerInfo, msg: ShuffleRequest) -> ShuffleReply | Error:
+        # A peer may only offer its own fresh descriptor as the sender, never another node's.
+        if msg.sender.node_id != peer.node_id:
+            self.counters["rejected_messages"] += 1
+            logger.warning("shuffle from %s claims to come from node %s", _short(peer),
+                           msg.sender.node_id[:4].hex())
+            return Error(code=ERROR_BAD_REQUEST, reason="shuffle sender is not the peer")
+        return self.sampler.on_request(msg, trio.current_time())
+
+    async def _unexpected_request(self, peer: PeerInfo, msg: object) -> Error:
+        # Ping never gets here: the transport answers it itself.
         self.counters["rejected_messages"] += 1
         logger.warning("unexpected %s from %s", type(msg).__name__, _short(peer))
         return Error(code=ERROR_BAD_REQUEST, reason=f"{type(msg).__name__} is not a request")
@@ -454,6 +417,44 @@ class _ShuffleOverTransport:
             raise ShuffleFailed(address, str(exc)) from exc
         if not isinstance(reply, ShuffleReply):
             raise ShuffleFailed(address, f"answered a shuffle with {type(reply).__name__}")
+        return reply
+
+
+class _PushOverTransport:
+    """Gossip's push transport over the node's connections.
+
+    Peers are node ids; their addresses come from the descriptors peer
+    sampling handed out (``addresses``). Transport errors become the gossip
+    driver's: a refusal or a wrong reply is :class:`PushRefused`, a delivery
+    failure :class:`PushUndelivered` (``maybe_delivered`` as the transport
+    saw it); ``on_unreachable(address)`` hears of pushes that surely did not
+    arrive (a slow but live holder, whose push may have arrived, stays in the
+    views).
+    """
+
+    def __init__(self, transport: Any, addresses: Mapping[bytes, str],
+                 on_unreachable: Callable[[str], None], *, timeout: float) -> None:
+        self._transport = transport
+        self._addresses = addresses
+        self._on_unreachable = on_unreachable
+        self._timeout = timeout
+
+    async def push(self, peer: bytes, push: Push) -> PushAck:
+        address = self._addresses.get(peer)
+        if address is None:
+            raise PushUndelivered("no known address", maybe_delivered=False)
+        try:
+            reply = await self._transport.request(address, push, node_id=peer,
+                                                  timeout=self._timeout)
+        except RemoteError as exc:
+            raise PushRefused(f"{address}: {exc.reason}") from exc
+        except PeerUnreachable as exc:
+            if not exc.maybe_delivered:
+                self._on_unreachable(address)
+            raise PushUndelivered(str(exc), maybe_delivered=exc.maybe_delivered) from exc
+        if not isinstance(reply, PushAck):
+            logger.warning("push to %s answered with %s", address, type(reply).__name__)
+            raise PushRefused(f"{address} answered with {type(reply).__name__}")
         return reply
 
 

@@ -1,10 +1,18 @@
-"""The node's answers to admin commands (DESIGN section 9)."""
+"""The node's answers to admin commands (DESIGN section 9).
+
+:class:`NodeAdmin` reads a running node through :class:`AdminSource`, the
+narrow view of what the commands report (identity, progress, sampler view,
+push-sum cores and counters, timings, transport address) and the two actions
+they take (checkpoint, stop), not through the whole node.
+"""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import asdict
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
 
 import trio
 
@@ -20,7 +28,73 @@ from p2p.runtime.admin_server import (
 )
 
 if TYPE_CHECKING:
-    from p2p.runtime.node import Node
+    from gossip import PushSum
+    from p2p.config import NodeConfig
+    from p2p.runtime.assembly import LearningSetup
+    from p2p.runtime.checkpoint import CheckpointStore
+    from p2p.runtime.timing import TimingStats
+    from p2p.wire.identity import Identity
+    from peersampling import PeerSampler
+
+
+class ProgressView(Protocol):
+    """What the trainer has done, as the admin commands report it."""
+
+    @property
+    def round(self) -> int: ...
+    @property
+    def steps(self) -> int: ...
+    @property
+    def loss(self) -> float | None: ...
+    @property
+    def accuracy(self) -> float | None: ...
+    @property
+    def test_loss(self) -> float | None: ...
+
+
+class ListeningTransport(Protocol):
+    """The transport as the admin commands see it (``open_connections`` is optional)."""
+
+    @property
+    def listen_address(self) -> str: ...
+
+
+class AdminSource(Protocol):
+    """Everything :class:`NodeAdmin` reads from, or asks of, a running node."""
+
+    @property
+    def identity(self) -> Identity: ...
+    @property
+    def config(self) -> NodeConfig: ...
+    @property
+    def started(self) -> float: ...
+    @property
+    def data_dir(self) -> Path: ...
+    @property
+    def progress(self) -> ProgressView: ...
+    @property
+    def transport(self) -> ListeningTransport: ...
+    @property
+    def sampler(self) -> PeerSampler: ...
+    @property
+    def learning(self) -> LearningSetup: ...
+    @property
+    def by_fingerprint(self) -> Mapping[bytes, str]: ...
+    @property
+    def cores(self) -> Mapping[str, PushSum]: ...
+    @property
+    def peer_failures(self) -> Mapping[bytes, int]: ...
+    @property
+    def counters(self) -> Mapping[str, int]: ...
+    @property
+    def timings(self) -> Mapping[str, TimingStats]: ...
+    @property
+    def store(self) -> CheckpointStore: ...
+
+    def model_counters(self, name: str) -> dict[str, int]: ...
+    def flat_model_counters(self) -> dict[str, int]: ...
+    async def save_checkpoint(self) -> int: ...
+    def request_stop(self) -> None: ...
 
 
 def _seconds_ago(instant: float | None) -> float | None:
@@ -31,9 +105,9 @@ def _seconds_ago(instant: float | None) -> float | None:
 
 
 class NodeAdmin:
-    """Implements :class:`p2p.runtime.admin_server.AdminHandler` over a running :class:`Node`."""
+    """Implements :class:`p2p.runtime.admin_server.AdminHandler` over an :class:`AdminSource`."""
 
-    def __init__(self, node: Node) -> None:
+    def __init__(self, node: AdminSource) -> None:
         self._node = node
 
     def status(self) -> StatusReport:
@@ -66,7 +140,7 @@ class NodeAdmin:
                 address=d.address,
                 age=d.age,
                 last_contact=_seconds_ago(entry.last_contact),
-                failures=n.peer_failures.get(d.address, 0),
+                failures=n.peer_failures.get(d.node_id, 0),
                 models=sorted(names.get(t, t.hex()[:12]) for t in d.tags),
             )
             if entry.view is None:

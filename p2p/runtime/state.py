@@ -1,22 +1,63 @@
-"""Convert between a running node and its checkpoint (:class:`NodeState`)."""
+"""Convert between a running node and its checkpoint (:class:`NodeState`).
+
+Both directions work on :class:`StatefulNode`, the narrow view of what a
+checkpoint holds (network and optimizer, push-sum cores, counters, progress,
+the sampler's view, the node id), not on the whole node.
+"""
 
 from __future__ import annotations
 
 import copy
 import logging
 import time
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Protocol
 
-from gossip import PushSumSnapshot
+from gossip import PushSum, PushSumSnapshot
 from p2p.runtime.checkpoint import NodeState, PeerRecord, PushSumRecord
-from peersampling import Descriptor
+from peersampling import Descriptor, PeerSampler
 
 if TYPE_CHECKING:
-    from p2p.runtime.node import Node
+    from p2p.runtime.assembly import LearningSetup
+    from p2p.wire.identity import Identity
 
 COUNTER_SEP = "."  # push-sum counters are kept per model under "<model>.<counter>"
 
 logger = logging.getLogger(__name__)
+
+
+class RoundProgress(Protocol):
+    """The trainer's progress a checkpoint keeps."""
+
+    round: int
+    steps: int
+
+
+class StatefulNode(Protocol):
+    """What :func:`snapshot_state` reads and :func:`restore_state` writes.
+
+    ``counters`` and ``counter_base`` are updated in place on restore;
+    ``restored_view`` is replaced (the sampler does not exist yet then).
+    """
+
+    restored_view: list[Descriptor]
+
+    @property
+    def identity(self) -> Identity: ...
+    @property
+    def learning(self) -> LearningSetup: ...
+    @property
+    def cores(self) -> Mapping[str, PushSum]: ...
+    @property
+    def counters(self) -> dict[str, int]: ...
+    @property
+    def counter_base(self) -> dict[str, dict[str, int]]: ...
+    @property
+    def progress(self) -> RoundProgress: ...
+    @property
+    def sampler(self) -> PeerSampler | None: ...
+
+    def flat_model_counters(self) -> dict[str, int]: ...
 
 
 
@@ -24,7 +65,7 @@ def _record(d: Descriptor) -> PeerRecord:
     return PeerRecord(d.node_id, d.address, d.age, tuple(sorted(d.tags)))
 
 
-def snapshot_state(node: Node) -> NodeState:
+def snapshot_state(node: StatefulNode) -> NodeState:
     """Everything needed to resume ``node``: network, push-sum state, counters, view."""
     pushsum = {}
     for name, core in node.cores.items():
@@ -46,7 +87,7 @@ def snapshot_state(node: Node) -> NodeState:
     )
 
 
-def restore_state(node: Node, state: NodeState) -> None:
+def restore_state(node: StatefulNode, state: NodeState) -> None:
     """Load ``state`` into a freshly built ``node`` (before it starts running)."""
     node.learning.network.load_state_dict(state.model_state)
     if state.optimizer_state is not None:

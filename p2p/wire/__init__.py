@@ -8,22 +8,25 @@ from p2p.wire.codec import (
     DecodeError,
     EncodeError,
     RegistrationError,
+    WireMessage,
     decode,
     encode,
     register,
-    register_core_messages,
+    register_messages,
 )
+from p2p.wire.dispatch import RequestDispatcher
 from p2p.wire.framing import FrameDecoder, FrameTooLarge, encode_frame
 from p2p.wire.handshake import Handshake, HandshakeError, PeerInfo
 from p2p.wire.identity import Identity, IdentityError
-from p2p.wire.messages import Error, Hello, HelloAuth, Ping, Pong
+from p2p.wire.messages import MESSAGES, Error, Hello, HelloAuth, Ping, Pong
 from p2p.wire.sealing import CIPHERS, SealError
 from p2p.wire.transport import PeerUnreachable, Rejected, RemoteError, Transport, TransportError
 
 __all__ = [
-    "CIPHERS", "DecodeError", "EncodeError", "Error", "FrameDecoder", "FrameTooLarge",
-    "Handshake", "HandshakeError", "Hello", "HelloAuth", "Identity", "IdentityError",
-    "PeerInfo", "PeerUnreachable", "Ping", "Pong", "RegistrationError", "Rejected",
-    "RemoteError", "SealError", "Transport", "TransportError", "decode", "encode",
-    "encode_frame", "register", "register_core_messages",
+    "CIPHERS", "MESSAGES", "DecodeError", "EncodeError", "Error", "FrameDecoder",
+    "FrameTooLarge", "Handshake", "HandshakeError", "Hello", "HelloAuth", "Identity",
+    "IdentityError", "PeerInfo", "PeerUnreachable", "Ping", "Pong", "RegistrationError",
+    "Rejected", "RemoteError", "RequestDispatcher", "SealError", "Transport",
+    "TransportError", "WireMessage", "decode", "encode", "encode_frame", "register",
+    "register_messages",
 ]

@@ -14,6 +14,13 @@ Fields are encoded by their annotated type:
   Only float64 and float32 are accepted; nothing is ever unpickled. Decoded
   arrays are read-only views of the received bytes (copy them to modify).
 
+There is no central list of message types: each package exports its wire
+surface as ``(class, wire name)`` pairs (:data:`WireMessage`), and whoever
+composes the packages registers them with :func:`register_messages` (the node
+does so when it starts). The p2p layer's own messages
+(:data:`p2p.wire.messages.MESSAGES`: handshake, ping/pong, error) are
+registered when this module is imported, since the handshake needs them.
+
 Decoding checks every value against the annotations (``bool`` is not an
 ``int``; a float field needs a float) and raises :class:`DecodeError` naming the
 message type and the field. Unknown types, another protocol version, malformed
@@ -23,15 +30,16 @@ msgpack, extra or missing fields are all a :class:`DecodeError`.
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import logging
 import types
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import msgpack
 import numpy as np
+
+from p2p.wire.messages import MESSAGES as _PROTOCOL_MESSAGES
 
 __all__ = [
     "PROTOCOL_VERSION",
@@ -40,11 +48,12 @@ __all__ = [
     "EncodeError",
     "RegistrationError",
     "VersionMismatch",
+    "WireMessage",
     "decode",
     "encode",
     "is_registered",
     "register",
-    "register_core_messages",
+    "register_messages",
     "registered_types",
     "type_name",
 ]
@@ -52,6 +61,8 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 PROTOCOL_VERSION = 1
+#: One entry of a package's wire surface: a frozen dataclass and its wire type name.
+WireMessage = tuple[type, str]
 _RESERVED_KEYS = frozenset({"v", "t"})
 # dtype name on the wire -> numpy dtype; little-endian only.
 _ARRAY_DTYPES: dict[str, np.dtype] = {"<f8": np.dtype("<f8"), "<f4": np.dtype("<f4")}
@@ -534,35 +545,25 @@ def decode(payload: bytes) -> object:
 
 
 # ---------------------------------------------------------------------------
-# Core message set
-
-# (module, class name, wire name) of the messages other packages define.
-CORE_MESSAGES: tuple[tuple[str, str, str], ...] = (
-    ("peersampling.messages", "ShuffleRequest", "shuffle_request"),
-    ("peersampling.messages", "ShuffleReply", "shuffle_reply"),
-    ("gossip.messages", "Push", "push"),
-    ("gossip.messages", "PushAck", "push_ack"),
-)
+# Wire surfaces
 
 
-def register_core_messages() -> list[str]:
-    """Register the p2p, peer-sampling and gossip messages; returns the wire names.
+def register_messages(messages: Iterable[WireMessage]) -> list[str]:
+    """Register every ``(class, wire name)`` pair of a wire surface; returns the names.
 
-    Imports the other packages lazily so that ``p2p.wire.codec`` itself has no
-    dependency on them. Safe to call more than once. Raises
-    :class:`RegistrationError` naming the module or class that is missing.
+    Idempotent like :func:`register`. A malformed entry raises
+    :class:`RegistrationError` naming it.
     """
-    from p2p.wire import messages as p2p_messages
-
-    names = p2p_messages.register_p2p_messages()
-    for module_name, class_name, wire_name in CORE_MESSAGES:
-        try:
-            module = importlib.import_module(module_name)
-        except ImportError as exc:
-            raise RegistrationError(f"cannot import {module_name} for {wire_name}: {exc}") from exc
-        cls = getattr(module, class_name, None)
-        if cls is None:
-            raise RegistrationError(f"{module_name} has no class {class_name} (for {wire_name})")
-        register(cls, wire_name)
-        names.append(wire_name)
+    names = []
+    for entry in messages:
+        if not (isinstance(entry, tuple) and len(entry) == 2 and isinstance(entry[0], type)):
+            raise RegistrationError(
+                f"a wire surface entry must be a (class, wire name) pair, got {entry!r:.80}"
+            )
+        cls, name = entry
+        register(cls, name)
+        names.append(name)
     return names
+
+
+register_messages(_PROTOCOL_MESSAGES)

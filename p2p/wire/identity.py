@@ -7,9 +7,7 @@ written atomically (temp file + rename) so a crash never leaves half a key.
 from __future__ import annotations
 
 import logging
-import os
 import stat
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,6 +17,8 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import (
     Ed25519PrivateKey,
     Ed25519PublicKey,
 )
+
+from p2p.files import FileWriteError, write_private_file
 
 __all__ = ["IDENTITY_FILE", "Identity", "IdentityError", "verify_signature"]
 
@@ -94,27 +94,11 @@ class Identity:
             serialization.PrivateFormat.PKCS8,
             serialization.NoEncryption(),
         )
-        directory = path.parent
         try:
-            fd, tmp = tempfile.mkstemp(prefix=".identity-", suffix=".tmp", dir=directory)
-        except OSError as exc:
-            raise IdentityError(
-                f"cannot write identity key in {directory}: {exc.strerror} "
-                "(the data directory must be writable)"
-            ) from exc
-        try:
-            os.fchmod(fd, 0o600)  # mkstemp already uses 0600; be explicit
-            with os.fdopen(fd, "wb") as handle:
-                handle.write(pem)
-                handle.flush()
-                os.fsync(handle.fileno())
-            os.replace(tmp, path)
-        except OSError as exc:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-            raise IdentityError(f"cannot write identity key {path}: {exc.strerror}") from exc
+            write_private_file(path, pem, mode=0o600)
+        except FileWriteError as exc:
+            raise IdentityError(f"cannot write identity key {path}: {exc} (the data directory "
+                                "must be writable)") from exc
 
     @classmethod
     def load_or_create(cls, data_dir: Path | str) -> Identity:

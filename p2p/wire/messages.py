@@ -1,13 +1,16 @@
 """Messages of the p2p layer itself: handshake, liveness and errors.
 
-Importing this module registers them with :mod:`p2p.wire.codec`.
+Plain frozen dataclasses; :data:`MESSAGES` names them on the wire. The codec
+(:mod:`p2p.wire.codec`) is born knowing them, so the handshake and the
+transport work before any subsystem adds its own messages.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from p2p.wire import codec
+# one bound for the models a node advertises, in its HELLO as in its descriptors
+from peersampling.descriptor import MAX_TAGS
 
 __all__ = [
     "ERROR_BAD_REQUEST",
@@ -15,18 +18,17 @@ __all__ = [
     "ERROR_INTERNAL",
     "ERROR_NO_REPLY",
     "ERROR_REJECTED",
+    "MESSAGES",
     "Error",
     "Hello",
     "HelloAuth",
     "Ping",
     "Pong",
-    "register_p2p_messages",
 ]
 
 NODE_ID_SIZE = 32
 NONCE_SIZE = 32
 TAG_SIZE = 32
-MAX_TAGS = 4096
 MAX_ADDRESS_LENGTH = 300
 
 # Error codes (``Error.code``).
@@ -99,20 +101,11 @@ class Error:
     reason: str
 
 
-_P2P_MESSAGES: tuple[tuple[type, str], ...] = (
+#: The wire surface of the p2p layer: (message class, wire type name) pairs.
+MESSAGES: tuple[tuple[type, str], ...] = (
     (Hello, "hello"),
     (HelloAuth, "hello_auth"),
     (Ping, "ping"),
     (Pong, "pong"),
     (Error, "error"),
 )
-
-
-def register_p2p_messages() -> list[str]:
-    """Register the p2p messages (idempotent); returns their wire names."""
-    for cls, name in _P2P_MESSAGES:
-        codec.register(cls, name)
-    return [name for _, name in _P2P_MESSAGES]
-
-
-register_p2p_messages()

@@ -41,8 +41,12 @@ from p2p.wire.messages import (
     Pong,
 )
 from p2p.wire.sealing import DEFAULT_CIPHER, Opener, Sealer, SealError, check_cipher
+from peersampling.address import HostPort, parse_host_port
 
 __all__ = [
+    "DEFAULT_CONNECT_TIMEOUT",
+    "DEFAULT_MAX_CONNECTIONS",
+    "DEFAULT_READ_TIMEOUT",
     "Connector",
     "Handler",
     "MessageStream",
@@ -56,6 +60,11 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
+
+# Defaults of a node's [limits] (p2p.config takes them from here).
+DEFAULT_MAX_CONNECTIONS = 64
+DEFAULT_CONNECT_TIMEOUT = 5.0
+DEFAULT_READ_TIMEOUT = 30.0
 
 Handler = Callable[[PeerInfo, object], Awaitable[object | None]]
 Connector = Callable[[str], Awaitable[trio.abc.Stream]]
@@ -127,21 +136,17 @@ class ConnectionFailure(Exception):
 
 
 def parse_address(address: str) -> tuple[str, int]:
-    """Split ``"host:port"`` or ``"[v6]:port"``; raises ``ValueError`` naming the address."""
-    host, sep, port_text = address.rpartition(":")
-    if not sep or not host or not port_text.isdigit():
-        raise ValueError(f"address {address!r} is not of the form host:port")
-    port = int(port_text)
-    if not 0 < port < 65536:
-        raise ValueError(f"address {address!r} has port {port} outside 1..65535")
-    if host.startswith("[") and host.endswith("]"):
-        host = host[1:-1]
-    return host, port
+    """Split ``"host:port"`` or ``"[v6]:port"`` (the rule of :mod:`peersampling.address`).
+
+    Raises ``ValueError`` (:class:`~peersampling.address.AddressError`) naming the address.
+    """
+    parsed = parse_host_port(address)
+    return parsed.host, parsed.port
 
 
 def format_address(host: str, port: int) -> str:
     """Inverse of :func:`parse_address` (brackets IPv6 literals)."""
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    return str(HostPort(host, port))
 
 
 async def _tcp_connect(address: str) -> trio.abc.Stream:
@@ -290,9 +295,9 @@ class Transport:
         tags: frozenset[bytes] = frozenset(),
         swarm_key: bytes | None = None,
         *,
-        max_connections: int = 64,
-        connect_timeout: float = 5.0,
-        read_timeout: float = 10.0,
+        max_connections: int = DEFAULT_MAX_CONNECTIONS,
+        connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
+        read_timeout: float = DEFAULT_READ_TIMEOUT,
         idle_timeout: float = 60.0,
         max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
         cipher: str = DEFAULT_CIPHER,

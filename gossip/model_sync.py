@@ -1,8 +1,10 @@
-"""Keep a node's torch network and its push-sum cores consistent.
+"""Keep a node's trained network and its push-sum cores consistent.
 
-The trainer owns the torch network and runs SGD in a worker thread; pushes
-arrive on the event loop at any time and are merged into the push-sum cores
-(plain numpy), never into the network during a step. Between steps, the
+Plain numpy: the network and the cores are reached through the two Protocols
+below, so this module needs neither torch nor trio.  The trainer owns the
+network and runs SGD in a worker thread; pushes arrive on the event loop at any
+time and are merged into the push-sum cores, never into the network during a
+step. Between steps, the
 training progress since the last synchronisation is carried into each core as
 a delta and the merged values are written back into the network:
 
@@ -57,6 +59,7 @@ class ModelSync:
 
     @property
     def names(self) -> tuple[str, ...]:
+        """The names of the synchronised models."""
         return tuple(self._cores)
 
     def sync(self, names: Iterable[str] | None = None) -> None:

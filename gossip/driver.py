@@ -1,0 +1,185 @@
+"""Trio driver: runs push-sum cores over an abstract push transport.
+
+After each training round (:meth:`GossipDriver.signal_round`) the driver makes
+``pushes_per_round`` push waves: every core retransmits what expired and makes
+its new pushes, all sent concurrently, and the acknowledgements and failures
+are fed back into the cores.  While mask noise is held apart it keeps mixing
+until the next round.  The rule for undelivered pushes is the core's
+(:meth:`PushSum.on_undelivered`), so the simulator and the daemon agree.
+
+The node plugs in its connections (a :class:`PushTransport`) and its holder
+sampling (a :data:`Holders` callable); its server side calls ``core.on_push``
+directly.  Tests plug in a fake network and trio's ``MockClock``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from typing import Protocol
+
+import trio
+
+from .errors import PushRefused, PushUndelivered, RejectedAck
+from .messages import Push, PushAck
+from .pushsum import PushSum
+
+log = logging.getLogger(__name__)
+
+NOISY_WAVE_PAUSE = 0.005  # seconds between extra push waves while masks mix
+MAX_TRACKED_PEERS = 1024  # peers whose consecutive push failures are remembered
+
+# (model fingerprint, how many) -> up to that many distinct peer ids holding the model
+Holders = Callable[[bytes, int], Sequence[bytes]]
+
+
+class PushTransport(Protocol):
+    """Delivers one push to a peer and returns its acknowledgement.
+
+    Raises :class:`~gossip.errors.PushUndelivered` (with ``maybe_delivered``)
+    when no acknowledgement came back, and :class:`~gossip.errors.PushRefused`
+    when the peer answered without merging.  Must return or raise within a
+    bounded time (the transport owns the timeout).
+    """
+
+    async def push(self, peer: bytes, push: Push) -> PushAck: ...
+
+
+class DurationSink(Protocol):
+    """Receives the send-to-ack durations of acknowledged pushes (seconds)."""
+
+    def add(self, seconds: float) -> None: ...
+
+
+class GossipDriver:
+    """Drives the push-sum cores of one node (one per shared model, by name)."""
+
+    def __init__(
+        self,
+        cores: Mapping[str, PushSum],
+        transport: PushTransport,
+        holders: Holders,
+        *,
+        push_timeout: float,
+        pushes_per_round: int = 1,
+        noisy_wave_pause: float = NOISY_WAVE_PAUSE,
+        push_durations: DurationSink | None = None,
+        clock: Callable[[], float] = trio.current_time,
+        max_tracked_peers: int = MAX_TRACKED_PEERS,
+    ) -> None:
+        """``push_timeout``: seconds before an unacknowledged push is retransmitted.
+
+        ``push_durations`` receives how long each acknowledged push took;
+        ``clock`` gives the time the cores see (trio's clock by default).
+        """
+        if not push_timeout > 0:
+            raise ValueError(f"push_timeout: expected a number > 0, got {push_timeout!r}")
+        if not isinstance(pushes_per_round, int) or pushes_per_round < 1:
+            raise ValueError(f"pushes_per_round: expected an int >= 1, got {pushes_per_round!r}")
+        if not noisy_wave_pause > 0:
+            raise ValueError(f"noisy_wave_pause: expected a number > 0, got {noisy_wave_pause!r}")
+        if max_tracked_peers < 1:
+            raise ValueError(f"max_tracked_peers: expected >= 1, got {max_tracked_peers!r}")
+        self._cores = dict(cores)
+        self._transport = transport
+        self._holders = holders
+        self.push_timeout = float(push_timeout)
+        self.pushes_per_round = pushes_per_round
+        self.noisy_wave_pause = float(noisy_wave_pause)
+        self._durations = push_durations
+        self._clock = clock
+        self._max_tracked = max_tracked_peers
+        self._failures: dict[bytes, int] = {}
+        self._round_done = trio.Event()
+
+    @property
+    def peer_failures(self) -> Mapping[bytes, int]:
+        """Peer id -> pushes that got no answer since the last acknowledged one."""
+        return self._failures
+
+    @property
+    def noisy(self) -> bool:
+        """True while some core holds mask noise apart from its trained values."""
+        return any(core.noisy for core in self._cores.values())
+
+    def signal_round(self) -> None:
+        """The trainer finished a round: push (again) at the next opportunity."""
+        self._round_done.set()
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Push after every signalled round and while noise is held apart, forever (cancel to stop)."""
+        task_status.started()
+        while True:
+            # Wake for the next round, or as soon as a merge brought noise in:
+            # it must start mixing now, like its sender's, not a round later.
+            # Otherwise, while this node trains, its sender pushes alone: its
+            # noise ages with pushes that mix nothing into its own estimate,
+            # and it folds mask-sized values into the trained ones.
+            while not self._round_done.is_set() and not self.noisy:
+                with trio.move_on_after(self.noisy_wave_pause):
+                    await self._round_done.wait()
+            if self._round_done.is_set():
+                self._round_done = trio.Event()
+                for _ in range(self.pushes_per_round):
+                    await self.push_wave()
+            # While mask noise is held apart from the trained values, keep
+            # mixing until the next round: the noise cancels sooner and the
+            # models rejoin the average after fewer rounds of local training.
+            while self.noisy and not self._round_done.is_set():
+                await self.push_wave()
+                await trio.sleep(self.noisy_wave_pause)
+
+    async def push_wave(self) -> None:
+        """Push every model once (and retransmit expired pushes); wait for every answer."""
+        now = self._clock()
+        async with trio.open_nursery() as nursery:
+            for name, core in self._cores.items():
+                for peer, push in core.expire(now, self.push_timeout):
+                    nursery.start_soon(self._send, name, core, peer, push)
+                peers = self._holders(core.fingerprint, core.fanout)
+                for peer, push in core.make_pushes(list(peers), now):
+                    nursery.start_soon(self._send, name, core, peer, push)
+
+    async def _send(self, name: str, core: PushSum, peer: bytes, push: Push) -> None:
+        started = self._clock()
+        try:
+            ack = await self._transport.push(peer, push)
+        except PushRefused as exc:
+            log.info("push of %s to %s refused: %s", name, _short(peer), exc.reason)
+            core.on_undelivered(push.push_id, maybe_delivered=False)
+            return
+        except PushUndelivered as exc:
+            log.debug("push of %s to %s failed: %s", name, _short(peer), exc.reason)
+            # The core decides: forgotten with the weight kept if surely not
+            # merged, else kept outstanding for expire() to retransmit.
+            core.on_undelivered(push.push_id, maybe_delivered=exc.maybe_delivered)
+            self._count_failure(peer)
+            return
+        try:
+            core.on_ack(peer, ack, self._clock())
+        except RejectedAck as exc:
+            log.warning("ack from %s for %s rejected: %s", _short(peer), name, exc)
+            return
+        if self._durations is not None:
+            self._durations.add(self._clock() - started)
+        self._failures.pop(peer, None)
+
+    def _count_failure(self, peer: bytes) -> None:
+        count = self._failures.pop(peer, 0) + 1
+        self._failures[peer] = count  # newest last; the oldest go past the bound
+        while len(self._failures) > self._max_tracked:
+            self._failures.pop(next(iter(self._failures)))
+
+
+def _short(peer: bytes) -> str:
+    return bytes(peer)[:4].hex()
+
+
+__all__ = [
+    "MAX_TRACKED_PEERS",
+    "NOISY_WAVE_PAUSE",
+    "DurationSink",
+    "GossipDriver",
+    "Holders",
+    "PushTransport",
+]

@@ -1,0 +1,102 @@
+"""Node configuration: a TOML file loaded into frozen dataclasses.
+
+``load_config(path)`` reads a TOML file (stdlib :mod:`tomllib`), checks every key
+(type, range, notation) and returns a :class:`NodeConfig`. Every problem raises
+:class:`ConfigError` whose message names the dotted key (``training.lr``), the
+value found and the expected form. Unknown sections and keys are errors too,
+with a "did you mean" suggestion, because a misspelt key silently falling back
+to its default is the worst kind of configuration bug.
+
+Each key is declared once, in :mod:`p2p.config.schema` (default, kind, help);
+reading, writing, the known-key lists and command-line overrides
+(:meth:`NodeConfig.with_overrides`) derive from it (:mod:`p2p.config.kinds`,
+:mod:`p2p.config.document`). What the learner consumes is checked by the
+learner's own value objects, so ``p2p config`` and ``p2p run`` agree.
+:func:`render_config_toml` writes a config back as TOML;
+``load_config(render_config_toml(c))`` gives back ``c``.
+
+Relative paths in a file (``node.data_dir``, ``data.path``,
+``security.swarm_key_file``) are resolved against the directory holding the
+file, so a config keeps working whatever the current directory is.
+
+The swarm key helpers (:mod:`p2p.config.swarm_key`) live here too: the key
+file is configuration the operator provides.
+"""
+
+from __future__ import annotations
+
+from learner.permutations import parse_cycles as parse_permutation
+from p2p.config.document import (
+    SECTION_KEYS,
+    config_from_dict,
+    config_to_dict,
+    load_config,
+    parse_config_text,
+    render_config_toml,
+)
+from p2p.config.errors import ConfigError
+from p2p.config.schema import (
+    CLI_OPTIONS,
+    LOG_FORMATS,
+    LOG_LEVELS,
+    CheckpointConfig,
+    DataConfig,
+    GossipConfig,
+    LimitsConfig,
+    NetworkConfig,
+    NodeConfig,
+    NodeSection,
+    PeerSamplingConfig,
+    SecurityConfig,
+    TrainingConfig,
+)
+from p2p.config.swarm_key import (
+    SWARM_KEY_BYTES,
+    SwarmKeyError,
+    encode_swarm_key,
+    generate_swarm_key,
+    load_swarm_key,
+    write_swarm_key,
+)
+from peersampling.address import AddressError, HostPort
+from peersampling.address import parse_host_port as _parse_address
+
+__all__ = [
+    "CLI_OPTIONS",
+    "LOG_FORMATS",
+    "LOG_LEVELS",
+    "SECTION_KEYS",
+    "SWARM_KEY_BYTES",
+    "CheckpointConfig",
+    "ConfigError",
+    "DataConfig",
+    "GossipConfig",
+    "HostPort",
+    "LimitsConfig",
+    "NetworkConfig",
+    "NodeConfig",
+    "NodeSection",
+    "PeerSamplingConfig",
+    "SecurityConfig",
+    "SwarmKeyError",
+    "TrainingConfig",
+    "config_from_dict",
+    "config_to_dict",
+    "encode_swarm_key",
+    "generate_swarm_key",
+    "load_config",
+    "load_swarm_key",
+    "parse_config_text",
+    "parse_host_port",
+    "parse_permutation",
+    "render_config_toml",
+    "write_swarm_key",
+]
+
+
+def parse_host_port(text: object, key: str, *, allow_port_zero: bool = False) -> HostPort:
+    """Parse ``"host:port"`` (or ``"[v6]:port"``); errors are ConfigErrors naming ``key``."""
+    try:
+        return _parse_address(text, allow_port_zero=allow_port_zero)
+    except AddressError as exc:
+        raise ConfigError(f"{key}: {exc}", key=key) from None

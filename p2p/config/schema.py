@@ -1,0 +1,367 @@
+"""The node's configuration schema: every key declared once, checked by its owner.
+
+Each section is a frozen dataclass whose fields are declared with
+:func:`~p2p.config.kinds.setting` (default, kind, help). Settings the learner
+consumes are validated by the learner's own value objects
+(:class:`~learner.NetworkSpec`, :class:`~learner.PartialModelSpec` and
+:class:`~learner.ModelLayout`, :class:`~learner.TrainConfig`,
+:class:`~learner.DataSpec`, :func:`~learner.permutations.parse_permutation`),
+whose errors are reported under the config's dotted key. So ``p2p config``
+accepts exactly what ``p2p run`` can build. Defaults come from the layer that
+uses the value (the learner, the transport, the sealing) where it has one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gossip.pushsum import PRIVACY_MODES
+from learner.data import DataSpec
+from learner.errors import FieldError
+from learner.layout import ModelLayout
+from learner.permutations import Cycles, format_cycles, parse_permutation
+from learner.spec import ACTIVATIONS, DECLARED_KINDS, NetworkSpec, PartialModelSpec, SpecError
+from learner.tasks import TASKS
+from learner.train_config import OPTIMIZERS, TrainConfig
+from p2p.config.errors import ConfigError
+from p2p.config.kinds import (
+    COUNTS,
+    LAYERS,
+    Address,
+    AddressList,
+    Boolean,
+    Choice,
+    Context,
+    FilePath,
+    Integer,
+    Number,
+    Permutation,
+    Setting,
+    StringList,
+    Text,
+    setting,
+    settings_of,
+)
+from p2p.wire.framing import DEFAULT_MAX_FRAME_SIZE
+from p2p.wire.sealing import CIPHERS, DEFAULT_CIPHER
+from p2p.wire.transport import (
+    DEFAULT_CONNECT_TIMEOUT,
+    DEFAULT_MAX_CONNECTIONS,
+    DEFAULT_READ_TIMEOUT,
+)
+from peersampling.address import HostPort
+
+__all__ = [
+    "CLI_OPTIONS",
+    "LOG_FORMATS",
+    "LOG_LEVELS",
+    "MODEL_KEYS",
+    "CheckpointConfig",
+    "DataConfig",
+    "GossipConfig",
+    "LimitsConfig",
+    "NetworkConfig",
+    "NodeConfig",
+    "NodeSection",
+    "PeerSamplingConfig",
+    "SecurityConfig",
+    "TrainingConfig",
+]
+
+LOG_FORMATS = ("text", "json")
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
+
+def _learner_error(exc: FieldError, section: str, keys: Mapping[str, str]) -> ConfigError:
+    """``exc`` (a learner value object's refusal) under the config key of its field."""
+    key = f"{section}.{keys.get(exc.field or '', exc.field)}" if exc.field else section
+    return ConfigError(f"{key}: {exc.detail}", key=key)
+
+
+# --------------------------------------------------------------------------- sections
+
+
+@dataclass(frozen=True)
+class NodeSection:
+    """``[node]``: identity-independent settings of this daemon."""
+
+    name: str = setting("node", Text(nonempty=True), "a label shown by `p2p status` and in logs")
+    listen: HostPort = setting(HostPort("127.0.0.1", 0), Address(allow_port_zero=True),
+                               "address to accept peers on; port 0 = any free port")
+    advertise: HostPort | None = setting(None, Address(),
+                                         "address other nodes should dial, if not `listen`")
+    bootstrap: tuple[HostPort, ...] = setting((), AddressList(), "peers to join through")
+    data_dir: Path | None = setting(None, FilePath(),
+                                    "identity key, checkpoint and admin socket")
+    seed: int = setting(0, Integer(minimum=0),
+                        "seeds the node's initial parameters and mini-batch order")
+    log_format: str = setting("text", Choice(LOG_FORMATS), "human lines or JSON objects")
+    log_level: str = setting("info", Choice(LOG_LEVELS, fold_case=True),
+                             "minimum level logged")
+
+
+@dataclass(frozen=True)
+class NetworkConfig:
+    """``[network]``: the node's MLP (a :class:`learner.NetworkSpec`) and how models combine."""
+
+    layers: tuple[int, ...] = setting((64, 48, 32, 10), LAYERS,
+                                      'layer sizes, input to output, e.g. "64=48=32=10"')
+    activation: str = setting(NetworkSpec.activation, Choice(ACTIVATIONS),
+                              "activation after every hidden layer")
+    cross_models: bool = setting(False, Boolean(), "average the weights between unrelated "
+                                 "models among the nodes holding both")
+
+    def __post_init__(self) -> None:
+        self.spec  # noqa: B018 - validates
+
+    @property
+    def spec(self) -> NetworkSpec:
+        """The learner's declaration of this network."""
+        try:
+            return NetworkSpec(self.layers, self.activation)
+        except SpecError as exc:
+            raise _learner_error(exc, "network", {"sizes": "layers"}) from None
+
+
+#: The keys of one ``[[models]]`` entry, mapped onto :class:`learner.PartialModelSpec`.
+MODEL_KEYS: dict[str, Setting] = {
+    "name": Setting(Text(), "unique name; 'local' is reserved", "name"),
+    "neurons": Setting(COUNTS, 'neurons per layer, e.g. "64-40-24-10"', "counts"),
+    "depends_on": Setting(StringList(), "declared models this one depends on", "depends_on"),
+    "kind": Setting(Choice(DECLARED_KINDS), "shown by `p2p models`", "kind"),
+}
+_MODEL_REQUIRED = ("name", "neurons")
+
+
+@dataclass(frozen=True)
+class TrainingConfig:
+    """``[training]``: local SGD (a :class:`learner.TrainConfig`) and the round loop."""
+
+    lr: float = setting(TrainConfig.lr, Number(), "learning rate (> 0)")
+    batch_size: int = setting(TrainConfig.batch_size, Integer(), "mini-batch size (>= 1)")
+    steps_per_round: int = setting(TrainConfig.steps_per_round, Integer(),
+                                   "mini-batches per round (>= 1)")
+    optimizer: str = setting(TrainConfig.optimizer, Choice(OPTIMIZERS), "the optimizer")
+    momentum: float = setting(TrainConfig.momentum, Number(),
+                              'momentum in [0, 1), used by "momentum"')
+    rounds: int = setting(0, Integer(minimum=0), "rounds to train; 0 = until stopped")
+    eval_every: int = setting(10, Integer(minimum=1), "evaluate every this many rounds")
+    round_interval: float = setting(0.0, Number(minimum=0), "seconds between rounds")
+    min_peers: int = setting(0, Integer(minimum=0), "peers to wait for before the first round")
+    peer_wait: float = setting(60.0, Number(minimum=0), "longest wait for min_peers (s)")
+
+    def __post_init__(self) -> None:
+        self.train_config()
+
+    def train_config(self, seed: int = 0) -> TrainConfig:
+        """The learner's training settings (``seed`` drives the mini-batch order)."""
+        try:
+            return TrainConfig(lr=self.lr, batch_size=self.batch_size,
+                               steps_per_round=self.steps_per_round, optimizer=self.optimizer,
+                               momentum=self.momentum, seed=seed)
+        except FieldError as exc:
+            raise _learner_error(exc, "training", {}) from None
+
+
+@dataclass(frozen=True)
+class GossipConfig:
+    """``[gossip]``: push-sum averaging of the shared models."""
+
+    fanout: int = setting(1, Integer(minimum=1, maximum=64), "peers per push")
+    pushes_per_round: int = setting(1, Integer(minimum=1, maximum=64),
+                                    "push exchanges per shared model after each round")
+    privacy: str = setting("none", Choice(PRIVACY_MODES), "mask the first pushes or not")
+    masked_pushes: int = setting(4, Integer(minimum=1), "masked pushes per model")
+    mask_std: float = setting(10.0, Number(above=0), "standard deviation of the masks")
+    unmask_after: int = setting(40, Integer(minimum=1),
+                                "exchanges before held-apart noise is folded back")
+    push_timeout: float = setting(5.0, Number(above=0), "seconds to wait for a push's ack")
+
+
+@dataclass(frozen=True)
+class PeerSamplingConfig:
+    """``[peer_sampling]``: Cyclon-style views."""
+
+    view_size: int = setting(20, Integer(minimum=1), "view size c")
+    shuffle_length: int = setting(5, Integer(minimum=1), "shuffle length l (<= view_size)")
+    period: float = setting(1.0, Number(above=0), "seconds between shuffles")
+
+    def __post_init__(self) -> None:
+        if self.shuffle_length > self.view_size:
+            raise ConfigError(
+                f"peer_sampling.shuffle_length: {self.shuffle_length} exceeds "
+                f"peer_sampling.view_size {self.view_size}; expected 1 <= shuffle_length <= "
+                "view_size", key="peer_sampling.shuffle_length")
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    """``[data]``: where this node's training and test data come from (a :class:`learner.DataSpec`)."""
+
+    task: str = setting(DataSpec.task, Choice(TASKS), "built-in task, .npz file or IDX files")
+    path: Path | None = setting(None, FilePath(), "the .npz file or IDX directory")
+    node_index: int = setting(DataSpec.node_index, Integer(), "this node's shard")
+    num_nodes: int = setting(DataSpec.num_nodes, Integer(), "shards the data is cut into")
+    permutation: Cycles = setting((), Permutation(), 'label cycles, e.g. "8:9" or "7:8:9"')
+    test_fraction: float = setting(DataSpec.test_fraction, Number(),
+                                   "share held out for testing, in (0, 1)")
+    seed: int = setting(DataSpec.seed, Integer(), "swarm-wide data seed")
+
+    def __post_init__(self) -> None:
+        self.spec()
+
+    def spec(self) -> DataSpec:
+        """The learner's data spec for this node."""
+        try:
+            return DataSpec(task=self.task, path=None if self.path is None else str(self.path),
+                            node_index=self.node_index, num_nodes=self.num_nodes,
+                            permutation=self.permutation_text, seed=self.seed,
+                            test_fraction=self.test_fraction)
+        except FieldError as exc:
+            raise _learner_error(exc, "data", {}) from None
+
+    @property
+    def permutation_text(self) -> str:
+        """The permutation in its canonical notation (``"8:9"``; ``"id"`` for none)."""
+        return format_cycles(self.permutation)
+
+    def label_map(self, num_classes: int) -> tuple[int, ...]:
+        """``label_map[y]`` is the label this node trains on for true label ``y``."""
+        try:
+            return tuple(int(y) for y in parse_permutation(self.permutation_text, num_classes))
+        except FieldError as exc:
+            raise ConfigError(f"data.permutation: {exc}", key="data.permutation") from None
+
+
+@dataclass(frozen=True)
+class SecurityConfig:
+    """``[security]``: swarm key (optional) and the AEAD used with it."""
+
+    swarm_key_file: Path | None = setting(None, FilePath(), "swarm key from p2p keygen")
+    cipher: str = setting(DEFAULT_CIPHER, Choice(CIPHERS), "AEAD sealing frames")
+
+
+@dataclass(frozen=True)
+class LimitsConfig:
+    """``[limits]``: resource bounds that protect the daemon from peers."""
+
+    max_connections: int = setting(DEFAULT_MAX_CONNECTIONS, Integer(minimum=1),
+                                   "open connections at most")
+    max_frame_size: int = setting(DEFAULT_MAX_FRAME_SIZE, Integer(minimum=1024,
+                                                                  maximum=2**31 - 1),
+                                  "largest frame accepted (bytes)")
+    max_messages_per_second: float = setting(50.0, Number(above=0),
+                                             "requests accepted per second per connection")
+    connect_timeout: float = setting(DEFAULT_CONNECT_TIMEOUT, Number(above=0),
+                                     "seconds to connect and finish the handshake")
+    read_timeout: float = setting(DEFAULT_READ_TIMEOUT, Number(above=0),
+                                  "seconds each step of a frame or handshake may take")
+
+
+@dataclass(frozen=True)
+class CheckpointConfig:
+    """``[checkpoint]``: periodic state snapshots (also written on shutdown)."""
+
+    interval: float = setting(60.0, Number(above=0), "seconds between checkpoints")
+
+
+# --------------------------------------------------------------------------- the whole
+
+
+#: Command-line options of ``p2p run`` -> the key they override.
+CLI_OPTIONS: dict[str, str] = {
+    "name": "node.name",
+    "listen": "node.listen",
+    "bootstrap": "node.bootstrap",
+    "data_dir": "node.data_dir",
+    "seed": "node.seed",
+    "log_format": "node.log_format",
+    "log_level": "node.log_level",
+    "swarm_key_file": "security.swarm_key_file",
+}
+
+
+@dataclass(frozen=True)
+class NodeConfig:
+    """The whole, validated configuration of one node.
+
+    Building one checks every section and, across sections, that the declared
+    models fit the network (:class:`learner.ModelLayout`) and the label
+    permutation fits its output layer.
+    """
+
+    node: NodeSection = field(default_factory=NodeSection)
+    network: NetworkConfig = field(default_factory=NetworkConfig)
+    models: tuple[PartialModelSpec, ...] = ()
+    training: TrainingConfig = field(default_factory=TrainingConfig)
+    gossip: GossipConfig = field(default_factory=GossipConfig)
+    peer_sampling: PeerSamplingConfig = field(default_factory=PeerSamplingConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    security: SecurityConfig = field(default_factory=SecurityConfig)
+    limits: LimitsConfig = field(default_factory=LimitsConfig)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    source: Path | None = field(default=None, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "models", tuple(self.models))
+        self.layout()
+        self.data.label_map(self.network.layers[-1])
+
+    def layout(self) -> ModelLayout:
+        """The node's network cut into its declared models (the learner's layout)."""
+        try:
+            return ModelLayout(self.network.spec, list(self.models),
+                               cross_models=self.network.cross_models)
+        except SpecError as exc:
+            raise model_error(exc, self.models) from None
+
+    def model(self, name: str) -> PartialModelSpec:
+        """The declared model called ``name`` (``KeyError`` if none)."""
+        for spec in self.models:
+            if spec.name == name:
+                return spec
+        raise KeyError(name)
+
+    def with_overrides(self, **options: object) -> NodeConfig:
+        """Return a copy with command-line values replacing the file's.
+
+        Options are those of :data:`CLI_OPTIONS` (``listen``, ``bootstrap``,
+        ``data_dir``, ``swarm_key_file``, ``log_format``, ``log_level``,
+        ``name``, ``seed``); ``None`` keeps the file's value. Values are read
+        by the key's own kind: ``bootstrap`` may be a comma-separated string,
+        relative paths resolve against the current directory. Errors name the
+        option and the key (``--listen (node.listen)``).
+        """
+        ctx = Context(base_dir=Path.cwd(), command_line=True)
+        changes: dict[str, dict[str, Any]] = {}
+        for option, value in options.items():
+            if option not in CLI_OPTIONS:
+                raise TypeError(f"with_overrides: unknown option {option!r}")
+            if value is None:
+                continue
+            section, key = CLI_OPTIONS[option].split(".")
+            kind = settings_of(type(getattr(self, section)))[key].kind
+            label = f"--{option.replace('_', '-')} ({section}.{key})"
+            changes.setdefault(section, {})[key] = kind.parse(value, label, ctx)
+        sections = {name: dataclasses.replace(getattr(self, name), **values)
+                    for name, values in changes.items()}
+        return dataclasses.replace(self, **sections)
+
+
+def model_error(exc: SpecError, models: Sequence[PartialModelSpec]) -> ConfigError:
+    """A learner error about the declared models, under ``models[i].key``."""
+    index = exc.index
+    if index is None and exc.model is not None:
+        index = next((i for i, m in enumerate(models) if m.name == exc.model), None)
+    key = "models"
+    if index is not None:
+        key = f"models[{index}]"
+        by_attr = {s.attr: name for name, s in MODEL_KEYS.items()}
+        if exc.field in by_attr:
+            key += f".{by_attr[exc.field]}"
+    return ConfigError(f"{key}: {exc.detail}", key=key)
+

@@ -1,0 +1,92 @@
+"""A testing kit for the daemon: in-memory network, virtual time, node builders.
+
+For tests, scripts and benchmarks alike (it never imports pytest), in the
+manner of :mod:`trio.testing`. Importing :mod:`p2p` does not import this
+package. The network, clock, waiting and wire client are light; the node
+builders load the node runtime (and so torch) on first use.
+
+- :mod:`p2p.testing.memnet`: :class:`MemoryNetwork`, real transports over
+  in-memory streams, with connection and message faults; :class:`Tap`.
+- :mod:`p2p.testing.clock`: :func:`virtual_clock`, :func:`run_in_virtual_time`.
+- :mod:`p2p.testing.waiting`: :func:`wait_until` a condition holds.
+- :mod:`p2p.testing.nodes`: :func:`fast_spec`, :func:`tcp_node`,
+  :func:`memory_node`, :func:`memory_swarm`, :func:`running`,
+  :func:`admin_request`, :func:`write_swarm_key`.
+- :mod:`p2p.testing.wire_client`: a (hostile) peer speaking raw wire protocol.
+- :mod:`p2p.testing.faults`: :func:`run_with_faults`, a measured swarm run
+  under message loss and delay.
+
+Daemon processes (``p2p run``) are started with :class:`p2p.swarm.Swarm`.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+from p2p.testing.clock import run_in_virtual_time, virtual_clock
+from p2p.testing.memnet import FaultyStream, MemoryNetwork, MemoryTransport, Tap, TransportOptions
+from p2p.testing.waiting import DEFAULT_WAIT, wait_until
+from p2p.testing.wire_client import ask, open_session, push_payload, raw_exchange, valid_push
+
+if TYPE_CHECKING:
+    from p2p.testing.faults import FaultRunReport, lossy_swarm, run_with_faults
+    from p2p.testing.nodes import (
+        LOOPBACK,
+        admin_request,
+        fast_spec,
+        memory_addresses,
+        memory_node,
+        memory_swarm,
+        running,
+        tcp_node,
+        tune_config,
+        write_swarm_key,
+    )
+
+# The node builders load the node runtime (torch, the config schema): imported
+# on first use, so that wire-level tests using only the network stay light.
+_LAZY = {
+    **dict.fromkeys(("FaultRunReport", "lossy_swarm", "run_with_faults"), "p2p.testing.faults"),
+    **dict.fromkeys(("LOOPBACK", "admin_request", "fast_spec", "memory_addresses",
+                     "memory_node", "memory_swarm", "running", "tcp_node", "tune_config",
+                     "write_swarm_key"), "p2p.testing.nodes"),
+}
+
+
+def __getattr__(name: str) -> object:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'p2p.testing' has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)
+
+
+__all__ = [
+    "DEFAULT_WAIT",
+    "LOOPBACK",
+    "FaultRunReport",
+    "FaultyStream",
+    "MemoryNetwork",
+    "MemoryTransport",
+    "Tap",
+    "TransportOptions",
+    "admin_request",
+    "ask",
+    "fast_spec",
+    "lossy_swarm",
+    "memory_addresses",
+    "memory_node",
+    "memory_swarm",
+    "open_session",
+    "push_payload",
+    "raw_exchange",
+    "run_in_virtual_time",
+    "run_with_faults",
+    "running",
+    "tcp_node",
+    "tune_config",
+    "valid_push",
+    "virtual_clock",
+    "wait_until",
+    "write_swarm_key",
+]
