@@ -17,8 +17,11 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP)
 
+# ruff on everything; mypy on the packages (not tests or scripts), configured in
+# pyproject.toml: strict on gossip, peersampling and p2p.wire
 lint: $(STAMP)
 	$(BIN)/ruff check p2p learner gossip peersampling scripts tests
+	$(BIN)/mypy
 
 pytest: $(STAMP)
 	$(BIN)/python -m pytest -q
@@ -32,4 +35,4 @@ swarm: $(STAMP)
 	$(BIN)/python scripts/swarm.py $(ARGS)
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache
+	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache .mypy_cache

@@ -9,7 +9,7 @@ never imports trio.  No torch or p2p imports here.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from gossip.counters import PushSumCounters
 from gossip.errors import (
@@ -23,7 +23,14 @@ from gossip.errors import (
 from gossip.masking import MaskSource, mask_source_from
 from gossip.messages import FINGERPRINT_BYTES, WIRE_MESSAGES, Push, PushAck
 from gossip.model_sync import AveragingCore, ModelSync, VectorModel
-from gossip.pushsum import PRIVACY_MODES, PushSum, PushSumSnapshot, UndeliveredOutcome
+from gossip.pushsum import (
+    PRIVACY_MODES,
+    PushSum,
+    PushSumOptions,
+    PushSumSnapshot,
+    PushSumTuning,
+    UndeliveredOutcome,
+)
 from gossip.simulator import (
     Faults,
     ModelSpec,
@@ -57,7 +64,9 @@ __all__ = [
     "PushRefused",
     "PushSum",
     "PushSumCounters",
+    "PushSumOptions",
     "PushSumSnapshot",
+    "PushSumTuning",
     "PushTransport",
     "PushUndelivered",
     "RejectedAck",
@@ -76,7 +85,7 @@ __all__ = [
 _DRIVER_NAMES = {"DurationSink", "GossipDriver", "Holders", "PushTransport"}
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> object:
     if name in _DRIVER_NAMES:
         from gossip import driver
 

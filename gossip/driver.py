@@ -90,12 +90,20 @@ class GossipDriver:
         self._clock = clock
         self._max_tracked = max_tracked_peers
         self._failures: dict[bytes, int] = {}
+        self._undelivered: dict[str, int] = dict.fromkeys(self._cores, 0)
         self._round_done = trio.Event()
+        self._wake = trio.Event()  # a round ended, or a merge may have brought noise in
 
     @property
     def peer_failures(self) -> Mapping[bytes, int]:
         """Peer id -> pushes that got no answer since the last acknowledged one."""
         return self._failures
+
+    @property
+    def undelivered(self) -> Mapping[str, int]:
+        """Model name -> sends (first or retransmitted) that got no answer: the
+        same events as :attr:`peer_failures`, counted per model and never reset."""
+        return self._undelivered
 
     @property
     def noisy(self) -> bool:
@@ -105,6 +113,12 @@ class GossipDriver:
     def signal_round(self) -> None:
         """The trainer finished a round: push (again) at the next opportunity."""
         self._round_done.set()
+        self._wake.set()
+
+    def notify_merged(self) -> None:
+        """A push was merged into a core: if it brought mask noise, start mixing now."""
+        if self.noisy:
+            self._wake.set()
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Push after every signalled round and while noise is held apart, forever (cancel to stop)."""
@@ -115,9 +129,9 @@ class GossipDriver:
             # Otherwise, while this node trains, its sender pushes alone: its
             # noise ages with pushes that mix nothing into its own estimate,
             # and it folds mask-sized values into the trained ones.
-            while not self._round_done.is_set() and not self.noisy:
-                with trio.move_on_after(self.noisy_wave_pause):
-                    await self._round_done.wait()
+            if not self._round_done.is_set() and not self.noisy:
+                await self._wake.wait()
+            self._wake = trio.Event()
             if self._round_done.is_set():
                 self._round_done = trio.Event()
                 for _ in range(self.pushes_per_round):
@@ -149,11 +163,16 @@ class GossipDriver:
             core.on_undelivered(push.push_id, maybe_delivered=False)
             return
         except PushUndelivered as exc:
-            log.debug("push of %s to %s failed: %s", name, _short(peer), exc.reason)
             # The core decides: forgotten with the weight kept if surely not
             # merged, else kept outstanding for expire() to retransmit.
             core.on_undelivered(push.push_id, maybe_delivered=exc.maybe_delivered)
-            self._count_failure(peer)
+            self._undelivered[name] = self._undelivered.get(name, 0) + 1
+            failures = self._count_failure(peer)
+            # Said at the 1st, 10th, 100th... failure in a row: visible, yet
+            # bounded however often a peer fails.
+            level = logging.INFO if _is_power_of_ten(failures) else logging.DEBUG
+            log.log(level, "push of %s to %s failed (%d in a row): %s", name, _short(peer),
+                    failures, exc.reason or type(exc).__name__)
             return
         try:
             core.on_ack(peer, ack, self._clock())
@@ -164,15 +183,22 @@ class GossipDriver:
             self._durations.add(self._clock() - started)
         self._failures.pop(peer, None)
 
-    def _count_failure(self, peer: bytes) -> None:
+    def _count_failure(self, peer: bytes) -> int:
         count = self._failures.pop(peer, 0) + 1
         self._failures[peer] = count  # newest last; the oldest go past the bound
         while len(self._failures) > self._max_tracked:
             self._failures.pop(next(iter(self._failures)))
+        return count
 
 
 def _short(peer: bytes) -> str:
     return bytes(peer)[:4].hex()
+
+
+def _is_power_of_ten(n: int) -> bool:
+    while n % 10 == 0 and n > 1:
+        n //= 10
+    return n == 1
 
 
 __all__ = [

@@ -18,7 +18,7 @@ applied in the middle of a step, and the push-sum invariants only ever see
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Protocol
 
 import numpy as np
@@ -50,7 +50,7 @@ class ModelSync:
     calls it between worker-thread batches).
     """
 
-    def __init__(self, network: VectorModel, cores: dict[str, AveragingCore]) -> None:
+    def __init__(self, network: VectorModel, cores: Mapping[str, AveragingCore]) -> None:
         self._network = network
         self._cores = dict(cores)
         self._synced: dict[str, np.ndarray] = {}

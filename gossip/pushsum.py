@@ -30,6 +30,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from enum import Enum
+from typing import TypedDict, Unpack
 
 import numpy as np
 
@@ -45,6 +46,26 @@ PRIVACY_MODES = ("none", "masked")
 _SEEN_IDS_PER_PEER = 64
 _SEEN_PEERS = 4096
 _RECENT_ACKS = 256
+
+
+class PushSumTuning(TypedDict, total=False):
+    """Keyword options of :class:`PushSum` that tune its behaviour (all optional)."""
+
+    fanout: int
+    max_weight: float
+    masked_pushes: int
+    mask_std: float
+    unmask_after: int
+    max_attempts: int
+    give_up_after: int
+    mask_source: MaskSource | None
+
+
+class PushSumOptions(PushSumTuning, total=False):
+    """Every keyword option of :class:`PushSum` but ``weight`` (see :meth:`PushSum.from_snapshot`)."""
+
+    privacy: str
+    rng: np.random.Generator | None
 
 
 @dataclass(frozen=True, eq=False)
@@ -127,7 +148,7 @@ class PushSum:
             raise InvalidValues(f"mask_std: expected a positive finite float, got {mask_std}")
         self.fingerprint = fingerprint
         z = check_vector(values, None, "values")
-        self._n = z.shape[0]
+        self._n = int(z.shape[0])
         self._z = z
         self._x = z.copy()
         self._w = check_weight(weight, max_weight, "weight")
@@ -439,7 +460,7 @@ class PushSum:
         self._masked_left = self.masked_pushes if self.privacy == "masked" else 0
 
     @classmethod
-    def from_snapshot(cls, snapshot: PushSumSnapshot, **kwargs: object) -> PushSum:
+    def from_snapshot(cls, snapshot: PushSumSnapshot, **kwargs: Unpack[PushSumOptions]) -> PushSum:
         """A new core initialised from ``snapshot`` (keyword arguments as the constructor)."""
         core = cls(snapshot.fingerprint, snapshot.values, weight=snapshot.weight, **kwargs)
         core.restore(snapshot)

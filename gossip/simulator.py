@@ -19,12 +19,13 @@ import hashlib
 import heapq
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Unpack
 
 import numpy as np
 
 from gossip.errors import RejectedAck
 from gossip.messages import Push, PushAck
-from gossip.pushsum import PushSum
+from gossip.pushsum import PushSum, PushSumTuning
 
 # (node, candidate peers (may include the node itself), how many, rng) -> distinct peers,
 # never the node itself
@@ -80,7 +81,6 @@ class Faults:
 class _Event:
     time: float
     seq: int
-    kind: str = field(compare=False)  # "push" or "ack"
     src: int = field(compare=False)
     dst: int = field(compare=False)
     model: str = field(compare=False)
@@ -102,7 +102,7 @@ class Simulation:
         ack_timeout: float = 2.0,
         privacy: Mapping[int, str] | str = "none",
         on_send: SendObserver | None = None,
-        **pushsum_kwargs: object,
+        **pushsum_kwargs: Unpack[PushSumTuning],
     ) -> None:
         self.models = {m.name: m for m in models}
         self.faults = faults or Faults()
@@ -139,7 +139,8 @@ class Simulation:
         """Mean of the initial values over the holders (or over the survivors)."""
         spec = self.models[model]
         rows = [i for i, n in enumerate(spec.holders) if not survivors_only or self.alive(n)]
-        return spec.initial[rows].mean(axis=0)
+        mean: np.ndarray = spec.initial[rows].mean(axis=0)
+        return mean
 
     def values(self, model: str) -> np.ndarray:
         """Trained values (z) of the live holders, one row each."""
@@ -148,13 +149,16 @@ class Simulation:
     def errors(self, model: str, target: np.ndarray | None = None) -> np.ndarray:
         """Relative L2 error of each live holder's values against ``target``."""
         t = self.target(model) if target is None else target
-        return np.linalg.norm(self.values(model) - t, axis=1) / np.linalg.norm(t)
+        errors: np.ndarray = np.linalg.norm(self.values(model) - t, axis=1) / np.linalg.norm(t)
+        return errors
 
     def total_weight(self, model: str) -> float:
         return float(sum(self.cores[(n, model)].weight for n in self.survivors(model)))
 
     def total_mass(self, model: str) -> np.ndarray:
-        return np.sum([self.cores[(n, model)].mass for n in self.survivors(model)], axis=0)
+        mass: np.ndarray = np.sum([self.cores[(n, model)].mass for n in self.survivors(model)],
+                                  axis=0)
+        return mass
 
     # ----------------------------------------------------------------- run
     def run(self, rounds: int) -> None:
@@ -185,14 +189,14 @@ class Simulation:
                 if core is None:
                     continue
                 for peer, push in core.expire(now, self.ack_timeout):
-                    self._send("push", node, int.from_bytes(peer, "big"), name, push, now)
+                    self._send(node, int.from_bytes(peer, "big"), name, push, now)
                 candidates = self._candidates(name)
                 chosen = self.sampler(node, candidates, core.fanout, self.rng)
                 for peer, push in core.make_pushes([node_id(p) for p in chosen], now):
                     dst = int.from_bytes(peer, "big")
                     if self.on_send is not None:
                         self.on_send(r, node, dst, push, core)
-                    self._send("push", node, dst, name, push, now)
+                    self._send(node, dst, name, push, now)
         self._deliver_until(now + 1.0)
         self.round += 1
 
@@ -215,7 +219,7 @@ class Simulation:
                     continue
                 pending = True
                 for peer, push in core.expire(now, self.ack_timeout):
-                    self._send("push", node, int.from_bytes(peer, "big"), name, push, now)
+                    self._send(node, int.from_bytes(peer, "big"), name, push, now)
             if not pending:
                 return
 
@@ -230,7 +234,7 @@ class Simulation:
         when = self.crashed.get(node)
         return when is None or self.round - when < self.faults.detect_after
 
-    def _send(self, kind: str, src: int, dst: int, model: str, msg: Push | PushAck,
+    def _send(self, src: int, dst: int, model: str, msg: Push | PushAck,
               now: float) -> None:
         if self.faults.loss > 0 and self.rng.random() < self.faults.loss:
             return
@@ -238,19 +242,19 @@ class Simulation:
         if self.faults.max_delay > 0:
             delay += float(self.rng.uniform(0.0, self.faults.max_delay))
         self._seq += 1
-        heapq.heappush(self._queue, _Event(now + delay, self._seq, kind, src, dst, model, msg))
+        heapq.heappush(self._queue, _Event(now + delay, self._seq, src, dst, model, msg))
 
     def _deliver_until(self, limit: float) -> None:
         while self._queue and self._queue[0].time < limit:
             ev = heapq.heappop(self._queue)
-            if ev.kind == "push":
+            if isinstance(ev.message, Push):
                 sender_core = self.cores[(ev.src, ev.model)]
                 if not self.alive(ev.dst):
                     if self.alive(ev.src):  # connection refused: surely not merged
                         sender_core.on_undelivered(ev.message.push_id, maybe_delivered=False)
                     continue
                 ack = self.cores[(ev.dst, ev.model)].on_push(node_id(ev.src), ev.message, ev.time)
-                self._send("ack", ev.dst, ev.src, ev.model, ack, ev.time)
+                self._send(ev.dst, ev.src, ev.model, ack, ev.time)
             elif self.alive(ev.dst):
                 try:
                     self.cores[(ev.dst, ev.model)].on_ack(node_id(ev.src), ev.message, ev.time)

@@ -5,6 +5,15 @@ Every node of a swarm calls `load_node_data` with the same task, seed,
 gives all nodes the same test part and disjoint training shards, without any
 coordination. Each node's labels (train and test) go through its own
 permutation, so each node is scored on the shared test part as its task sees it.
+
+Features a file stores as they are (floats; integers other than uint8) are
+standardized by default (`scale = "standard"`): minus the mean, divided by the
+standard deviation of each feature over the training samples of *all* nodes
+(every sample of the file but the shared test part). Every node loads the whole
+file and makes the same seeded split, so every node computes the same
+statistics without exchanging anything: the shared first layers see inputs on
+one scale. Statistics of a node's own shard would differ from node to node.
+Built-in tasks and uint8 images keep their fixed scaling to [0, 1].
 """
 
 from __future__ import annotations
@@ -18,9 +27,14 @@ from learner.data_errors import DataError
 from learner.permutations import parse_permutation
 from learner.tasks import TASKS, TaskData, load_task
 
-__all__ = ["DataSpec", "NodeData", "load_node_data", "split_task"]
+__all__ = ["SCALINGS", "DataSpec", "NodeData", "load_node_data", "split_task"]
 
 logger = logging.getLogger(__name__)
+
+#: How stored features are scaled: "standard" (shared mean and standard deviation) or "none".
+SCALINGS = ("standard", "none")
+# Unscaled features whose root mean square lies outside these bounds get a warning.
+_UNIT_SCALE = (0.01, 10.0)
 
 
 @dataclass(frozen=True)
@@ -34,7 +48,8 @@ class DataSpec:
     swarm-wide data seed (same on every node); test_fraction: share of samples
     held out as the shared test part when the source has no test set;
     samples_per_node: cap on each node's shard (None: the whole shard);
-    num_classes: class count for npz/idx (None: highest label + 1).
+    num_classes: class count for npz/idx (None: highest label + 1); scale: one
+    of SCALINGS, for features a file stores unnormalised (see the module).
     """
 
     task: str = "digits"
@@ -46,6 +61,7 @@ class DataSpec:
     test_fraction: float = 0.2
     samples_per_node: int | None = None
     num_classes: int | None = None
+    scale: str = "standard"
 
     def __post_init__(self) -> None:
         if self.task not in TASKS:
@@ -72,6 +88,9 @@ class DataSpec:
         if self.num_classes is not None and self.num_classes < 2:
             raise DataError(f"expected an integer >= 2 or None, got {self.num_classes}",
                             field="num_classes")
+        if self.scale not in SCALINGS:
+            raise DataError(f"expected one of {', '.join(map(repr, SCALINGS))}, got "
+                            f"{self.scale!r}", field="scale")
 
 
 @dataclass(frozen=True, eq=False)
@@ -132,6 +151,7 @@ def load_node_data(spec: DataSpec) -> NodeData:
         test_fraction=spec.test_fraction,
         samples_per_node=spec.samples_per_node,
     )
+    task = _scaled(task, test_idx, spec)
     shard = shards[spec.node_index]
     if task.x_test is None or task.y_test is None:
         test_x, test_y = task.x[test_idx], task.y[test_idx]
@@ -146,8 +166,47 @@ def load_node_data(spec: DataSpec) -> NodeData:
         num_classes=task.num_classes,
         permutation=perm,
     )
-    logger.debug(
-        "node %d/%d: %d training samples, %d test samples, permutation %s",
-        spec.node_index, spec.num_nodes, data.train_y.size, data.test_y.size, spec.permutation,
+    # One line at start: shows at a glance whether nodes were given distinct shards.
+    logger.info(
+        "data: shard %d of %d, %d training samples, %d test samples, permutation %s",
+        spec.node_index, spec.num_nodes, data.train_y.size, data.test_y.size,
+        spec.permutation or "id",
     )
     return data
+
+
+def _scaled(task: TaskData, test_idx: np.ndarray, spec: DataSpec) -> TaskData:
+    """`task` with stored features standardized by statistics every node shares.
+
+    The statistics cover every training sample of every node (all rows of
+    `task.x` but the shared test part), the same on each node; constant
+    features are only centred. With `scale = "none"` the features stay as they
+    are, and a warning says so when they are far from unit scale.
+    """
+    if not task.raw_features:
+        return task  # built-in tasks and uint8 images have their own fixed scale
+    where = spec.path or spec.task
+    if spec.scale == "none":
+        rms = np.sqrt(np.mean(np.square(task.x, dtype=np.float64), axis=0))
+        worst = int(np.argmax(rms))
+        if rms[worst] > _UNIT_SCALE[1] or 0 < rms.max() < _UNIT_SCALE[0]:
+            logger.warning(
+                "%s: features are far from unit scale (feature %d has root mean square %.4g) "
+                'and data.scale = "none": training may stay near chance level; set '
+                'data.scale = "standard" to standardize them', where, worst, rms[worst])
+        return task
+    train = np.ones(task.x.shape[0], dtype=bool)
+    train[test_idx] = False
+    rows = task.x[train].astype(np.float64)
+    mean = rows.mean(axis=0)
+    std = rows.std(axis=0)
+    std[std == 0] = 1.0  # a constant feature: centred, not divided by zero
+
+    def apply(x: np.ndarray) -> np.ndarray:
+        return ((x - mean) / std).astype(np.float32)
+
+    logger.info("%s: features standardized with the mean and standard deviation of the %d "
+                "training samples of all nodes (data.scale = \"standard\")", where, rows.shape[0])
+    x_test = None if task.x_test is None else apply(task.x_test)
+    return TaskData(apply(task.x), task.y, x_test, task.y_test, task.num_classes,
+                    raw_features=False)

@@ -8,6 +8,7 @@ an explicit test set when the source has one. Nothing is downloaded.
 from __future__ import annotations
 
 import functools
+import gzip
 import importlib.util
 import logging
 import zipfile
@@ -22,11 +23,13 @@ from learner.idx import read_idx
 __all__ = [
     "TASKS",
     "TaskData",
+    "TaskShape",
     "digits_task",
     "idx_task",
     "load_task",
     "npz_task",
     "synthetic_task",
+    "task_shape",
 ]
 
 logger = logging.getLogger(__name__)
@@ -36,13 +39,20 @@ TASKS = ("digits", "synthetic", "npz", "idx")
 
 @dataclass(frozen=True)
 class TaskData:
-    """All samples of a task; `x_test`/`y_test` are None when the source has no test set."""
+    """All samples of a task; `x_test`/`y_test` are None when the source has no test set.
+
+    `raw_features`: the features are as the file stores them (floats, or
+    integers other than uint8), with no fixed normalisation; the data loader
+    standardizes such features unless told not to. Built-in tasks and uint8
+    images (scaled to [0, 1] here) are False.
+    """
 
     x: np.ndarray
     y: np.ndarray
     x_test: np.ndarray | None
     y_test: np.ndarray | None
     num_classes: int
+    raw_features: bool = False
 
     @property
     def num_features(self) -> int:
@@ -99,7 +109,7 @@ def _check_classes(task: TaskData, where: str, num_classes: int | None) -> TaskD
     if task.x_test is not None and task.x_test.shape[1] != task.x.shape[1]:
         raise DataError(f"{where}: test features have {task.x_test.shape[1]} columns, "
                         f"training features {task.x.shape[1]}")
-    return TaskData(task.x, task.y, task.x_test, task.y_test, num_classes)
+    return TaskData(task.x, task.y, task.x_test, task.y_test, num_classes, task.raw_features)
 
 
 def _bundled_digits_csv() -> Path | None:
@@ -173,7 +183,8 @@ def npz_task(path: str | Path, num_classes: int | None = None) -> TaskData:
     """A user's `.npz` with `x` and `y`, optionally `x_test` and `y_test`.
 
     `x` is (samples, features...) numeric, `y` (samples,) integer labels >= 0.
-    uint8 features are scaled to [0, 1]; other features are used as they are.
+    uint8 features are scaled to [0, 1]; other features are returned as they
+    are, marked `raw_features` (the data loader standardizes them).
     """
     path = Path(path)
     try:
@@ -193,7 +204,8 @@ def npz_task(path: str | Path, num_classes: int | None = None) -> TaskData:
         if ("x_test" in keys) != ("y_test" in keys):
             raise DataError(f"{path}: 'x_test' and 'y_test' must be given together")
         try:
-            x = _features(archive["x"], f"{path}: key 'x'")
+            stored = archive["x"]
+            x = _features(stored, f"{path}: key 'x'")
             y = _labels(archive["y"], f"{path}: key 'y'", x.shape[0])
             x_test = y_test = None
             if "x_test" in keys:
@@ -203,7 +215,8 @@ def npz_task(path: str | Path, num_classes: int | None = None) -> TaskData:
             if isinstance(exc, DataError):
                 raise
             raise DataError(f"{path}: unreadable array ({exc})") from exc
-    return _check_classes(TaskData(x, y, x_test, y_test, 0), str(path), num_classes)
+    task = TaskData(x, y, x_test, y_test, 0, raw_features=stored.dtype != np.uint8)
+    return _check_classes(task, str(path), num_classes)
 
 
 def _find_one(directory: Path, patterns: tuple[str, ...], what: str, required: bool) -> Path | None:
@@ -221,14 +234,8 @@ def _find_one(directory: Path, patterns: tuple[str, ...], what: str, required: b
     return found[0]
 
 
-def idx_task(path: str | Path, num_classes: int | None = None) -> TaskData:
-    """MNIST/EMNIST-style IDX files in directory `path`.
-
-    Needs `*train-images*` and `*train-labels*`; `*t10k-images*`/`*test-images*`
-    with matching labels give the test set. Images (uint8) are flattened and
-    scaled to [0, 1].
-    """
-    directory = Path(path)
+def _idx_files(directory: Path) -> tuple[Path, Path, Path | None, Path | None]:
+    """Training images and labels, and the optional test images and labels, in `directory`."""
     if not directory.is_dir():
         raise DataError(f"{directory}: not a directory; the idx task expects a directory holding "
                         "train-images/train-labels IDX files")
@@ -239,13 +246,27 @@ def idx_task(path: str | Path, num_classes: int | None = None) -> TaskData:
     if (test_images is None) != (test_labels is None):
         raise DataError(f"{directory}: test images and test labels must both be present or absent")
     assert train_images is not None and train_labels is not None
-    x = _features(read_idx(train_images), str(train_images))
+    return train_images, train_labels, test_images, test_labels
+
+
+def idx_task(path: str | Path, num_classes: int | None = None) -> TaskData:
+    """MNIST/EMNIST-style IDX files in directory `path`.
+
+    Needs `*train-images*` and `*train-labels*`; `*t10k-images*`/`*test-images*`
+    with matching labels give the test set. Images (uint8) are flattened and
+    scaled to [0, 1].
+    """
+    directory = Path(path)
+    train_images, train_labels, test_images, test_labels = _idx_files(directory)
+    images = read_idx(train_images)
+    x = _features(images, str(train_images))
     y = _labels(read_idx(train_labels), str(train_labels), x.shape[0])
     x_test = y_test = None
     if test_images is not None and test_labels is not None:
         x_test = _features(read_idx(test_images), str(test_images))
         y_test = _labels(read_idx(test_labels), str(test_labels), x_test.shape[0])
-    return _check_classes(TaskData(x, y, x_test, y_test, 0), str(directory), num_classes)
+    task = TaskData(x, y, x_test, y_test, 0, images.dtype != np.uint8)
+    return _check_classes(task, str(directory), num_classes)
 
 
 def load_task(task: str, path: str | None, seed: int, num_classes: int | None = None) -> TaskData:
@@ -259,4 +280,101 @@ def load_task(task: str, path: str | None, seed: int, num_classes: int | None = 
             raise DataError(f"data task {task!r} needs a path (data.path)")
         loader = npz_task if task == "npz" else idx_task
         return loader(path, num_classes)
+    raise DataError(f"unknown data task {task!r}; expected one of {', '.join(TASKS)}")
+
+
+@dataclass(frozen=True)
+class TaskShape:
+    """What a network must fit: features per sample (input layer) and classes (output layer)."""
+
+    num_features: int
+    num_classes: int
+
+
+def _npy_shape(archive: zipfile.ZipFile, key: str, where: str) -> tuple[int, ...]:
+    """The shape of array `key` of an open `.npz`, read from its header only."""
+    try:
+        with archive.open(f"{key}.npy") as member:
+            version = np.lib.format.read_magic(member)
+            if version == (1, 0):
+                shape, _, _ = np.lib.format.read_array_header_1_0(member)
+            else:
+                shape, _, _ = np.lib.format.read_array_header_2_0(member)
+    except (KeyError, OSError, ValueError, zipfile.BadZipFile) as exc:
+        raise DataError(f"{where}: unreadable array header ({exc})") from exc
+    return tuple(int(n) for n in shape)
+
+
+def _npz_shape(path: Path, num_classes: int | None) -> TaskShape:
+    try:
+        archive = zipfile.ZipFile(path)
+    except FileNotFoundError as exc:
+        raise DataError(f"{path}: no such .npz file") from exc
+    except (OSError, zipfile.BadZipFile) as exc:
+        raise DataError(f"{path}: not a readable .npz archive ({exc})") from exc
+    with archive:
+        members = {name.removesuffix(".npy") for name in archive.namelist()}
+    if not {"x", "y"} <= members or ("x_test" in members) != ("y_test" in members):
+        return _full_shape(npz_task(path, num_classes))  # the loader names what is missing
+    with zipfile.ZipFile(path) as archive:
+        shape = _npy_shape(archive, "x", f"{path}: key 'x'")
+    if len(shape) < 2 or shape[0] == 0:
+        return _full_shape(npz_task(path, num_classes))
+    with np.load(path, allow_pickle=False) as arrays:  # labels only: small next to x
+        highest = int(_labels(arrays["y"], f"{path}: key 'y'", shape[0]).max())
+        if "y_test" in members:
+            y_test = np.asarray(arrays["y_test"])
+            if y_test.size:
+                highest = max(highest, int(_labels(y_test, f"{path}: key 'y_test'",
+                                                   y_test.shape[0]).max()))
+    return TaskShape(int(np.prod(shape[1:])), num_classes or highest + 1)
+
+
+def _idx_header_shape(path: Path) -> tuple[int, ...] | None:
+    """Dimensions declared by an IDX file's header (None if it is not a plain header)."""
+    try:
+        with open(path, "rb") as f:
+            compressed = f.read(2) == b"\x1f\x8b"
+        with (gzip.open(path, "rb") if compressed else open(path, "rb")) as f:
+            head = f.read(4)
+            if len(head) < 4 or head[:2] != b"\0\0" or head[3] == 0:
+                return None
+            dims = f.read(4 * head[3])
+    except (OSError, EOFError):
+        return None
+    if len(dims) < 4 * head[3]:
+        return None
+    return tuple(int.from_bytes(dims[i:i + 4], "big") for i in range(0, len(dims), 4))
+
+
+def _idx_shape(directory: Path, num_classes: int | None) -> TaskShape:
+    train_images, train_labels, test_images, test_labels = _idx_files(directory)
+    shape = _idx_header_shape(train_images)
+    if shape is None or len(shape) < 2:
+        return _full_shape(idx_task(directory, num_classes))
+    files = [p for p in (train_labels, test_labels) if p is not None]
+    labels = [_labels(v, str(p), v.shape[0]) for p in files for v in (read_idx(p),)]
+    highest = max(int(v.max()) for v in labels if v.size)
+    return TaskShape(int(np.prod(shape[1:])), num_classes or highest + 1)
+
+
+def _full_shape(task: TaskData) -> TaskShape:
+    return TaskShape(task.num_features, task.num_classes)
+
+
+def task_shape(task: str, path: str | None, seed: int,
+               num_classes: int | None = None) -> TaskShape:
+    """The features and classes of a task, cheaply: built-in tasks from their
+    definition, `.npz` and IDX files from their headers and labels (the feature
+    arrays are not read). Raises DataError as :func:`load_task` would."""
+    if task == "digits":
+        return TaskShape(64, 10)
+    if task == "synthetic":
+        return TaskShape(64, num_classes or 10)
+    if task in ("npz", "idx"):
+        if not path:
+            raise DataError(f"data task {task!r} needs a path (data.path)")
+        if task == "npz":
+            return _npz_shape(Path(path), num_classes)
+        return _idx_shape(Path(path), num_classes)
     raise DataError(f"unknown data task {task!r}; expected one of {', '.join(TASKS)}")

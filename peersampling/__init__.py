@@ -8,10 +8,10 @@ this package never imports trio.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from .address import AddressError, HostPort, parse_host_port
-from .core import PeerEntry, PeerSampler, SamplerStats
+from .core import PeerEntry, PeerSampler, SamplerStats, SamplerTuning
 from .descriptor import (
     MAX_AGE,
     MAX_TAGS,
@@ -55,6 +55,7 @@ __all__ = [
     "PeerSamplingError",
     "PeerUnreachable",
     "SamplerStats",
+    "SamplerTuning",
     "ShuffleReply",
     "ShuffleRequest",
     "ShuffleTransport",
@@ -73,7 +74,7 @@ __all__ = [
 _DRIVER_NAMES = {"ShuffleTransport", "run_peer_sampling"}
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> object:
     if name in _DRIVER_NAMES:
         from . import driver
 

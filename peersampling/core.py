@@ -27,6 +27,7 @@ import logging
 import random
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
+from typing import TypedDict
 
 from .descriptor import (
     MAX_AGE,
@@ -57,6 +58,19 @@ class SamplerStats:
     bootstrap_attempts: int = 0
     messages_rejected: int = 0
     descriptors_rejected: int = 0
+
+
+class SamplerTuning(TypedDict, total=False):
+    """The optional keyword options of :class:`PeerSampler` beyond ``c``, ``l`` and ``rng``."""
+
+    model_view_size: int | None
+    max_entries: int | None
+    max_age: int
+    lookups: bool
+    lookup_every: int
+    lookup_fanout: int
+    retries: int
+    directory_tags: int
 
 
 @dataclass(frozen=True)

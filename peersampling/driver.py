@@ -30,6 +30,16 @@ class ShuffleTransport(Protocol):
     async def request(self, address: str, req: ShuffleRequest) -> ShuffleReply: ...
 
 
+def failure_reason(exc: BaseException, timeout: float) -> str:
+    """Why a shuffle failed, never empty: the transport's reason (without the
+    address, which the log line already names), or what kind of failure it was."""
+    if isinstance(exc, trio.TooSlowError | TimeoutError) and not str(exc):
+        return f"no reply within {timeout:g} s"
+    if isinstance(exc, PeerUnreachable):
+        return exc.reason
+    return str(exc) or type(exc).__name__
+
+
 async def _exchange(
     sampler: PeerSampler,
     transport: ShuffleTransport,
@@ -45,7 +55,7 @@ async def _exchange(
             with trio.fail_after(timeout):
                 reply = await transport.request(address, req)
         except (OSError, TimeoutError, PeerUnreachable, trio.TooSlowError) as exc:
-            log.info("shuffle with %s failed: %s", address, exc or type(exc).__name__)
+            log.info("shuffle with %s failed: %s", address, failure_reason(exc, timeout))
             pending.extend(sampler.on_failure(address, req))
             continue
         except Exception as exc:  # a buggy or hostile peer must not stop peer sampling

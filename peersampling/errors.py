@@ -35,3 +35,4 @@ class PeerUnreachable(PeerSamplingError, ConnectionError):
     def __init__(self, address: str, reason: str = "unreachable") -> None:
         super().__init__(f"peer {address} {reason}")
         self.address = address
+        self.reason = reason

@@ -12,8 +12,9 @@ from __future__ import annotations
 import hashlib
 import random
 from collections.abc import Iterable, Sequence
+from typing import Unpack
 
-from .core import PeerSampler
+from .core import PeerSampler, SamplerTuning
 from .descriptor import Descriptor
 from .graph import (
     DegreeStats,
@@ -48,7 +49,7 @@ class Simulator:
         l: int = 5,  # noqa: E741 - the protocol's name
         seed: int = 0,
         loss: float = 0.0,
-        **sampler_options: object,
+        **sampler_options: Unpack[SamplerTuning],
     ) -> None:
         if not 0.0 <= loss < 1.0:
             raise ValueError(f"loss must be in [0, 1), got {loss}")
@@ -74,14 +75,17 @@ class Simulator:
         address = sim_address(i)
         me = Descriptor(sim_node_id(i), address, 0, frozenset(tags))
         rng = random.Random(self.rng.getrandbits(64))
-        sampler = PeerSampler(me, c=self.c, l=self.l, rng=rng, **self._options)  # type: ignore[arg-type]
+        sampler = PeerSampler(me, c=self.c, l=self.l, rng=rng, **self._options)
         if bootstrap:
             sampler.bootstrap(list(bootstrap))
         self.nodes[address] = sampler
         return address
 
-    def add_nodes(self, n: int, **kwargs: object) -> list[str]:
-        return [self.add_node(**kwargs) for _ in range(n)]  # type: ignore[arg-type]
+    def add_nodes(self, n: int, tags: Iterable[bytes] = (),
+                  bootstrap: Sequence[str] = ()) -> list[str]:
+        """Start ``n`` nodes like :meth:`add_node`; returns their addresses."""
+        tags = tuple(tags)  # used once per node
+        return [self.add_node(tags, bootstrap) for _ in range(n)]
 
     def fill_random_views(self) -> None:
         """Give every live node a full view of random other live nodes.

@@ -22,6 +22,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from p2p.cli.render import make_console, unclipped
 from p2p.swarm import Swarm, SwarmError, SwarmSpec, default_permutations
 
 
@@ -60,8 +61,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def results_table(summary: dict) -> Table:
     t = Table(title="swarm results", title_justify="left")
-    for col in ("node", "perm", "accuracy", "loss", "rounds", "pushes sent", "pushes recv",
-                "rejected", "bytes sent"):
+    for col in ("node", "perm", "test accuracy", "train loss", "rounds", "pushes sent",
+                "pushes recv", "rejected", "bytes sent"):
         t.add_column(col, justify="right" if col not in ("perm",) else "left")
     for r in summary["nodes"]:
         acc = "-" if r["accuracy"] is None else f"{100 * r['accuracy']:.1f}%"
@@ -143,8 +144,8 @@ def main(argv: list[str] | None = None) -> int:
     except SwarmError as exc:
         console.print(f"[red]swarm failed:[/red] {exc}")
         return 1
-    out = Console()
-    out.print(results_table(summary))
+    out = make_console()  # not cut at 80 columns when piped; folds rather than cuts
+    out.print(unclipped(results_table(summary)))
     out.print(f"mean accuracy {100 * summary['mean_accuracy']:.1f}%, worst "
               f"{100 * summary['worst_accuracy']:.1f}%, {spec.nodes} nodes, scheme {spec.scheme}"
               f"{' + semi-local' if spec.semi_local else ''}, {spec.rounds} rounds x "

@@ -87,12 +87,12 @@ def test_sigterm_checkpoints_and_exits_zero_then_resumes(swarm: Swarm) -> None:
     store = CheckpointStore(d.data_dir)
     if store.path.exists():
         store.path.unlink()
-    started = time.monotonic()
     d.process.send_signal(signal.SIGTERM)
     assert d.process.wait(timeout=60) == 0
-    # It did not wait out the 30 s cap on the trainer's round (the bound is
-    # loose on purpose: process exit takes what a loaded machine gives it).
-    assert time.monotonic() - started < 25
+    # It stopped after its current round, not by waiting out the cap on it (the
+    # node says so when it does); how long exit takes is the machine's business.
+    log = d.log_path.read_text(errors="replace")
+    assert "stopping" in log and "did not finish within" not in log
     state = store.load()
     assert state is not None and state.round >= rounds
     assert state.node_id is not None and state.node_id.hex() == node_id

@@ -246,6 +246,49 @@ async def test_quiet_cores_push_only_after_a_round(autojump_clock: trio.testing.
         nursery.cancel_scope.cancel()
 
 
+async def test_a_merge_that_brings_noise_starts_mixing_before_the_next_round(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    cores, _ = make_cores(3, dim=20, privacy="masked", masked_pushes=2, unmask_after=5)
+    net = FakeNet(cores)
+    drivers = make_drivers(net)
+    receivers = {peer: d for peer, d in zip(net.cores, drivers, strict=True)}
+    inner = net.fault
+
+    def merged_then_notify(src: bytes, dst: bytes, push: Push, attempt: int) -> Exception | None:
+        exc = inner(src, dst, push, attempt) if inner else None
+        if exc is None:  # as the node's push handler does after a merge
+            trio.lowlevel.current_trio_token().run_sync_soon(receivers[dst].notify_merged)
+        return exc
+
+    net.fault = merged_then_notify
+    async with trio.open_nursery() as nursery:
+        for d in drivers:
+            await nursery.start(d.run)
+        drivers[0].signal_round()  # only node 0 trains: its masked push reaches a peer
+        with trio.fail_after(60):
+            while not any(d.noisy for d in drivers[1:]):
+                await trio.sleep(0.01)
+        receiver = next(p for p, d in receivers.items() if p != node_id(0) and d.noisy)
+        await trio.sleep(20 * LATENCY)
+        # the receiver pushed without ever finishing a round of its own
+        assert any(src == receiver for src, _, _ in net.sent)
+        nursery.cancel_scope.cancel()
+
+
+async def test_quiet_merges_do_not_wake_the_driver(autojump_clock: trio.testing.MockClock) -> None:
+    cores, _ = make_cores(2)
+    net = FakeNet(cores)
+    drivers = make_drivers(net)
+    async with trio.open_nursery() as nursery:
+        for d in drivers:
+            await nursery.start(d.run)
+        drivers[1].notify_merged()  # nothing noisy: no reason to push
+        await trio.sleep(10.0)
+        assert net.sent == []
+        nursery.cancel_scope.cancel()
+
+
 @pytest.mark.parametrize(
     ("settings", "key"),
     [({"push_timeout": 0.0}, "push_timeout"),

@@ -11,8 +11,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 # package -> top-level modules it must never import
 FORBIDDEN = {
-    "peersampling": {"torch", "p2p", "learner"},
-    "gossip": {"torch", "p2p", "learner"},
+    "peersampling": {"torch", "p2p", "learner", "gossip"},
+    "gossip": {"torch", "p2p", "learner", "peersampling"},
     "learner": {"p2p", "gossip", "peersampling", "trio", "socket"},
 }
 # trio only in the thin drivers of the sans-IO packages

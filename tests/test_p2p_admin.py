@@ -46,6 +46,7 @@ from p2p.runtime.admin_server import (
     serve_admin,
     to_jsonable,
 )
+from p2p.runtime.collaboration import CollaborationStatus, assess
 
 NODE_ID = "9f" * 32
 
@@ -389,7 +390,9 @@ class _Source:
 
         me = Descriptor(b"\x9f" * 32, "10.0.0.1:7400", 0, frozenset())
         self.identity = SimpleNamespace(node_id=me.node_id)
-        self.config = SimpleNamespace(node=SimpleNamespace(name="fake"))
+        self.config = SimpleNamespace(node=SimpleNamespace(name="fake"),
+                                      training=SimpleNamespace(rounds=0))
+        self.resumed_at = None
         self.started = 0.0
         self.data_dir = tmp_path
         self.progress = SimpleNamespace(round=3, steps=30, loss=0.5, accuracy=0.75,
@@ -411,6 +414,9 @@ class _Source:
 
     def flat_model_counters(self) -> dict[str, int]:
         return {"global.pushes_sent": 7}
+
+    def collaboration(self) -> CollaborationStatus:
+        return assess({}, [], isolated=False)
 
     async def save_checkpoint(self) -> int:
         return 123

@@ -7,6 +7,7 @@ import io
 import json
 import logging
 import os
+import socket
 import stat
 import subprocess
 import sys
@@ -117,7 +118,7 @@ def fake_node(monkeypatch: pytest.MonkeyPatch) -> list[NodeConfig]:
     seen: list[NodeConfig] = []
     module = types.ModuleType("p2p.runtime.node")
 
-    def run_node(config: NodeConfig) -> int:
+    def run_node(config: NodeConfig, *, fresh: bool = False) -> int:
         seen.append(config)
         logging.getLogger("p2p.runtime.node").info("started", extra={"round": 3})
         return 0
@@ -134,19 +135,26 @@ def fake_node(monkeypatch: pytest.MonkeyPatch) -> list[NodeConfig]:
     root.setLevel(level)
 
 
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
 def test_run_applies_overrides_and_starts_the_node(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], fake_node: list[NodeConfig]
 ) -> None:
     key = tmp_path / "swarm.key"
     assert _run(capsys, "keygen", "--out", str(key))[0] == 0
     data = tmp_path / "state"
+    port = _free_port()  # `run` checks that it can listen before starting the node
     code, _, err = _run(capsys, "run", "--config", str(EXAMPLES / "partial.toml"),
-                        "--data-dir", str(data), "--listen", "127.0.0.1:9999",
+                        "--data-dir", str(data), "--listen", f"127.0.0.1:{port}",
                         "--bootstrap", "10.0.0.1:1,10.0.0.2:2", "--swarm-key-file", str(key),
                         "--log-format", "json", "--log-level", "INFO")
     assert code == 0, err
     (config,) = fake_node
-    assert config.node.listen == HostPort("127.0.0.1", 9999)
+    assert config.node.listen == HostPort("127.0.0.1", port)
     assert config.node.bootstrap == (HostPort("10.0.0.1", 1), HostPort("10.0.0.2", 2))
     assert config.node.data_dir == data and data.is_dir()
     assert config.security.swarm_key_file == key
@@ -187,7 +195,7 @@ def test_unexpected_node_crash_is_one_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
     fake_node: list[NodeConfig],
 ) -> None:
-    def boom(config: NodeConfig) -> int:
+    def boom(config: NodeConfig, *, fresh: bool = False) -> int:
         raise RuntimeError("kaboom")
 
     monkeypatch.setattr(sys.modules["p2p.runtime.node"], "run_node", boom)

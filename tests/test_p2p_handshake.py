@@ -13,7 +13,7 @@ import pytest
 from p2p.wire import codec
 from p2p.wire.handshake import Handshake, HandshakeError
 from p2p.wire.identity import IDENTITY_FILE, Identity, IdentityError, verify_signature
-from p2p.wire.messages import Hello, HelloAuth
+from p2p.wire.messages import Error, Hello, HelloAuth
 from p2p.wire.sealing import Opener, Sealer, SealError
 
 SWARM = b"s" * 32
@@ -198,7 +198,32 @@ def test_missing_swarm_key_on_joining_node() -> None:
 
 def test_missing_swarm_key_on_responder() -> None:
     a, b = _pair(SWARM, None)
-    _fails(a, b, "missing swarm key: the peer uses a swarm key but none is configured here")
+    _fails(a, b, "missing swarm key: the peer uses a swarm key and this node has none")
+
+
+@pytest.mark.parametrize(
+    ("keys", "local", "told_to_peer"),
+    [
+        # the keyless side is told that IT lacks the key, whichever side it is
+        ((None, SWARM), "the peer has no swarm key but this node requires one",
+         "the peer requires a swarm key and this node has none (pass --swarm-key-file"),
+        ((SWARM, None), "the peer uses a swarm key and this node has none",
+         "the peer has no swarm key and this node uses one"),
+        ((b"x" * 32, SWARM), "wrong swarm key", "the peer's swarm key differs from this node's"),
+    ],
+)
+def test_swarm_key_refusal_is_worded_for_the_side_that_reads_it(
+    keys: tuple[bytes | None, bytes | None], local: str, told_to_peer: str
+) -> None:
+    a, b = _pair(*keys)
+    error = _fails(a, b, local)  # b detects it; a reads error.peer_reason as a refusal
+    assert told_to_peer in error.peer_reason
+    a2, _ = _pair(*keys)
+    a2.start()
+    with pytest.raises(HandshakeError) as refused:
+        a2.receive(codec.encode(Error("handshake", error.peer_reason)))
+    assert refused.value.remote
+    assert str(refused.value) == f"peer refused the handshake: {error.peer_reason}"
 
 
 def test_wrong_swarm_key() -> None:

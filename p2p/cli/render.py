@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import io
 import math
+import os
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, TypeGuard
 
 from rich.console import Console, Group, RenderableType
 from rich.table import Table
@@ -31,6 +32,7 @@ __all__ = [
     "render_status",
     "render_stop",
     "to_text",
+    "unclipped",
 ]
 
 MISSING = "-"
@@ -39,15 +41,16 @@ MISSING = "-"
 # --------------------------------------------------------------------------- formatting
 
 
-def _is_number(value: object) -> bool:
+def _is_number(value: object) -> TypeGuard[int | float]:
+    """A finite int or float (not a bool): a value the formatters can show."""
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def fmt_duration(seconds: object) -> str:
     """``3725.2`` -> ``"1h 02m 05s"``; sub-minute values keep one decimal."""
-    if not _is_number(seconds) or seconds < 0:  # type: ignore[operator]
+    if not _is_number(seconds) or seconds < 0:
         return MISSING
-    s = float(seconds)  # type: ignore[arg-type]
+    s = float(seconds)
     if s < 60:
         return f"{s:.1f}s"
     total = int(s)
@@ -73,7 +76,7 @@ def fmt_bytes(n: object) -> str:
     """``1536`` -> ``"1.5 KiB"``."""
     if not _is_number(n):
         return MISSING
-    value = float(n)  # type: ignore[arg-type]
+    value = float(n)
     for unit in ("B", "KiB", "MiB", "GiB"):
         if abs(value) < 1024 or unit == "GiB":
             return f"{int(value)} B" if unit == "B" else f"{value:.1f} {unit}"
@@ -84,15 +87,15 @@ def fmt_bytes(n: object) -> str:
 def _fmt_int(n: object) -> str:
     if isinstance(n, bool) or not _is_number(n):
         return MISSING
-    return f"{int(n):,}"  # type: ignore[arg-type]
+    return f"{int(n):,}"
 
 
 def _fmt_float(x: object, digits: int = 4) -> str:
-    return f"{float(x):.{digits}g}" if _is_number(x) else MISSING  # type: ignore[arg-type]
+    return f"{float(x):.{digits}g}" if _is_number(x) else MISSING
 
 
 def _fmt_percent(x: object) -> str:
-    return f"{100 * float(x):.1f}%" if _is_number(x) else MISSING  # type: ignore[arg-type]
+    return f"{100 * float(x):.1f}%" if _is_number(x) else MISSING
 
 
 def _fmt_id(node_id: object, width: int = 10) -> str:
@@ -130,14 +133,35 @@ _STATUS_FIELDS: tuple[tuple[str, str, Callable[[object], str]], ...] = (
     ("uptime", "uptime", fmt_duration),
     ("round", "round", _fmt_int),
     ("steps", "steps", _fmt_int),
-    ("loss", "loss", _fmt_float),
-    ("accuracy", "accuracy", _fmt_percent),
+    ("loss", "train loss", _fmt_float),  # of the last round's mini-batches
+    ("accuracy", "test accuracy", _fmt_percent),  # on the local test split
     ("isolated", "isolated", _fmt_text),
+    ("collaborating", "collaborating", _fmt_text),
+    ("training", "training", _fmt_text),
     ("view_size", "peers in view", _fmt_int),
     ("connections", "connections", _fmt_int),
     ("pid", "pid", _fmt_text),
     ("data_dir", "data dir", _fmt_text),
 )
+
+
+# shown inside another row: collaboration_* in "collaborating", rounds in "training"
+_STATUS_FOLDED = frozenset({"collaboration_state", "collaboration_reason", "isolation_reason",
+                            "rounds"})
+
+
+def _collaboration(result: Mapping[str, Any]) -> Text:
+    """``yes: sharing global with 3 peers`` / ``no: <why>`` (red unless by design)."""
+    value, reason = result.get("collaborating"), result.get("collaboration_reason")
+    if not isinstance(value, bool):
+        return Text(MISSING)
+    if value:
+        return Text("yes" + (f": {reason}" if isinstance(reason, str) else ""))
+    benign = result.get("collaboration_state") == "local-only"
+    if result.get("isolated") is True and not benign:
+        return Text("no (isolated: see above)", style="bold red")
+    return Text("no" + (f": {reason}" if isinstance(reason, str) else ""),
+                style="" if benign else "bold red")
 
 
 def render_status(result: Mapping[str, Any]) -> RenderableType:
@@ -150,10 +174,14 @@ def render_status(result: Mapping[str, Any]) -> RenderableType:
             continue
         value = fmt(result[key])
         if key == "isolated" and result[key] is True:
-            table.add_row(label, Text("yes (no peer reachable)", style="bold red"))
+            reason = result.get("isolation_reason")
+            table.add_row(label, Text(f"yes: {reason}" if isinstance(reason, str)
+                                      else "yes (no peer reachable)", style="bold red"))
+        elif key == "collaborating":
+            table.add_row(label, _collaboration(result))
         else:
             table.add_row(label, value)
-    known = {key for key, _, _ in _STATUS_FIELDS}
+    known = {key for key, _, _ in _STATUS_FIELDS} | _STATUS_FOLDED
     for key in sorted(k for k in result if k not in known):
         table.add_row(key.replace("_", " "), _fmt_text(result[key]))
     return table
@@ -226,7 +254,14 @@ def render_models(result: Mapping[str, Any]) -> RenderableType:
         )
     if not models:
         table.add_row("(none)", *[""] * 8)
+    table.caption = WEIGHT_LEGEND
+    table.caption_justify = "left"
     return table
+
+
+WEIGHT_LEGEND = ("weight: the node's push-sum weight for the model: 1 at start; each push hands "
+                 "part of it to a peer and each merge adds the peer's, so it moves around 1 "
+                 "(every holder's weights sum to the number of holders)")
 
 
 def render_metrics(result: Mapping[str, Any]) -> RenderableType:
@@ -250,7 +285,7 @@ def render_metrics(result: Mapping[str, Any]) -> RenderableType:
 def _fmt_seconds(x: object) -> str:
     if not _is_number(x):
         return MISSING
-    s = float(x)  # type: ignore[arg-type]
+    s = float(x)
     if s < 1e-3:
         return f"{s * 1e6:.0f} µs"
     if s < 1:
@@ -286,14 +321,28 @@ RENDERERS: dict[str, Callable[[Mapping[str, Any]], RenderableType]] = {
 
 def render_result(command: str, result: Mapping[str, Any]) -> RenderableType:
     """The renderer for ``command`` applied to ``result``."""
-    return RENDERERS[command](result)
+    return unclipped(RENDERERS[command](result))
+
+
+def unclipped(renderable: RenderableType) -> RenderableType:
+    """Make every table in ``renderable`` fold what does not fit its column onto
+    the next line instead of cutting it ("accura…"): headers are never cut."""
+    if isinstance(renderable, Table):
+        for column in renderable.columns:
+            column.overflow = "fold"
+            column.no_wrap = False
+    elif isinstance(renderable, Group):
+        for part in renderable.renderables:
+            unclipped(part)
+    return renderable
 
 
 def make_console(file: Any = None) -> Console:
-    """A console for CLI output: the terminal's width, or 120 columns when piped
-    (rich would use 80, which squeezes the wider tables)."""
+    """A console for CLI output: the terminal's width, or when piped ``$COLUMNS``
+    or 120 columns (rich would use 80, which squeezes the wider tables); tables
+    fold what does not fit rather than cut it (:func:`unclipped`)."""
     console = Console(file=file)
-    if not console.is_terminal:
+    if not console.is_terminal and not os.environ.get("COLUMNS"):
         console = Console(file=file, width=120)
     return console
 

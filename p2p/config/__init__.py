@@ -11,7 +11,8 @@ Each key is declared once, in :mod:`p2p.config.schema` (default, kind, help);
 reading, writing, the known-key lists and command-line overrides
 (:meth:`NodeConfig.with_overrides`) derive from it (:mod:`p2p.config.kinds`,
 :mod:`p2p.config.document`). What the learner consumes is checked by the
-learner's own value objects, so ``p2p config`` and ``p2p run`` agree.
+learner's own value objects, so ``p2p config`` and ``p2p run`` agree; both
+also check the network against the task's shape (:func:`check_task_fit`).
 :func:`render_config_toml` writes a config back as TOML;
 ``load_config(render_config_toml(c))`` gives back ``c``.
 
@@ -39,6 +40,7 @@ from p2p.config.schema import (
     CLI_OPTIONS,
     LOG_FORMATS,
     LOG_LEVELS,
+    PUSH_OVERHEAD_BYTES,
     CheckpointConfig,
     DataConfig,
     GossipConfig,
@@ -49,6 +51,8 @@ from p2p.config.schema import (
     PeerSamplingConfig,
     SecurityConfig,
     TrainingConfig,
+    option_setting,
+    push_frame_bytes,
 )
 from p2p.config.swarm_key import (
     SWARM_KEY_BYTES,
@@ -58,6 +62,7 @@ from p2p.config.swarm_key import (
     load_swarm_key,
     write_swarm_key,
 )
+from p2p.config.task_fit import check_task_fit, task_mismatch
 from peersampling.address import AddressError, HostPort
 from peersampling.address import parse_host_port as _parse_address
 
@@ -65,6 +70,7 @@ __all__ = [
     "CLI_OPTIONS",
     "LOG_FORMATS",
     "LOG_LEVELS",
+    "PUSH_OVERHEAD_BYTES",
     "SECTION_KEYS",
     "SWARM_KEY_BYTES",
     "CheckpointConfig",
@@ -80,16 +86,20 @@ __all__ = [
     "SecurityConfig",
     "SwarmKeyError",
     "TrainingConfig",
+    "check_task_fit",
     "config_from_dict",
     "config_to_dict",
     "encode_swarm_key",
     "generate_swarm_key",
     "load_config",
     "load_swarm_key",
+    "option_setting",
     "parse_config_text",
     "parse_host_port",
     "parse_permutation",
+    "push_frame_bytes",
     "render_config_toml",
+    "task_mismatch",
     "write_swarm_key",
 ]
 

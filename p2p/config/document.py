@@ -31,6 +31,8 @@ __all__ = [
 
 #: Section name -> the dataclass holding it (every field of NodeConfig but ``models``).
 _SECTIONS: dict[str, type] = {
+    # each section field's default_factory is its dataclass; the stubs only know
+    # "a factory or MISSING"
     f.name: f.default_factory  # type: ignore[misc]
     for f in dataclasses.fields(NodeConfig)
     if f.name not in ("models", "source")

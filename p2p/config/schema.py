@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from gossip.pushsum import PRIVACY_MODES
-from learner.data import DataSpec
+from learner.data import SCALINGS, DataSpec
 from learner.errors import FieldError
 from learner.layout import ModelLayout
 from learner.permutations import Cycles, format_cycles, parse_permutation
@@ -69,7 +69,10 @@ __all__ = [
     "NodeSection",
     "PeerSamplingConfig",
     "SecurityConfig",
+    "PUSH_OVERHEAD_BYTES",
     "TrainingConfig",
+    "option_setting",
+    "push_frame_bytes",
 ]
 
 LOG_FORMATS = ("text", "json")
@@ -148,7 +151,9 @@ class TrainingConfig:
     optimizer: str = setting(TrainConfig.optimizer, Choice(OPTIMIZERS), "the optimizer")
     momentum: float = setting(TrainConfig.momentum, Number(),
                               'momentum in [0, 1), used by "momentum"')
-    rounds: int = setting(0, Integer(minimum=0), "rounds to train; 0 = until stopped")
+    rounds: int = setting(0, Integer(minimum=0),
+                          "rounds to train in all, counting those of a resumed checkpoint; "
+                          "0 = until stopped")
     eval_every: int = setting(10, Integer(minimum=1), "evaluate every this many rounds")
     round_interval: float = setting(0.0, Number(minimum=0), "seconds between rounds")
     min_peers: int = setting(0, Integer(minimum=0), "peers to wait for before the first round")
@@ -204,12 +209,20 @@ class DataConfig:
 
     task: str = setting(DataSpec.task, Choice(TASKS), "built-in task, .npz file or IDX files")
     path: Path | None = setting(None, FilePath(), "the .npz file or IDX directory")
-    node_index: int = setting(DataSpec.node_index, Integer(), "this node's shard")
-    num_nodes: int = setting(DataSpec.num_nodes, Integer(), "shards the data is cut into")
+    node_index: int = setting(DataSpec.node_index, Integer(),
+                              "this node's shard of the training data, 0..num_nodes-1")
+    num_nodes: int = setting(DataSpec.num_nodes, Integer(),
+                             "shards the training data is cut into (one per node)")
     permutation: Cycles = setting((), Permutation(), 'label cycles, e.g. "8:9" or "7:8:9"')
     test_fraction: float = setting(DataSpec.test_fraction, Number(),
                                    "share held out for testing, in (0, 1)")
     seed: int = setting(DataSpec.seed, Integer(), "swarm-wide data seed")
+    scale: str = setting(DataSpec.scale, Choice(SCALINGS),
+                         'features a file stores as they are (floats, integers but uint8): '
+                         '"standard" subtracts the mean and divides by the standard deviation '
+                         "of each feature over the whole file's training samples (the same on "
+                         'every node); "none" uses them as stored. Built-in tasks and uint8 '
+                         "images keep their scaling to [0, 1]")
 
     def __post_init__(self) -> None:
         self.spec()
@@ -220,7 +233,7 @@ class DataConfig:
             return DataSpec(task=self.task, path=None if self.path is None else str(self.path),
                             node_index=self.node_index, num_nodes=self.num_nodes,
                             permutation=self.permutation_text, seed=self.seed,
-                            test_fraction=self.test_fraction)
+                            test_fraction=self.test_fraction, scale=self.scale)
         except FieldError as exc:
             raise _learner_error(exc, "data", {}) from None
 
@@ -271,6 +284,17 @@ class CheckpointConfig:
 
 # --------------------------------------------------------------------------- the whole
 
+#: What a push adds to its model's float64 values on the wire: fingerprint, ids,
+#: weight, flags, msgpack framing (141 bytes today) and the AEAD tag; generous so
+#: that a new field does not make a valid config refuse to push.
+PUSH_OVERHEAD_BYTES = 1024
+
+
+def push_frame_bytes(parameters: int) -> int:
+    """An upper bound on the frame carrying a push of a model with ``parameters`` values."""
+    return 8 * parameters + PUSH_OVERHEAD_BYTES
+
+
 
 #: Command-line options of ``p2p run`` -> the key they override.
 CLI_OPTIONS: dict[str, str] = {
@@ -279,6 +303,9 @@ CLI_OPTIONS: dict[str, str] = {
     "bootstrap": "node.bootstrap",
     "data_dir": "node.data_dir",
     "seed": "node.seed",
+    "node_index": "data.node_index",
+    "num_nodes": "data.num_nodes",
+    "rounds": "training.rounds",
     "log_format": "node.log_format",
     "log_level": "node.log_level",
     "swarm_key_file": "security.swarm_key_file",
@@ -308,8 +335,23 @@ class NodeConfig:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "models", tuple(self.models))
-        self.layout()
+        self._check_frame_size(self.layout())
         self.data.label_map(self.network.layers[-1])
+
+    def _check_frame_size(self, layout: ModelLayout) -> None:
+        """Every shared model's push must fit in one frame, or the node can never share it."""
+        sizes = {name: layout.vector_length(name) for name in layout.shared_models}
+        if not sizes:
+            return
+        largest = max(sizes, key=lambda name: sizes[name])
+        need = push_frame_bytes(sizes[largest])
+        if self.limits.max_frame_size < need:
+            raise ConfigError(
+                f"limits.max_frame_size: {self.limits.max_frame_size} bytes cannot carry a push "
+                f"of model {largest!r} ({sizes[largest]:,} parameters x 8 bytes + "
+                f"{PUSH_OVERHEAD_BYTES} bytes of message overhead = {need:,} bytes); expected "
+                f"at least {need} (or leave the key out: the default is "
+                f"{DEFAULT_MAX_FRAME_SIZE})", key="limits.max_frame_size")
 
     def layout(self) -> ModelLayout:
         """The node's network cut into its declared models (the learner's layout)."""
@@ -331,7 +373,8 @@ class NodeConfig:
 
         Options are those of :data:`CLI_OPTIONS` (``listen``, ``bootstrap``,
         ``data_dir``, ``swarm_key_file``, ``log_format``, ``log_level``,
-        ``name``, ``seed``); ``None`` keeps the file's value. Values are read
+        ``name``, ``seed``, ``node_index``, ``num_nodes``, ``rounds``); ``None`` keeps the
+        file's value. Values are read
         by the key's own kind: ``bootstrap`` may be a comma-separated string,
         relative paths resolve against the current directory. Errors name the
         option and the key (``--listen (node.listen)``).
@@ -344,12 +387,30 @@ class NodeConfig:
             if value is None:
                 continue
             section, key = CLI_OPTIONS[option].split(".")
-            kind = settings_of(type(getattr(self, section)))[key].kind
+            kind = option_setting(option).kind
             label = f"--{option.replace('_', '-')} ({section}.{key})"
             changes.setdefault(section, {})[key] = kind.parse(value, label, ctx)
-        sections = {name: dataclasses.replace(getattr(self, name), **values)
-                    for name, values in changes.items()}
-        return dataclasses.replace(self, **sections)
+        try:
+            sections = {name: dataclasses.replace(getattr(self, name), **values)
+                        for name, values in changes.items()}
+            return dataclasses.replace(self, **sections)
+        except ConfigError as exc:  # a check across keys: say which value came from a flag
+            given = [f"--{option.replace('_', '-')} {options[option]}"
+                     for option, key in CLI_OPTIONS.items()
+                     if options.get(option) is not None and key == exc.key]
+            if not given:
+                raise
+            raise ConfigError(f"{exc} (given as {', '.join(given)})", key=exc.key,
+                              source=None if self.source is None else str(self.source)) from None
+
+
+def option_setting(option: str) -> Setting:
+    """The declaration (kind, help) of the key that command-line ``option`` overrides."""
+    section, key = CLI_OPTIONS[option].split(".")
+    section_type = next(f.default_factory for f in dataclasses.fields(NodeConfig)
+                        if f.name == section)
+    # the default_factory of a section field is its dataclass (the stubs say "or MISSING")
+    return settings_of(section_type)[key]  # type: ignore[arg-type]
 
 
 def model_error(exc: SpecError, models: Sequence[PartialModelSpec]) -> ConfigError:

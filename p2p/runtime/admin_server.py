@@ -22,7 +22,15 @@ them; handlers may return those dataclasses or plain dicts):
     (seconds), ``round``, ``steps`` (SGD mini-batches), ``loss`` (last training
     loss or null), ``accuracy`` (last local test accuracy in [0, 1] or null),
     ``isolated`` (true when no peer is known), ``view_size`` (peers in the
-    view), ``connections`` (open peer connections), ``pid``, ``data_dir``.
+    view), ``connections`` (open peer connections), ``pid``, ``data_dir``,
+    ``collaborating`` (true when a known peer holds one of the node's shared
+    models), ``collaboration_state`` (``collaborating``, ``local-only``,
+    ``waiting``, ``joining``, ``bootstrap-unreachable``, ``handshake-failed``,
+    ``shape-mismatch``) and ``collaboration_reason`` (one line saying why),
+    ``isolation_reason`` (while isolated: why, e.g. no bootstrap answered),
+    ``rounds`` (``training.rounds``, 0 = until stopped), ``training`` (one
+    line: training, finished, or already finished when resumed and how to
+    train further).
 ``peers``
     ``view``: list of peers, each ``id``, ``address``, ``age`` (shuffle periods
     since the descriptor was fresh), ``last_contact`` (seconds ago or null),
@@ -59,10 +67,10 @@ import math
 import os
 import socket as stdlib_socket
 import stat
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, ClassVar, Protocol, TypeAlias, runtime_checkable
 
 import trio
 
@@ -75,12 +83,15 @@ __all__ = [
     "AdminHandler",
     "AdminServer",
     "CheckpointReport",
+    "JsonValue",
     "MAX_REQUEST_BYTES",
     "MetricsReport",
     "ModelReport",
     "ModelsReport",
     "PeerReport",
     "PeersReport",
+    "Report",
+    "ReportDataclass",
     "StatusReport",
     "StopReport",
     "TimingReport",
@@ -125,6 +136,12 @@ class StatusReport:
     connections: int = 0
     pid: int = field(default_factory=os.getpid)
     data_dir: str | None = None
+    collaborating: bool | None = None
+    collaboration_state: str | None = None
+    collaboration_reason: str | None = None
+    isolation_reason: str | None = None
+    rounds: int = 0
+    training: str | None = None
 
 
 @dataclass(frozen=True)
@@ -206,7 +223,16 @@ class StopReport:
     stopping: bool = True
 
 
-Report = dict[str, Any] | Any  # a dict or one of the report dataclasses
+class ReportDataclass(Protocol):
+    """An instance of a dataclass, such as the reports above."""
+
+    __dataclass_fields__: ClassVar[dict[str, dataclasses.Field[Any]]]
+
+
+#: What an admin command returns: a mapping or one of the report dataclasses.
+Report: TypeAlias = Mapping[str, object] | ReportDataclass
+#: A value of the admin protocol's JSON (what :func:`to_jsonable` returns).
+JsonValue: TypeAlias = None | bool | int | float | str | list["JsonValue"] | dict[str, "JsonValue"]
 
 
 @runtime_checkable
@@ -234,7 +260,7 @@ class AdminHandler(Protocol):
 # --------------------------------------------------------------------------- JSON
 
 
-def to_jsonable(value: Any) -> Any:
+def to_jsonable(value: object) -> JsonValue:
     """Convert a result to JSON-ready values: dataclasses to dicts, bytes to hex,
     paths to strings, numpy scalars/arrays to Python numbers/lists, non-finite
     floats to null."""
@@ -257,7 +283,7 @@ def to_jsonable(value: Any) -> Any:
     return str(value)
 
 
-def _reply_ok(result: Any) -> bytes:
+def _reply_ok(result: dict[str, JsonValue]) -> bytes:
     return (json.dumps({"ok": True, "result": result}, allow_nan=False) + "\n").encode()
 
 
@@ -290,7 +316,7 @@ class AdminServer:
         self.max_clients = max_clients
         self.idle_timeout = idle_timeout
         self._clients = 0
-        self._commands: dict[str, Callable[[], Any]] = {
+        self._commands: dict[str, Callable[[], Report | Awaitable[Report]]] = {
             "status": handler.status,
             "peers": handler.peers,
             "models": handler.models,
@@ -305,7 +331,8 @@ class AdminServer:
         """Admin clients connected right now."""
         return self._clients
 
-    async def serve(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+    async def serve(self, *, task_status: trio.TaskStatus[Path] = trio.TASK_STATUS_IGNORED
+                    ) -> None:
         """Bind the socket (mode 0600), report started, and serve until cancelled."""
         sock = self._bind()
         listener = trio.SocketListener(sock)
@@ -465,8 +492,12 @@ async def serve_admin(
     path: str | os.PathLike[str],
     handler: AdminHandler,
     *,
-    task_status: Any = trio.TASK_STATUS_IGNORED,
-    **options: Any,
+    task_status: trio.TaskStatus[Path] = trio.TASK_STATUS_IGNORED,
+    max_request_bytes: int = MAX_REQUEST_BYTES,
+    max_clients: int = 16,
+    idle_timeout: float = 300.0,
 ) -> None:
     """Run an :class:`AdminServer` on ``path`` (``await nursery.start(serve_admin, path, h)``)."""
-    await AdminServer(path, handler, **options).serve(task_status=task_status)
+    server = AdminServer(path, handler, max_request_bytes=max_request_bytes,
+                         max_clients=max_clients, idle_timeout=idle_timeout)
+    await server.serve(task_status=task_status)

@@ -14,8 +14,9 @@ import torch
 
 from learner import ModelLayout, NetworkSpec, NodeData, PartialModelSpec, load_node_data
 from learner.network import PartialMLP
+from learner.tasks import TaskShape
 from learner.trainer import Trainer
-from p2p.config import ConfigError, NodeConfig
+from p2p.config import NodeConfig, task_mismatch
 
 
 @dataclass(frozen=True, eq=False)
@@ -42,16 +43,10 @@ def model_specs(config: NodeConfig) -> list[PartialModelSpec]:
 def build_learning(config: NodeConfig) -> LearningSetup:
     """Network, data and trainer for ``config``; errors name the config key."""
     layout = config.layout()
-    d = config.data
-    data = load_node_data(d.spec())
-    sizes = layout.network.sizes
-    if data.num_features != sizes[0] or data.num_classes != sizes[-1]:
-        raise ConfigError(
-            f"network.layers: the task {d.task!r} has {data.num_features} features and "
-            f"{data.num_classes} classes, so layers must start with {data.num_features} and end "
-            f"with {data.num_classes}; got {'='.join(map(str, sizes))}",
-            key="network.layers",
-        )
+    data = load_node_data(config.data.spec())
+    mismatch = task_mismatch(config, TaskShape(data.num_features, data.num_classes))
+    if mismatch is not None:
+        raise mismatch
     torch.manual_seed(config.node.seed)
     network = PartialMLP(layout, seed=config.node.seed)
     trainer = Trainer(network, data.train_x, data.train_y,

@@ -19,8 +19,10 @@ import dataclasses
 import errno
 import io
 import logging
+import math
 import os
 import tempfile
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,6 +39,7 @@ __all__ = [
     "CHECKPOINT_FILENAME",
     "CHECKPOINT_FORMAT",
     "CHECKPOINT_VERSION",
+    "CheckpointConflict",
     "CheckpointError",
     "CheckpointStore",
     "DataDirError",
@@ -65,6 +68,15 @@ class CheckpointError(Exception):
 
 class DataDirError(CheckpointError):
     """The data directory is missing, not a directory, or not writable."""
+
+
+class CheckpointConflict(CheckpointError):
+    """The checkpoint cannot be resumed with this configuration (another layout or
+    data, or an unreadable file); the message says what differs and how to start
+    over (``p2p run --fresh``). The node refuses to start rather than overwrite it."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(errno.EINVAL, message)
 
 
 # --------------------------------------------------------------------------- atomic write
@@ -159,6 +171,10 @@ class NodeState:
     optimizer_state: dict[str, Any] | None = None
     node_id: bytes | None = None
     saved_at: float | None = None
+    trained_with: dict[str, str] | None = None
+    loss: float | None = None
+    accuracy: float | None = None
+    test_loss: float | None = None
 
 
 def _tag(tag: object) -> str | bytes:
@@ -193,6 +209,9 @@ def _state_to_plain(state: NodeState) -> dict[str, Any]:
         },
         "view": _peers_to_plain(state.view),
         "model_views": {name: _peers_to_plain(peers) for name, peers in state.model_views.items()},
+        "trained_with": None if state.trained_with is None else dict(state.trained_with),
+        "progress": {"loss": state.loss, "accuracy": state.accuracy,
+                     "test_loss": state.test_loss},
     }
 
 
@@ -258,6 +277,13 @@ def _state_from_plain(raw: object, path: Path) -> NodeState:
     if optimizer_state is not None and not isinstance(optimizer_state, dict):
         raise _bad(path, "optimizer_state is not a mapping")
     saved_at = raw.get("saved_at")
+    trained_with = raw.get("trained_with")
+    if trained_with is not None and not (isinstance(trained_with, Mapping) and all(
+            isinstance(k, str) and isinstance(v, str) for k, v in trained_with.items())):
+        raise _bad(path, "trained_with is not a mapping of settings to text")
+    progress = raw.get("progress", {})
+    if not isinstance(progress, Mapping):
+        raise _bad(path, "progress is not a mapping")
     return NodeState(
         model_state=dict(model_state),
         pushsum=pushsum,
@@ -270,7 +296,18 @@ def _state_from_plain(raw: object, path: Path) -> NodeState:
         optimizer_state=optimizer_state,
         node_id=node_id,
         saved_at=float(saved_at) if isinstance(saved_at, int | float) else None,
+        trained_with=None if trained_with is None else dict(trained_with),
+        loss=_finite(progress.get("loss")),
+        accuracy=_finite(progress.get("accuracy")),
+        test_loss=_finite(progress.get("test_loss")),
     )
+
+
+def _finite(value: object) -> float | None:
+    """A float read back from a checkpoint, ``None`` if absent or not a finite number."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value) if math.isfinite(value) else None
 
 
 class CheckpointStore:
@@ -306,6 +343,31 @@ class CheckpointStore:
     def exists(self) -> bool:
         """Whether a checkpoint file is present."""
         return self.path.is_file()
+
+    def aside_path(self, now: float | None = None) -> Path:
+        """Where :meth:`move_aside` would move the checkpoint now:
+        ``checkpoint.<YYYYmmdd-HHMMSS>.old`` next to it (``.1.old``, ... if taken)."""
+        stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(now))
+        candidate = self.path.with_name(f"{self.path.stem}.{stamp}.old")
+        n = 0
+        while candidate.exists():
+            n += 1
+            candidate = self.path.with_name(f"{self.path.stem}.{stamp}.{n}.old")
+        return candidate
+
+    def move_aside(self) -> Path | None:
+        """Rename the checkpoint to :meth:`aside_path` (never delete it); the new
+        path, or ``None`` if there was no checkpoint. Raises
+        :class:`CheckpointError` naming both paths if the rename fails."""
+        if not self.path.exists():
+            return None
+        target = self.aside_path()
+        try:
+            os.rename(self.path, target)
+        except OSError as exc:
+            raise CheckpointError(exc.errno, f"cannot move checkpoint {self.path} to {target}: "
+                                  f"{describe_os_error(exc)}") from exc
+        return target
 
     def load(self, *, expected_node_id: bytes | None = None) -> NodeState | None:
         """Read the checkpoint; ``None`` if there is none.

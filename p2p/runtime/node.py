@@ -21,7 +21,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TypeVar
 
 import torch
 import trio
@@ -40,10 +40,19 @@ from p2p.config import ConfigError, NodeConfig, load_swarm_key
 from p2p.runtime.admin_server import serve_admin
 from p2p.runtime.assembly import LearningSetup, build_learning
 from p2p.runtime.checkpoint import CheckpointError, CheckpointStore, check_data_dir_writable
+from p2p.runtime.collaboration import (
+    CollaborationReporter,
+    CollaborationStatus,
+    ContactLog,
+    assess,
+)
 from p2p.runtime.node_admin import NodeAdmin
+from p2p.runtime.node_transport import NodeTransport, Requester
 from p2p.runtime.protocol import register_node_messages
-from p2p.runtime.state import COUNTER_SEP, restore_state, snapshot_state
+from p2p.runtime.state import COUNTER_SEP, resume_from, snapshot_state
 from p2p.runtime.timing import TimingStats
+from p2p.runtime.training_record import training_record
+from p2p.wire.codec import Message
 from p2p.wire.dispatch import RequestDispatcher
 from p2p.wire.handshake import PeerInfo
 from p2p.wire.identity import Identity
@@ -53,6 +62,9 @@ from peersampling import Descriptor, PeerSampler, ShuffleReply, ShuffleRequest, 
 from peersampling import PeerUnreachable as ShuffleFailed
 
 logger = logging.getLogger(__name__)
+
+MIN_SHUFFLE_TIMEOUT = 1.0  # seconds; see Node.shuffle_timeout
+STOP_ROUND_WAIT = 30.0  # seconds a stop request waits for the trainer's current round
 
 ADMIN_SOCKET = "admin.sock"
 MAX_TRACKED_PEERS = 1024  # peers whose address is remembered (from sampled descriptors)
@@ -79,8 +91,8 @@ class Node:
     a TCP :class:`Transport` is built from the configuration.
     """
 
-    def __init__(self, config: NodeConfig, *, transport: Any | None = None,
-                 swarm_key: bytes | None = None) -> None:
+    def __init__(self, config: NodeConfig, *, transport: NodeTransport | None = None,
+                 swarm_key: bytes | None = None, fresh: bool = False) -> None:
         if config.node.data_dir is None:
             raise ConfigError("node.data_dir: required (set it in the file or pass --data-dir)")
         self.config = config
@@ -100,7 +112,7 @@ class Node:
         self._build_models()
         self.by_fingerprint = {fp: name for name, fp in self.learning.fingerprints.items()}
         listen = config.node.listen
-        self.transport = transport or Transport(
+        self.transport: NodeTransport = transport or Transport(
             self.identity,
             listen.host,
             listen.port,
@@ -114,8 +126,11 @@ class Node:
             max_messages_per_second=config.limits.max_messages_per_second,
             advertise_address=None if config.node.advertise is None else str(config.node.advertise),
         )
+        if transport is None and isinstance(self.transport, Transport):
+            # A taken port stops the node here, before it resumes or logs as if started.
+            self.transport.bind()
         # Created once the listener is bound (port 0 picks the port then).
-        self.sampler: PeerSampler = None  # type: ignore[assignment]
+        self._sampler: PeerSampler | None = None
         self.restored_view: list[Descriptor] = []
         self.store = CheckpointStore(self.data_dir)
         self.counters: dict[str, int] = {"rejected_messages": 0, "checkpoints": 0}
@@ -123,7 +138,12 @@ class Node:
         self._addresses: dict[bytes, str] = {}  # node id -> address, from sampled descriptors
         # push-sum counters carried over from a checkpoint, per model
         self.counter_base: dict[str, dict[str, int]] = {}
-        self._resume()
+        # what decides the layout and the data: saved with every checkpoint
+        self.trained_with = training_record(config)
+        self.resumed_at: int | None = None  # the checkpoint's round, when resumed
+        self.contacts = ContactLog()  # how shuffles with each address went (isolation reason)
+        self._recent_peers: dict[bytes, frozenset[bytes]] = {}  # node id -> models, last seen
+        self._resume(fresh)
         self.sync = ModelSync(self.learning.network, self.cores)
         g = config.gossip
         self.gossip = GossipDriver(
@@ -161,26 +181,26 @@ class Node:
             for name, fp in self.learning.fingerprints.items()
         }
 
-    def _resume(self) -> None:
-        try:
-            state = self.store.load(expected_node_id=self.identity.node_id)
-        except CheckpointError as exc:
-            logger.error("checkpoint not loaded, starting fresh: %s", exc)
+    def _resume(self, fresh: bool) -> None:
+        """Resume the checkpoint (refusing one trained with another layout or
+        data: :class:`~p2p.runtime.checkpoint.CheckpointConflict`), or with
+        ``fresh`` move it aside and start over."""
+        if fresh:
+            aside = self.store.move_aside()
+            if aside is not None:
+                logger.warning("--fresh: moved the old checkpoint to %s; starting over", aside)
             return
+        state = resume_from(self, self.store)
         if state is None:
             return
-        try:
-            restore_state(self, state)
-        except (RuntimeError, ValueError, KeyError) as exc:
-            # e.g. the configuration changed the network since the checkpoint
-            logger.error("checkpoint %s does not fit this configuration (%s); starting fresh",
-                         self.store.path, exc)
-            self._build_models()
-            self.progress = Progress()
-            self.counter_base.clear()
-            self.restored_view = []
-            return
-        logger.info("resumed from checkpoint at round %d", self.progress.round)
+        self.resumed_at = state.round
+        logger.info("resumed from checkpoint at round %d", state.round)
+        rounds = self.config.training.rounds
+        if rounds and state.round >= rounds:
+            logger.warning("training.rounds = %d is already reached (the checkpoint is at round "
+                           "%d): no SGD step will run. To train further, raise training.rounds "
+                           "or pass --rounds N with N > %d",
+                           rounds, state.round, state.round)
 
     async def save_checkpoint(self) -> int:
         """Write the node state atomically; returns the bytes written."""
@@ -196,19 +216,64 @@ class Node:
     def model_counters(self, name: str) -> dict[str, int]:
         """Push-sum counters of model ``name`` since the data directory was created."""
         base = self.counter_base.get(name, {})
-        return {k: v + base.get(k, 0) for k, v in asdict(self.cores[name].counters).items()}
+        counters = asdict(self.cores[name].counters)
+        # sends that got no answer: what `p2p peers` counts per peer as failures
+        counters["undelivered"] = self.gossip.undelivered.get(name, 0)
+        return {k: v + base.get(k, 0) for k, v in counters.items()}
 
     def flat_model_counters(self) -> dict[str, int]:
         """Every model's push-sum counters as ``"<model>.<counter>"`` (for metrics and checkpoints)."""
         return {f"{name}{COUNTER_SEP}{key}": value
                 for name in self.cores for key, value in self.model_counters(name).items()}
 
+    @property
+    def sampler(self) -> PeerSampler:
+        """The peer sampler; it starts when the node listens (its descriptor needs the address)."""
+        if self._sampler is None:
+            raise RuntimeError("peer sampling has not started: the node is not listening yet")
+        return self._sampler
+
+    @property
+    def started_sampler(self) -> PeerSampler | None:
+        """The peer sampler, or None before the node listens (checkpoints then keep the view)."""
+        return self._sampler
+
     def request_stop(self) -> None:
         self._stop.set()
 
+    def collaboration(self) -> CollaborationStatus:
+        """Whether a known peer holds one of this node's models, and if not why."""
+        sampler = self.started_sampler
+        isolated = sampler is None or sampler.is_isolated
+        peers: dict[bytes, frozenset[bytes]] = {}
+        if sampler is not None:
+            for entry in sampler.peer_entries():
+                d = entry.descriptor
+                peers[d.node_id] = peers.get(d.node_id, frozenset()) | d.tags
+        if peers or isolated:
+            self._recent_peers = peers
+        else:  # every known peer is out of the views for a shuffle right now
+            peers = self._recent_peers
+        return assess(
+            self.learning.fingerprints, peers.values(),
+            isolated=isolated,
+            bootstrap=[f"{b.host}:{b.port}" for b in self.config.node.bootstrap],
+            contacts=self.contacts, swarm_key=self.swarm_key is not None,
+        )
+
+    async def _watch_collaboration(self) -> None:
+        """Log when the node shares no model with any peer it knows (rate-limited)."""
+        period = self.config.peer_sampling.period
+        reporter = CollaborationReporter(grace=max(5 * period, 2.0), repeat=60.0)
+        while True:
+            said = reporter.update(self.collaboration(), trio.current_time())
+            if said is not None:
+                logger.log(*said)
+            await trio.sleep(min(period, 1.0))
+
     # ------------------------------------------------------------------ run
 
-    async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+    async def run(self, *, task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED) -> None:
         """Run until stopped (admin ``stop``, a signal, or cancellation)."""
         async with trio.open_nursery() as nursery:
             await nursery.start(self.transport.serve, self.handle_request)
@@ -218,6 +283,7 @@ class Node:
             nursery.start_soon(self._peer_sampling)
             nursery.start_soon(self._gossip_in_scope)
             nursery.start_soon(self._checkpoint_loop)
+            nursery.start_soon(self._watch_collaboration)
             trainer_done = trio.Event()
             nursery.start_soon(self._trainer_loop, trainer_done)
             logger.info("node %s listening on %s", self.identity.node_id[:6].hex(),
@@ -231,8 +297,11 @@ class Node:
             self._gossip_scope.cancel()
             # The trainer finishes its current round (worker threads are not
             # abandoned), then everything else is cancelled.
-            with trio.move_on_after(30):
+            with trio.move_on_after(STOP_ROUND_WAIT) as waited:
                 await trainer_done.wait()
+            if waited.cancelled_caught:
+                logger.warning("the current round did not finish within %g s of the stop "
+                               "request; checkpointing once it does", STOP_ROUND_WAIT)
             try:
                 await self.save_checkpoint()
             except CheckpointError as exc:
@@ -245,14 +314,14 @@ class Node:
 
     def _start_sampler(self, address: str) -> None:
         ps = self.config.peer_sampling
-        self.sampler = PeerSampler(
+        self._sampler = PeerSampler(
             Descriptor(self.identity.node_id, address, 0, frozenset(self.by_fingerprint)),
             c=ps.view_size,
             l=ps.shuffle_length,
             rng=random.Random(int.from_bytes(os.urandom(8), "big")),
         )
-        self.sampler.restore(self.restored_view)
-        self.sampler.bootstrap([f"{b.host}:{b.port}" for b in self.config.node.bootstrap])
+        self._sampler.restore(self.restored_view)
+        self._sampler.bootstrap([f"{b.host}:{b.port}" for b in self.config.node.bootstrap])
 
     async def _watch_signals(self) -> None:
         with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
@@ -261,8 +330,19 @@ class Node:
                 self.request_stop()
 
     async def _peer_sampling(self) -> None:
-        await run_peer_sampling(self.sampler, _ShuffleOverTransport(self.transport),
-                                period=self.config.peer_sampling.period)
+        shuffles = _RecordedShuffles(_ShuffleOverTransport(self.transport), self.contacts)
+        await run_peer_sampling(self.sampler, shuffles,
+                                period=self.config.peer_sampling.period,
+                                timeout=self.shuffle_timeout)
+
+    @property
+    def shuffle_timeout(self) -> float:
+        """Seconds one shuffle may take: a period, but never less than a floor.
+
+        A short period (tests and swarms use 0.05 s) must not make a shuffle
+        over a real socket on a loaded machine fail for being slow.
+        """
+        return max(self.config.peer_sampling.period, MIN_SHUFFLE_TIMEOUT)
 
     async def _checkpoint_loop(self) -> None:
         interval = self.config.checkpoint.interval
@@ -333,6 +413,30 @@ class Node:
         self.progress.accuracy = ev.accuracy
         self.progress.test_loss = ev.loss
         self.progress.history.append((time.time(), self.progress.round, ev.accuracy))
+        self._log_progress()
+
+    def _log_progress(self) -> None:
+        """One line per evaluation, so a foreground node shows how it learns."""
+        p = self.progress
+        totals = {"pushes_sent": 0, "pushes_received": 0}
+        for name in self.cores:
+            counters = self.model_counters(name)
+            for key in totals:
+                totals[key] += counters[key]
+        sampler = self.started_sampler
+        train = "-" if p.loss is None else f"{p.loss:.4g}"
+        test = "-" if p.test_loss is None else f"{p.test_loss:.4g}"
+        logger.info(
+            "round %d: train loss %s, test accuracy %.1f%% (test loss %s), %d peers in view, "
+            "pushes %d sent / %d received", p.round, train, 100 * (p.accuracy or 0.0), test,
+            0 if sampler is None else len(sampler.view()), totals["pushes_sent"],
+            totals["pushes_received"],
+            extra={"round": p.round, "train_loss": p.loss, "test_accuracy": p.accuracy,
+                   "test_loss": p.test_loss,
+                   "view_size": 0 if sampler is None else len(sampler.view()),
+                   "pushes_sent": totals["pushes_sent"],
+                   "pushes_received": totals["pushes_received"]},
+        )
 
     # ------------------------------------------------------------------ gossip
 
@@ -366,7 +470,7 @@ class Node:
 
     # ------------------------------------------------------------------ serving
 
-    async def handle_request(self, peer: PeerInfo, msg: object) -> object:
+    async def handle_request(self, peer: PeerInfo, msg: Message) -> Message:
         """Answer one request from a connected, authenticated peer (routed by its type)."""
         return await self.requests(peer, msg)
 
@@ -380,11 +484,13 @@ class Node:
                            _short(peer), msg.model[:4].hex())
             return Error(code=ERROR_REJECTED, reason="this node does not hold that model")
         try:
-            return self.cores[name].on_push(peer.node_id, msg, trio.current_time())
+            ack = self.cores[name].on_push(peer.node_id, msg, trio.current_time())
         except RejectedPush as exc:
             # the core has logged the one warning line for this offence
             logger.debug("push of %s from %s rejected: %s", name, _short(peer), exc)
             return Error(code=ERROR_REJECTED, reason=str(exc))
+        self.gossip.notify_merged()
+        return ack
 
     async def _serve_shuffle(self, peer: PeerInfo, msg: ShuffleRequest) -> ShuffleReply | Error:
         # A peer may only offer its own fresh descriptor as the sender, never another node's.
@@ -395,7 +501,7 @@ class Node:
             return Error(code=ERROR_BAD_REQUEST, reason="shuffle sender is not the peer")
         return self.sampler.on_request(msg, trio.current_time())
 
-    async def _unexpected_request(self, peer: PeerInfo, msg: object) -> Error:
+    async def _unexpected_request(self, peer: PeerInfo, msg: Message) -> Error:
         # Ping never gets here: the transport answers it itself.
         self.counters["rejected_messages"] += 1
         logger.warning("unexpected %s from %s", type(msg).__name__, _short(peer))
@@ -405,7 +511,7 @@ class Node:
 class _ShuffleOverTransport:
     """Peer sampling's request/reply transport over the node's connections."""
 
-    def __init__(self, transport: Any) -> None:
+    def __init__(self, transport: Requester) -> None:
         self._transport = transport
 
     async def request(self, address: str, req: ShuffleRequest) -> ShuffleReply:
@@ -413,10 +519,42 @@ class _ShuffleOverTransport:
             reply = await self._transport.request(address, req)
         except RemoteError as exc:
             raise ShuffleFailed(address, f"refused the shuffle: {exc.reason}") from exc
+        except PeerUnreachable as exc:
+            # exc's own text starts "peer <address> unreachable": not twice
+            raise ShuffleFailed(address, f"unreachable: {exc.reason}") from exc
         except TransportError as exc:
             raise ShuffleFailed(address, str(exc)) from exc
         if not isinstance(reply, ShuffleReply):
             raise ShuffleFailed(address, f"answered a shuffle with {type(reply).__name__}")
+        return reply
+
+
+class _RecordedShuffles:
+    """Notes how each shuffle went in a :class:`ContactLog` (the evidence behind
+    an isolation reason), then passes the reply or the error on."""
+
+    def __init__(self, inner: _ShuffleOverTransport, contacts: ContactLog) -> None:
+        self._inner = inner
+        self._contacts = contacts
+
+    async def request(self, address: str, req: ShuffleRequest) -> ShuffleReply:
+        try:
+            reply = await self._inner.request(address, req)
+        except ShuffleFailed as exc:
+            cause = exc.__cause__
+            if isinstance(cause, PeerUnreachable):
+                # the transport's reasons for a connection made but not admitted
+                # start with "handshake" (failed, timed out, refused by the peer)
+                self._contacts.failed(address, cause.reason,
+                                      handshake=cause.reason.startswith("handshake"))
+            else:
+                self._contacts.failed(address, str(cause or exc))
+            raise
+        except trio.Cancelled:
+            # peer sampling gives each exchange one period (or the node stops)
+            self._contacts.failed(address, "no answer within the shuffle period")
+            raise
+        self._contacts.answered(address)
         return reply
 
 
@@ -432,7 +570,7 @@ class _PushOverTransport:
     views).
     """
 
-    def __init__(self, transport: Any, addresses: Mapping[bytes, str],
+    def __init__(self, transport: Requester, addresses: Mapping[bytes, str],
                  on_unreachable: Callable[[str], None], *, timeout: float) -> None:
         self._transport = transport
         self._addresses = addresses
@@ -458,7 +596,11 @@ class _PushOverTransport:
         return reply
 
 
-def _remember(table: dict[Any, Any], key: Any, value: Any) -> None:
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+def _remember(table: dict[K, V], key: K, value: V) -> None:
     """Set ``table[key]`` as its newest entry, forgetting the oldest past the bound."""
     table.pop(key, None)
     table[key] = value
@@ -466,15 +608,14 @@ def _remember(table: dict[Any, Any], key: Any, value: Any) -> None:
         table.pop(next(iter(table)))
 
 
-def _short(peer: Any) -> str:
-    node_id = getattr(peer, "node_id", b"")
-    address = getattr(peer, "listen_address", "?")
-    return f"{node_id[:4].hex()}@{address}"
+def _short(peer: PeerInfo) -> str:
+    return f"{peer.node_id[:4].hex()}@{peer.listen_address}"
 
 
-def run_node(config: NodeConfig) -> int:
-    """Run a daemon until stopped; the process exit status."""
-    node = Node(config)
+def run_node(config: NodeConfig, *, fresh: bool = False) -> int:
+    """Run a daemon until stopped; the process exit status. ``fresh``: move an
+    existing checkpoint aside and start over (``p2p run --fresh``)."""
+    node = Node(config, fresh=fresh)
     trio.run(node.run)
     return 0
 

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from p2p.config import NodeConfig
     from p2p.runtime.assembly import LearningSetup
     from p2p.runtime.checkpoint import CheckpointStore
+    from p2p.runtime.collaboration import CollaborationStatus
     from p2p.runtime.timing import TimingStats
     from p2p.wire.identity import Identity
     from peersampling import PeerSampler
@@ -91,6 +92,10 @@ class AdminSource(Protocol):
     @property
     def store(self) -> CheckpointStore: ...
 
+    @property
+    def resumed_at(self) -> int | None: ...
+
+    def collaboration(self) -> CollaborationStatus: ...
     def model_counters(self, name: str) -> dict[str, int]: ...
     def flat_model_counters(self) -> dict[str, int]: ...
     async def save_checkpoint(self) -> int: ...
@@ -104,6 +109,21 @@ def _seconds_ago(instant: float | None) -> float | None:
     return max(0.0, trio.current_time() - instant)
 
 
+def training_summary(rounds: int, done: int, resumed_at: int | None) -> str:
+    """One line on the round loop: how far it is, and when ``training.rounds``
+    was already reached by the checkpoint resumed at round ``resumed_at``, how
+    to train further."""
+    if not rounds:
+        return f"round {done}, until stopped (training.rounds = 0)"
+    if resumed_at is not None and resumed_at >= rounds:
+        return (f"nothing to train: training.rounds = {rounds} was already reached by the "
+                f"checkpoint (round {resumed_at}). To train further, raise training.rounds "
+                f"or pass --rounds N with N > {done}")
+    if done >= rounds:
+        return f"finished training.rounds = {rounds}; no more SGD steps, still serving peers"
+    return f"round {done} of {rounds}"
+
+
 class NodeAdmin:
     """Implements :class:`p2p.runtime.admin_server.AdminHandler` over an :class:`AdminSource`."""
 
@@ -113,6 +133,8 @@ class NodeAdmin:
     def status(self) -> StatusReport:
         n = self._node
         p = n.progress
+        collab = n.collaboration()
+        rounds = n.config.training.rounds
         return StatusReport(
             id=n.identity.node_id.hex(),
             name=n.config.node.name,
@@ -126,6 +148,12 @@ class NodeAdmin:
             view_size=len(n.sampler.view()),
             connections=getattr(n.transport, "open_connections", 0),
             data_dir=str(n.data_dir),
+            collaborating=collab.collaborating,
+            collaboration_state=str(collab.state),
+            collaboration_reason=collab.reason,
+            isolation_reason=collab.isolation,
+            rounds=rounds,
+            training=training_summary(rounds, p.round, n.resumed_at),
         )
 
     def peers(self) -> PeersReport:

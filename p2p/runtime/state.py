@@ -14,7 +14,15 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Protocol
 
 from gossip import PushSum, PushSumSnapshot
-from p2p.runtime.checkpoint import NodeState, PeerRecord, PushSumRecord
+from p2p.runtime.checkpoint import (
+    CheckpointConflict,
+    CheckpointError,
+    CheckpointStore,
+    NodeState,
+    PeerRecord,
+    PushSumRecord,
+)
+from p2p.runtime.training_record import TrainingRecord, conflict_message, record_changes
 from peersampling import Descriptor, PeerSampler
 
 if TYPE_CHECKING:
@@ -31,6 +39,9 @@ class RoundProgress(Protocol):
 
     round: int
     steps: int
+    loss: float | None
+    accuracy: float | None
+    test_loss: float | None
 
 
 class StatefulNode(Protocol):
@@ -55,7 +66,9 @@ class StatefulNode(Protocol):
     @property
     def progress(self) -> RoundProgress: ...
     @property
-    def sampler(self) -> PeerSampler | None: ...
+    def started_sampler(self) -> PeerSampler | None: ...
+    @property
+    def trained_with(self) -> TrainingRecord: ...
 
     def flat_model_counters(self) -> dict[str, int]: ...
 
@@ -79,12 +92,53 @@ def snapshot_state(node: StatefulNode) -> NodeState:
         round=node.progress.round,
         steps=node.progress.steps,
         view=[_record(d) for d in
-              (node.sampler.snapshot() if node.sampler is not None else node.restored_view)],
+              (node.started_sampler.snapshot() if node.started_sampler is not None
+               else node.restored_view)],
         # a deep copy: the worker thread may step the optimizer while this is saved
         optimizer_state=copy.deepcopy(node.learning.trainer.optimizer.state_dict()),
         node_id=node.identity.node_id,
         saved_at=time.time(),
+        trained_with=dict(node.trained_with),
+        loss=node.progress.loss,
+        accuracy=node.progress.accuracy,
+        test_loss=node.progress.test_loss,
     )
+
+
+def resume_from(node: StatefulNode, store: CheckpointStore) -> NodeState | None:
+    """Load the checkpoint of ``store`` into ``node`` if it was trained with the
+    same layout and data as ``node.trained_with``; ``None`` if there is none.
+
+    Raises :class:`CheckpointConflict` (one line: what differs, and that
+    ``--fresh`` moves the old checkpoint aside) rather than let a changed
+    configuration overwrite a trained model. A checkpoint written before the
+    record existed is loaded if its tensors fit, and said so.
+    """
+    aside = store.path.with_name(f"{store.path.stem}.<date-time>.old")
+    hint = f"pass --fresh to start over (the old checkpoint is moved to {aside})"
+    try:
+        state = store.load(expected_node_id=node.identity.node_id)
+    except CheckpointError as exc:
+        raise CheckpointConflict(f"{exc}; {hint}") from exc
+    if state is None:
+        return None
+    if state.trained_with is not None:
+        changes = record_changes(state.trained_with, node.trained_with)
+        if changes:
+            raise CheckpointConflict(conflict_message(store.data_dir, changes, str(aside)))
+    try:
+        restore_state(node, state)
+    except (RuntimeError, ValueError, KeyError) as exc:
+        # torch's size-mismatch text is a multi-line essay: keep its first line
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise CheckpointConflict(
+            f"checkpoint {store.path} does not fit this configuration's network ({first[:200]}); "
+            f"restore the settings it was trained with, or {hint}") from exc
+    if state.trained_with is None:
+        logger.info("checkpoint %s does not record the settings it was trained with (an older "
+                    "version wrote it); resumed it because its network fits this configuration. "
+                    "The next checkpoint records them", store.path)
+    return state
 
 
 def restore_state(node: StatefulNode, state: NodeState) -> None:
@@ -113,6 +167,9 @@ def restore_state(node: StatefulNode, state: NodeState) -> None:
             node.counters[key] = value
     node.progress.round = state.round
     node.progress.steps = state.steps
+    node.progress.loss = state.loss
+    node.progress.accuracy = state.accuracy
+    node.progress.test_loss = state.test_loss
     node.restored_view = [
         Descriptor(p.node_id, p.address, p.age, frozenset(t for t in p.tags if isinstance(t, bytes)))
         for p in state.view

@@ -25,7 +25,14 @@ import importlib
 from typing import TYPE_CHECKING
 
 from p2p.testing.clock import run_in_virtual_time, virtual_clock
-from p2p.testing.memnet import FaultyStream, MemoryNetwork, MemoryTransport, Tap, TransportOptions
+from p2p.testing.memnet import (
+    FaultyStream,
+    MemoryNetwork,
+    MemoryTransport,
+    Tap,
+    TransportOptions,
+    TransportTuning,
+)
 from p2p.testing.waiting import DEFAULT_WAIT, wait_until
 from p2p.testing.wire_client import ask, open_session, push_payload, raw_exchange, valid_push
 
@@ -70,6 +77,7 @@ __all__ = [
     "MemoryTransport",
     "Tap",
     "TransportOptions",
+    "TransportTuning",
     "admin_request",
     "ask",
     "fast_spec",

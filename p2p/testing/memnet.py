@@ -21,16 +21,16 @@ import trio.testing
 from p2p.wire.identity import Identity
 from p2p.wire.transport import Handler, Transport
 
-__all__ = ["FaultyStream", "MemoryNetwork", "MemoryTransport", "Tap", "TransportOptions"]
+__all__ = [
+    "FaultyStream", "MemoryNetwork", "MemoryTransport", "Tap", "TransportOptions", "TransportTuning",
+]
 
 logger = logging.getLogger(__name__)
 
 
-class TransportOptions(TypedDict, total=False):
-    """Keyword options of :class:`~p2p.wire.transport.Transport` a memory transport accepts."""
+class TransportTuning(TypedDict, total=False):
+    """Limits and timeouts of :class:`~p2p.wire.transport.Transport` (all optional)."""
 
-    tags: frozenset[bytes]
-    swarm_key: bytes | None
     max_connections: int
     connect_timeout: float
     read_timeout: float
@@ -38,6 +38,13 @@ class TransportOptions(TypedDict, total=False):
     max_frame_size: int
     cipher: str
     max_messages_per_second: float | None
+
+
+class TransportOptions(TransportTuning, total=False):
+    """Keyword options of :class:`~p2p.wire.transport.Transport` a memory transport accepts."""
+
+    tags: frozenset[bytes]
+    swarm_key: bytes | None
 
 
 def _check_probability(name: str, value: float) -> float:

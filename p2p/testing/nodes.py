@@ -21,7 +21,7 @@ from p2p.cli.admin_client import AdminClient
 from p2p.config import LimitsConfig, NodeConfig, encode_swarm_key
 from p2p.runtime.node import ADMIN_SOCKET, Node
 from p2p.swarm import SwarmSpec, node_config
-from p2p.testing.memnet import MemoryNetwork, TransportOptions
+from p2p.testing.memnet import MemoryNetwork, TransportTuning
 from p2p.wire.identity import Identity
 
 __all__ = [
@@ -45,6 +45,8 @@ def fast_spec(**changes: object) -> SwarmSpec:
     base = SwarmSpec(nodes=2, rounds=2, scheme="full", round_interval=0.0,
                      shuffle_period=0.05, eval_every=1, steps_per_round=2,
                      start_together=False)
+    # ``changes`` are SwarmSpec fields, checked by replace() at run time; typing them
+    # statically would repeat every field of SwarmSpec here.
     return dataclasses.replace(base, **changes)  # type: ignore[arg-type]
 
 
@@ -92,7 +94,7 @@ def memory_addresses(count: int, *, subnet: str = "10.0.0", port: int = 7000) ->
 def memory_node(net: MemoryNetwork, data_dir: Path, spec: SwarmSpec, index: int,
                 address: str, *, bootstrap: Sequence[str] = (), swarm_key: bytes | None = None,
                 push_timeout: float | None = None,
-                **transport: Unpack[TransportOptions]) -> Node:
+                **transport: Unpack[TransportTuning]) -> Node:
     """Node ``index`` of ``spec`` listening on ``address`` of ``net``.
 
     ``data_dir`` is created if missing (a node restarted on it resumes its
@@ -114,7 +116,7 @@ def memory_node(net: MemoryNetwork, data_dir: Path, spec: SwarmSpec, index: int,
 def memory_swarm(root: Path, net: MemoryNetwork, spec: SwarmSpec, *,
                  addresses: Sequence[str] | None = None, swarm_key: bytes | None = None,
                  push_timeout: float | None = None,
-                 **transport: Unpack[TransportOptions]) -> list[Node]:
+                 **transport: Unpack[TransportTuning]) -> list[Node]:
     """All ``spec.nodes`` nodes over ``net``, in ``root/node<i>``; all bootstrap from node 0."""
     addresses = list(addresses or memory_addresses(spec.nodes))
     if len(addresses) < spec.nodes:

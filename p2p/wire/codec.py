@@ -33,8 +33,8 @@ import dataclasses
 import logging
 import types
 import typing
-from collections.abc import Callable, Iterable
-from typing import Any
+from collections.abc import Callable, Collection, Iterable
+from typing import Any, ClassVar, Protocol
 
 import msgpack
 import numpy as np
@@ -46,6 +46,7 @@ __all__ = [
     "CodecError",
     "DecodeError",
     "EncodeError",
+    "Message",
     "RegistrationError",
     "VersionMismatch",
     "WireMessage",
@@ -61,6 +62,14 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 PROTOCOL_VERSION = 1
+
+
+class Message(Protocol):
+    """A wire message: an instance of a frozen dataclass (registered to be sent or received)."""
+
+    __dataclass_fields__: ClassVar[dict[str, dataclasses.Field[Any]]]
+
+
 #: One entry of a package's wire surface: a frozen dataclass and its wire type name.
 WireMessage = tuple[type, str]
 _RESERVED_KEYS = frozenset({"v", "t"})
@@ -108,8 +117,12 @@ class _Invalid(Exception):
         return _Invalid(self.reason, part + self.path)
 
 
-_Encoder = Callable[[Any], Any]
-_Decoder = Callable[[Any], Any]
+# A field's converters between its Python value and its msgpack value; both check
+# what they are given, which may be anything (a caller's message, a peer's payload).
+_Encoder = Callable[[object], object]
+_Decoder = Callable[[object], object]
+# Types a sequence field accepts (tuple/list, frozenset/set).
+_Accepted = tuple[type[Collection[object]], ...]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -120,7 +133,7 @@ class _FieldCodec:
 
 
 def _scalar(tp: type, describe: str) -> _FieldCodec:
-    def check(value: Any) -> Any:
+    def check(value: object) -> object:
         # Exact type: subclasses (bool for int, str enums) are not silently accepted.
         if type(value) is not tp:
             raise _Invalid(f"expected {describe}, got {type(value).__name__}")
@@ -130,12 +143,12 @@ def _scalar(tp: type, describe: str) -> _FieldCodec:
 
 
 def _float_codec() -> _FieldCodec:
-    def enc(value: Any) -> float:
+    def enc(value: object) -> float:
         if isinstance(value, bool) or not isinstance(value, int | float | np.floating):
             raise _Invalid(f"expected float, got {type(value).__name__}")
         return float(value)
 
-    def dec(value: Any) -> float:
+    def dec(value: object) -> float:
         if type(value) is not float:
             raise _Invalid(f"expected float, got {type(value).__name__}")
         return value
@@ -144,12 +157,12 @@ def _float_codec() -> _FieldCodec:
 
 
 def _int_codec() -> _FieldCodec:
-    def enc(value: Any) -> int:
+    def enc(value: object) -> int:
         if isinstance(value, bool) or not isinstance(value, int | np.integer):
             raise _Invalid(f"expected int, got {type(value).__name__}")
         return int(value)
 
-    def dec(value: Any) -> int:
+    def dec(value: object) -> int:
         if type(value) is not int:
             raise _Invalid(f"expected int, got {type(value).__name__}")
         return value
@@ -158,12 +171,12 @@ def _int_codec() -> _FieldCodec:
 
 
 def _bytes_codec() -> _FieldCodec:
-    def enc(value: Any) -> bytes:
+    def enc(value: object) -> bytes:
         if not isinstance(value, bytes | bytearray | memoryview):
             raise _Invalid(f"expected bytes, got {type(value).__name__}")
         return bytes(value)
 
-    def dec(value: Any) -> bytes:
+    def dec(value: object) -> bytes:
         if type(value) is not bytes:
             raise _Invalid(f"expected bytes, got {type(value).__name__}")
         return value
@@ -172,7 +185,7 @@ def _bytes_codec() -> _FieldCodec:
 
 
 def _none_codec() -> _FieldCodec:
-    def check(value: Any) -> None:
+    def check(value: object) -> None:
         if value is not None:
             raise _Invalid(f"expected None, got {type(value).__name__}")
         return None
@@ -184,7 +197,7 @@ def _array_codec(dtypes: tuple[str, ...]) -> _FieldCodec:
     allowed = {name: _ARRAY_DTYPES[name] for name in dtypes}
     describe = "1-D numpy array of " + "/".join(str(d) for d in allowed.values())
 
-    def enc(value: Any) -> dict[str, Any]:
+    def enc(value: object) -> dict[str, object]:
         if not isinstance(value, np.ndarray):
             raise _Invalid(f"expected {describe}, got {type(value).__name__}")
         if value.ndim != 1:
@@ -194,10 +207,10 @@ def _array_codec(dtypes: tuple[str, ...]) -> _FieldCodec:
         if name not in allowed:
             raise _Invalid(f"expected {describe}, got dtype {value.dtype}")
         # A byte view, not a copy: msgpack copies it once into the payload.
-        data = memoryview(np.ascontiguousarray(value, dtype=allowed[name])).cast("B")
+        data = np.ascontiguousarray(value, dtype=allowed[name]).data.cast("B")
         return {"dtype": name, "n": int(value.shape[0]), "data": data}
 
-    def dec(value: Any) -> np.ndarray:
+    def dec(value: object) -> np.ndarray:
         if type(value) is not dict or set(value) != {"dtype", "n", "data"}:
             raise _Invalid(f"expected an array map with keys dtype, n, data for {describe}")
         name, n, data = value["dtype"], value["n"], value["data"]
@@ -221,14 +234,15 @@ def _array_codec(dtypes: tuple[str, ...]) -> _FieldCodec:
     return _FieldCodec(describe, enc, dec)
 
 
-def _sequence_codec(item: _FieldCodec, build: Callable[[list[Any]], Any], kind: str) -> _FieldCodec:
+def _sequence_codec(item: _FieldCodec, build: Callable[[list[object]], Collection[object]],
+                    kind: str) -> _FieldCodec:
     describe = f"{kind}[{item.describe}, ...]" if kind == "tuple" else f"{kind}[{item.describe}]"
-    accepted: tuple[type, ...] = (tuple, list) if kind in ("tuple", "list") else (frozenset, set)
+    accepted: _Accepted = (tuple, list) if kind in ("tuple", "list") else (frozenset, set)
 
-    def enc(value: Any) -> list[Any]:
+    def enc(value: object) -> list[object]:
         if not isinstance(value, accepted):
             raise _Invalid(f"expected {describe}, got {type(value).__name__}")
-        out = []
+        out: list[object] = []
         for i, element in enumerate(value):
             try:
                 out.append(item.encode(element))
@@ -241,10 +255,10 @@ def _sequence_codec(item: _FieldCodec, build: Callable[[list[Any]], Any], kind: 
                 raise _Invalid(f"frozenset items must be mutually orderable: {exc}") from None
         return out
 
-    def dec(value: Any) -> Any:
+    def dec(value: object) -> Collection[object]:
         if type(value) is not list:
             raise _Invalid(f"expected {describe}, got {type(value).__name__}")
-        out = []
+        out: list[object] = []
         for i, element in enumerate(value):
             try:
                 out.append(item.decode(element))
@@ -261,12 +275,12 @@ def _sequence_codec(item: _FieldCodec, build: Callable[[list[Any]], Any], kind: 
 def _fixed_tuple_codec(items: list[_FieldCodec]) -> _FieldCodec:
     describe = "tuple[" + ", ".join(i.describe for i in items) + "]"
 
-    def run(value: Any, accepted: tuple[type, ...], encoding: bool) -> Any:
+    def run(value: object, accepted: _Accepted, encoding: bool) -> object:
         if not isinstance(value, accepted):
             raise _Invalid(f"expected {describe}, got {type(value).__name__}")
         if len(value) != len(items):
             raise _Invalid(f"expected {describe}, got {len(value)} items")
-        out = []
+        out: list[object] = []
         for i, (codec, element) in enumerate(zip(items, value, strict=True)):
             try:
                 out.append(codec.encode(element) if encoding else codec.decode(element))
@@ -284,10 +298,10 @@ def _fixed_tuple_codec(items: list[_FieldCodec]) -> _FieldCodec:
 def _dict_codec(key: _FieldCodec, val: _FieldCodec) -> _FieldCodec:
     describe = f"dict[{key.describe}, {val.describe}]"
 
-    def run(value: Any, encoding: bool) -> dict[Any, Any]:
+    def run(value: object, encoding: bool) -> dict[object, object]:
         if not isinstance(value, dict):
             raise _Invalid(f"expected {describe}, got {type(value).__name__}")
-        out = {}
+        out: dict[object, object] = {}
         for k, v in value.items():
             try:
                 kk = key.encode(k) if encoding else key.decode(k)
@@ -305,7 +319,7 @@ def _dict_codec(key: _FieldCodec, val: _FieldCodec) -> _FieldCodec:
 def _union_codec(options: list[_FieldCodec]) -> _FieldCodec:
     describe = " | ".join(o.describe for o in options)
 
-    def run(value: Any, encoding: bool) -> Any:
+    def run(value: object, encoding: bool) -> object:
         reasons = []
         for option in options:
             try:
@@ -319,7 +333,7 @@ def _union_codec(options: list[_FieldCodec]) -> _FieldCodec:
 
 @dataclasses.dataclass(frozen=True)
 class _ClassCodec:
-    cls: type
+    cls: type[Message]
     fields: tuple[tuple[str, _FieldCodec], ...]
     names: frozenset[str]
 
@@ -331,12 +345,12 @@ def _dataclass_codec(cls: type) -> _FieldCodec:
     codec = _class_codec(cls)
     label = cls.__name__
 
-    def enc(value: Any) -> dict[str, Any]:
+    def enc(value: object) -> dict[str, object]:
         if type(value) is not cls:
             raise _Invalid(f"expected {label}, got {type(value).__name__}")
         return _encode_fields(codec, value)
 
-    def dec(value: Any) -> Any:
+    def dec(value: object) -> object:
         if type(value) is not dict:
             raise _Invalid(f"expected a map for {label}, got {type(value).__name__}")
         return _decode_fields(codec, value)
@@ -344,7 +358,7 @@ def _dataclass_codec(cls: type) -> _FieldCodec:
     return _FieldCodec(label, enc, dec)
 
 
-def _field_codec(tp: Any, where: str) -> _FieldCodec:
+def _field_codec(tp: object, where: str) -> _FieldCodec:
     """Build the codec for annotation ``tp``; ``where`` names it in errors."""
     if tp is int:
         return _int_codec()
@@ -399,6 +413,8 @@ def _class_codec(cls: type) -> _ClassCodec:
         return cached
     if not (isinstance(cls, type) and dataclasses.is_dataclass(cls)):
         raise RegistrationError(f"{cls!r} is not a dataclass")
+    # No public API tells whether a dataclass is frozen; @dataclass sets this
+    # attribute at run time but the stubs do not declare it.
     if not cls.__dataclass_params__.frozen:  # type: ignore[attr-defined]
         raise RegistrationError(f"{cls.__name__} must be a frozen dataclass")
     try:
@@ -417,8 +433,8 @@ def _class_codec(cls: type) -> _ClassCodec:
     return codec
 
 
-def _encode_fields(codec: _ClassCodec, msg: Any) -> dict[str, Any]:
-    out: dict[str, Any] = {}
+def _encode_fields(codec: _ClassCodec, msg: object) -> dict[str, object]:
+    out: dict[str, object] = {}
     for name, field in codec.fields:
         try:
             out[name] = field.encode(getattr(msg, name))
@@ -427,7 +443,7 @@ def _encode_fields(codec: _ClassCodec, msg: Any) -> dict[str, Any]:
     return out
 
 
-def _decode_fields(codec: _ClassCodec, data: dict[Any, Any]) -> Any:
+def _decode_fields(codec: _ClassCodec, data: dict[object, object]) -> Message:
     keys = set(data)
     if keys != codec.names:
         missing = sorted(codec.names - keys)
@@ -438,7 +454,7 @@ def _decode_fields(codec: _ClassCodec, data: dict[Any, Any]) -> Any:
         if extra:
             parts.append(f"unexpected fields [{extra}]")
         raise _Invalid("; ".join(parts), codec.cls.__name__)
-    kwargs = {}
+    kwargs: dict[str, object] = {}
     for name, field in codec.fields:
         try:
             kwargs[name] = field.decode(data[name])
@@ -497,7 +513,7 @@ def registered_types() -> dict[str, type]:
     return dict(_BY_NAME)
 
 
-def encode(msg: object) -> bytes:
+def encode(msg: Message) -> bytes:
     """Encode registered message ``msg`` to a msgpack payload (no framing)."""
     cls = type(msg)
     name = _BY_CLASS.get(cls)
@@ -512,7 +528,7 @@ def encode(msg: object) -> bytes:
     return msgpack.packb(body, use_bin_type=True)
 
 
-def decode(payload: bytes) -> object:
+def decode(payload: bytes) -> Message:
     """Decode one payload into its registered dataclass, validating every field."""
     try:
         data = msgpack.unpackb(

@@ -9,26 +9,27 @@ type nobody registered goes to ``on_unknown``.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from p2p.wire import codec
+from p2p.wire.codec import Message
 from p2p.wire.handshake import PeerInfo
 from p2p.wire.messages import ERROR_BAD_REQUEST, MESSAGES, Error
 
 __all__ = ["RequestDispatcher", "RequestHandler", "UnknownRequestHandler", "not_a_request"]
 
-M = TypeVar("M")
+M = TypeVar("M", bound=Message)
 
 #: Answers one request of type ``M`` from an authenticated peer with a reply message.
-RequestHandler = Callable[[PeerInfo, M], Awaitable[object]]
+RequestHandler = Callable[[PeerInfo, M], Awaitable[Message]]
 #: Answers a request whose type has no handler.
-UnknownRequestHandler = Callable[[PeerInfo, object], Awaitable[object]]
+UnknownRequestHandler = Callable[[PeerInfo, Message], Awaitable[Message]]
 
 # The transport answers or refuses these itself; a handler for them would never run.
 _TRANSPORT_MESSAGES = frozenset(cls for cls, _ in MESSAGES)
 
 
-async def not_a_request(peer: PeerInfo, msg: object) -> Error:
+async def not_a_request(peer: PeerInfo, msg: Message) -> Error:
     """Default ``on_unknown``: a ``bad_request`` error naming the message type."""
     return Error(ERROR_BAD_REQUEST, f"{type(msg).__name__} is not a request")
 
@@ -37,7 +38,7 @@ class RequestDispatcher:
     """A table ``request type -> handler``, callable as the transport's request handler."""
 
     def __init__(self, on_unknown: UnknownRequestHandler = not_a_request) -> None:
-        self._handlers: dict[type, Callable[[PeerInfo, Any], Awaitable[object]]] = {}
+        self._handlers: dict[type, Callable[[PeerInfo, Message], Awaitable[Message]]] = {}
         self._on_unknown = on_unknown
 
     def add(self, request_type: type[M], handler: RequestHandler[M]) -> None:
@@ -53,14 +54,21 @@ class RequestDispatcher:
             raise ValueError(f"{label} is not a registered wire message (register it first)")
         if request_type in self._handlers:
             raise ValueError(f"{label} already has a handler")
-        self._handlers[request_type] = handler
+
+        async def serve(peer: PeerInfo, msg: Message) -> Message:
+            # Routing is by exact type, so this holds; the check types ``msg`` as ``M``.
+            if not isinstance(msg, request_type):
+                raise TypeError(f"{type(msg).__name__} routed to the {label} handler")
+            return await handler(peer, msg)
+
+        self._handlers[request_type] = serve
 
     @property
     def request_types(self) -> frozenset[type]:
         """The request types that have a handler."""
         return frozenset(self._handlers)
 
-    async def __call__(self, peer: PeerInfo, msg: object) -> object:
+    async def __call__(self, peer: PeerInfo, msg: Message) -> Message:
         handler = self._handlers.get(type(msg))
         if handler is None:
             return await self._on_unknown(peer, msg)

@@ -16,6 +16,7 @@ __all__ = [
     "FramingError",
     "HEADER_SIZE",
     "encode_frame",
+    "foreign_protocol",
     "frame_header",
 ]
 
@@ -31,12 +32,43 @@ class FramingError(Exception):
 
 
 class FrameTooLarge(FramingError):
-    """A frame whose length exceeds the configured maximum."""
+    """A frame whose length exceeds the configured maximum.
 
-    def __init__(self, size: int, limit: int) -> None:
+    ``header`` holds the 4 bytes that announced it, when known: a stream whose
+    first "length" is huge is often another protocol (see :func:`foreign_protocol`).
+    """
+
+    def __init__(self, size: int, limit: int, header: bytes = b"") -> None:
         super().__init__(f"frame of {size} bytes exceeds the maximum frame size of {limit} bytes")
         self.size = size
         self.limit = limit
+        self.header = header
+
+
+# First bytes another server sends (or a client of another protocol sends us)
+# and what they are; a p2p frame header is a big-endian length, never text.
+_SIGNATURES: tuple[tuple[bytes, str], ...] = (
+    (b"HTTP", "an HTTP response"),
+    (b"GET ", "an HTTP request"),
+    (b"POST", "an HTTP request"),
+    (b"HEAD", "an HTTP request"),
+    (b"PUT ", "an HTTP request"),
+    (b"<", "HTML or XML, as an HTTP server sends"),
+    (b"SSH-", "an SSH server's banner"),
+    (b"\x16\x03", "a TLS handshake"),
+    (b"\x15\x03", "a TLS alert"),
+)
+
+
+def foreign_protocol(prefix: bytes) -> str | None:
+    """What the first bytes of a stream look like when they cannot start a frame
+    of this protocol (``"an HTTP response"``...), or None when they could."""
+    for signature, what in _SIGNATURES:
+        if prefix.startswith(signature):
+            return what
+    if len(prefix) >= 2 and all(32 <= b < 127 or b in (9, 10, 13) for b in prefix):
+        return f"text ({prefix.decode('ascii')!r})"
+    return None
 
 
 def frame_header(size: int, max_frame_size: int = _MAX_REPRESENTABLE) -> bytes:
@@ -97,7 +129,7 @@ class FrameDecoder:
         """True when part of a frame has been received but not all of it."""
         return self.buffered > 0 or self._expected is not None
 
-    def feed(self, data: bytes) -> list[bytes]:
+    def feed(self, data: bytes | bytearray) -> list[bytes]:
         """Consume ``data`` and return the payloads of all frames it completed."""
         if self._failed is not None:
             raise self._failed
@@ -114,7 +146,7 @@ class FrameDecoder:
                 (size,) = _HEADER.unpack(self._header)
                 self._header.clear()
                 if size > self.max_frame_size:
-                    self._failed = FrameTooLarge(size, self.max_frame_size)
+                    self._failed = FrameTooLarge(size, self.max_frame_size, _HEADER.pack(size))
                     raise self._failed
                 self._expected = size
             need = self._expected - self._have

@@ -36,6 +36,7 @@ import hmac
 import os
 import struct
 from dataclasses import dataclass
+from typing import TypeVar
 
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
@@ -44,6 +45,8 @@ from p2p.wire import codec
 from p2p.wire.identity import Identity, verify_signature
 from p2p.wire.messages import NONCE_SIZE, Error, Hello, HelloAuth
 from p2p.wire.sealing import CIPHERS, DEFAULT_CIPHER, KEY_SIZE, Opener, Sealer, check_cipher
+
+_M = TypeVar("_M", Hello, HelloAuth)  # the messages of a handshake
 
 __all__ = [
     "SWARM_KEY_SIZE",
@@ -66,13 +69,17 @@ class HandshakeError(Exception):
     """The handshake failed; the connection must be closed.
 
     ``remote`` is True when the peer refused us (it sent an error), False when
-    this side detected the problem (and may tell the peer why).
+    this side detected the problem (and may tell the peer why). ``reason`` is
+    worded for this node's operator; ``peer_reason`` for the peer's, who reads
+    it as "peer refused the handshake: ..." (there, "the peer" is this node).
     """
 
-    def __init__(self, reason: str, *, remote: bool = False) -> None:
+    def __init__(self, reason: str, *, remote: bool = False,
+                 peer_reason: str | None = None) -> None:
         super().__init__(reason)
         self.reason = reason
         self.remote = remote
+        self.peer_reason = reason if peer_reason is None else peer_reason
 
 
 @dataclass(frozen=True)
@@ -145,6 +152,17 @@ def _hello_mac_input(hello: Hello, role: bytes, peer_nonce: bytes) -> bytes:
 
 def _node(node_id: bytes) -> str:
     return node_id.hex()[:16]
+
+
+def _version_mismatch(remote_version: str) -> HandshakeError:
+    """The error for a peer speaking another protocol version, worded for each side."""
+    ours = codec.PROTOCOL_VERSION
+    return HandshakeError(
+        f"protocol version mismatch: peer speaks version {remote_version}, "
+        f"this node speaks version {ours}",
+        peer_reason=f"protocol version mismatch: peer speaks version {ours}, "
+                    f"this node speaks version {remote_version}",
+    )
 
 
 class Handshake:
@@ -241,14 +259,11 @@ class Handshake:
             raise HandshakeError("receive() called before start()")
         raise HandshakeError(f"unexpected message in handshake state {self._state.value}")
 
-    def _decode(self, payload: bytes, expected: type) -> object:
+    def _decode(self, payload: bytes, expected: type[_M]) -> _M:
         try:
             msg = codec.decode(payload)
         except codec.VersionMismatch as exc:
-            raise HandshakeError(
-                f"protocol version mismatch: peer speaks version {exc.remote_version!r:.20}, "
-                f"this node speaks version {codec.PROTOCOL_VERSION}"
-            ) from None
+            raise _version_mismatch(f"{exc.remote_version!r:.20}") from None
         except codec.DecodeError as exc:
             raise HandshakeError(f"malformed handshake message: {exc}") from None
         if isinstance(msg, Error):
@@ -277,19 +292,24 @@ class Handshake:
 
     def _check_hello(self, hello: Hello) -> None:
         if hello.version != codec.PROTOCOL_VERSION:
-            raise HandshakeError(
-                f"protocol version mismatch: peer speaks version {hello.version}, "
-                f"this node speaks version {codec.PROTOCOL_VERSION}"
-            )
+            raise _version_mismatch(str(hello.version))
+        # A pre-shared key cannot tell a member with another key from a stranger;
+        # it can tell who has a key at all. Each side is told what it can fix.
         if self._hello_key is None:
             if hello.swarm_proof:
                 raise HandshakeError(
-                    "missing swarm key: the peer uses a swarm key but none is configured here"
+                    "missing swarm key: the peer uses a swarm key and this node has none "
+                    "(pass --swarm-key-file with the swarm's key to join it)",
+                    peer_reason="swarm key mismatch: the peer has no swarm key and this node "
+                                "uses one (start the peer with the same --swarm-key-file)",
                 )
         else:
             if not hello.swarm_proof:
                 raise HandshakeError(
-                    "missing swarm key: the peer has no swarm key but this node requires one"
+                    "missing swarm key: the peer has no swarm key but this node requires one "
+                    "(start the peer with the same --swarm-key-file)",
+                    peer_reason="missing swarm key: the peer requires a swarm key and this "
+                                "node has none (pass --swarm-key-file with the swarm's key)",
                 )
             # The peer's role is the opposite of ours; a responder's proof covers our nonce.
             role = _ROLE_RESPONDER if self.initiator else _ROLE_INITIATOR
@@ -298,7 +318,13 @@ class Handshake:
                 self._hello_key, _hello_mac_input(hello, role, peer_nonce), "sha256"
             )
             if not hmac.compare_digest(expected, hello.swarm_proof):
-                raise HandshakeError("wrong swarm key: the peer's hello proof does not verify")
+                raise HandshakeError(
+                    "wrong swarm key: the peer's hello proof does not verify under this node's "
+                    "key (its key differs, or it is not a member of this swarm; every node "
+                    "needs the same --swarm-key-file)",
+                    peer_reason="wrong swarm key: the peer's swarm key differs from this "
+                                "node's (every node of a swarm needs the same --swarm-key-file)",
+                )
             if hello.cipher not in CIPHERS:
                 raise HandshakeError(
                     f"unsupported cipher {hello.cipher!r:.30}; expected one of {', '.join(CIPHERS)}"
@@ -310,7 +336,10 @@ class Handshake:
         if self.expected_node_id is not None and hello.node_id != self.expected_node_id:
             raise HandshakeError(
                 f"identity mismatch: expected node {_node(self.expected_node_id)}, "
-                f"peer is {_node(hello.node_id)}"
+                f"peer is {_node(hello.node_id)}",
+                peer_reason=f"identity mismatch: the peer expected node "
+                            f"{_node(self.expected_node_id)} at this address, this node is "
+                            f"{_node(hello.node_id)}",
             )
 
     def _transcript_hash(self) -> bytes:

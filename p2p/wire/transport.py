@@ -20,15 +20,25 @@ from __future__ import annotations
 
 import collections
 import logging
+import socket
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 import trio
 
 from p2p.wire import codec
-from p2p.wire.framing import DEFAULT_MAX_FRAME_SIZE, FrameDecoder, FramingError, frame_header
+from p2p.wire.codec import Message
+from p2p.wire.framing import (
+    DEFAULT_MAX_FRAME_SIZE,
+    FrameDecoder,
+    FrameTooLarge,
+    FramingError,
+    foreign_protocol,
+    frame_header,
+)
 from p2p.wire.handshake import Handshake, HandshakeError, PeerInfo, SessionKeys
 from p2p.wire.identity import Identity
+from p2p.wire.listen import bind_tcp_listeners
 from p2p.wire.messages import (
     ERROR_BAD_REQUEST,
     ERROR_HANDSHAKE,
@@ -66,7 +76,8 @@ DEFAULT_MAX_CONNECTIONS = 64
 DEFAULT_CONNECT_TIMEOUT = 5.0
 DEFAULT_READ_TIMEOUT = 30.0
 
-Handler = Callable[[PeerInfo, object], Awaitable[object | None]]
+#: Answers one request from an authenticated peer (``None``: answered with an ``Error``).
+Handler = Callable[[PeerInfo, Message], Awaitable[Message | None]]
 Connector = Callable[[str], Awaitable[trio.abc.Stream]]
 
 _RECEIVE_CHUNK = 256 * 1024
@@ -172,6 +183,7 @@ class MessageStream:
         self._sealer: Sealer | None = None
         self._opener: Opener | None = None
         self._exact_reads = False
+        self._frames_received = 0
 
     @property
     def sealed(self) -> bool:
@@ -244,8 +256,9 @@ class MessageStream:
             try:
                 self._pending.extend(self._decoder.feed(data))
             except FramingError as exc:
-                raise ConnectionFailure(f"bad frame: {exc}") from None
+                raise ConnectionFailure(self._describe_bad_frame(exc)) from None
         payload = self._pending.popleft()
+        self._frames_received += 1
         if self._opener is not None:
             try:
                 payload = self._opener.open(payload)
@@ -253,11 +266,23 @@ class MessageStream:
                 raise ConnectionFailure(f"decrypt failure: {exc}") from None
         return payload
 
-    async def send(self, msg: object) -> None:
+    def _describe_bad_frame(self, exc: FramingError) -> str:
+        # A p2p node's first frame (its HELLO) is far below the handshake limit:
+        # an oversized first "frame" means the other side speaks something else.
+        if self._frames_received or not isinstance(exc, FrameTooLarge):
+            return f"bad frame: {exc}"
+        what = foreign_protocol(exc.header)
+        if what is None:
+            return (f"bad frame: {exc} (a node's first frame is far smaller: the peer may "
+                    "not speak this protocol)")
+        return (f"the peer does not speak this protocol: its first bytes look like {what} "
+                "(is this the address of a p2p node?)")
+
+    async def send(self, msg: Message) -> None:
         """Encode and send one message."""
         await self.send_payload(codec.encode(msg))
 
-    async def receive(self, first_timeout: float, read_timeout: float) -> object:
+    async def receive(self, first_timeout: float, read_timeout: float) -> Message:
         """Receive and decode one message."""
         payload = await self.receive_payload(first_timeout, read_timeout)
         try:
@@ -330,6 +355,7 @@ class Transport:
         self._dial_locks: dict[str, trio.Lock] = {}
         self._open = 0  # open connections, incoming and outgoing (incl. handshaking)
         self._serve_scope: trio.CancelScope | None = None
+        self._bound_sockets: list[socket.socket] | None = None  # bound by bind(), not yet served
         self._closed = False
 
     # -- addresses ------------------------------------------------------------
@@ -360,6 +386,16 @@ class Transport:
 
     # -- server -----------------------------------------------------------------
 
+    def bind(self) -> None:
+        """Bind the listening sockets now (:meth:`serve` then uses them).
+
+        Lets a node find out that its port is taken before it does anything
+        else. Raises :class:`~p2p.wire.listen.ListenError` naming the address,
+        the cause and the fix. Idempotent.
+        """
+        if self._bound_sockets is None:
+            self._bound_sockets = bind_tcp_listeners(self.listen_host or None, self.listen_port)
+
     async def serve(
         self, handler: Handler, task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED
     ) -> None:
@@ -372,7 +408,9 @@ class Transport:
         """
         if self._closed:
             raise RuntimeError("transport is closed")
-        listeners = await trio.open_tcp_listeners(self.listen_port, host=self.listen_host or None)
+        self.bind()
+        bound, self._bound_sockets = self._bound_sockets or [], None
+        listeners = [trio.SocketListener(trio.socket.from_stdlib_socket(s)) for s in bound]
         try:
             host, port = listeners[0].socket.getsockname()[:2]
             self._bound_address = format_address(host, port)
@@ -452,14 +490,15 @@ class Transport:
             await ms.aclose()
 
     @staticmethod
-    def _encode_reply(reply: object, request: object) -> bytes:
+    def _encode_reply(reply: Message, request: Message) -> bytes:
         try:
             return codec.encode(reply)
         except codec.EncodeError as exc:
             logger.error("cannot send reply to %s: %s", type(request).__name__, exc)
             return codec.encode(Error(ERROR_INTERNAL, "handler returned an unsendable reply"))
 
-    async def _dispatch(self, handler: Handler, peer: PeerInfo, msg: object, remote: str) -> object:
+    async def _dispatch(self, handler: Handler, peer: PeerInfo, msg: Message,
+                        remote: str) -> Message:
         if isinstance(msg, Ping):
             return Pong(msg.nonce)
         if isinstance(msg, Hello | HelloAuth | Pong | Error):
@@ -490,11 +529,11 @@ class Transport:
     async def request(
         self,
         address: str,
-        msg: object,
+        msg: Message,
         timeout: float | None = None,
         *,
         node_id: bytes | None = None,
-    ) -> object:
+    ) -> Message:
         """Send ``msg`` to ``address`` and return the peer's reply.
 
         Reuses a pooled connection or opens one (connect + handshake within
@@ -567,10 +606,10 @@ class Transport:
         if conn.closed or ((stale or wrong) and not conn.lock.locked()):
             await self._drop(conn)
             return None
-        if wrong:  # in use by another request, so the address is another node's now
+        if wrong and node_id is not None:  # in use by another request: another node's now
             raise PeerUnreachable(
                 address,
-                f"identity mismatch: expected node {node_id.hex()[:16]}, "  # type: ignore[union-attr]
+                f"identity mismatch: expected node {node_id.hex()[:16]}, "
                 f"connected node is {conn.peer.node_id.hex()[:16]}",
             )
         return conn
@@ -585,7 +624,7 @@ class Transport:
                 try:
                     stream = await self._connector(address)
                 except (OSError, ValueError, trio.BrokenResourceError) as exc:
-                    raise PeerUnreachable(address, f"connect failed: {exc}") from None
+                    raise PeerUnreachable(address, _connect_failure(exc)) from None
                 ms = self._message_stream(stream)
                 try:
                     peer = await self._handshake(ms, initiator=True, expected_node_id=node_id)
@@ -593,7 +632,8 @@ class Transport:
                     if exc.kind == "protocol":
                         logger.warning("closing connection to %s: %s", address, exc.reason)
                     raise PeerUnreachable(address, exc.reason) from None
-            if scope.cancelled_caught:
+            # (no stream yet means the timeout struck while connecting)
+            if scope.cancelled_caught or ms is None:
                 raise PeerUnreachable(
                     address, f"connect and handshake timed out after {self.connect_timeout:g} s"
                 )
@@ -660,7 +700,7 @@ class Transport:
                     # Tell the peer why, in clear, so its operator sees the reason.
                     with trio.move_on_after(min(1.0, self.read_timeout)):
                         try:
-                            await ms.send(Error(ERROR_HANDSHAKE, exc.reason))
+                            await ms.send(Error(ERROR_HANDSHAKE, exc.peer_reason))
                         except ConnectionFailure:
                             pass
                 raise ConnectionFailure(f"handshake failed: {exc.reason}", "protocol") from None
@@ -682,6 +722,9 @@ class Transport:
         self._closed = True
         if self._serve_scope is not None:
             self._serve_scope.cancel()
+        for sock in self._bound_sockets or []:
+            sock.close()
+        self._bound_sockets = None
         for conn in list(self._pool.values()):
             await self._drop(conn)
         await trio.lowlevel.checkpoint()
@@ -691,6 +734,23 @@ class Transport:
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self.aclose()
+
+
+def _connect_failure(exc: BaseException) -> str:
+    """``connect failed: connection refused (nothing listens there)`` rather than
+    trio's ``all attempts to connect to ... failed``: the first attempt's errno."""
+    causes: list[BaseException] = [exc]
+    while causes:
+        cause = causes.pop(0)
+        if isinstance(cause, ConnectionRefusedError):
+            return "connect failed: connection refused (nothing listens on that port)"
+        if isinstance(cause, OSError) and cause.strerror:
+            return f"connect failed: {cause.strerror.lower()}"
+        if isinstance(cause, BaseExceptionGroup):
+            causes.extend(cause.exceptions)
+        if cause.__cause__ is not None:
+            causes.append(cause.__cause__)
+    return f"connect failed: {exc or type(exc).__name__}"
 
 
 class _RateLimiter:

@@ -1,0 +1,99 @@
+"""What a checkpoint was trained with, and whether a configuration may resume it.
+
+A checkpoint's parameters only mean something for the network layout and the
+data they were trained on. :func:`training_record` lists, as ``key -> text``,
+every setting that decides them: the ``[network]`` keys, each declared model's
+neurons and fingerprint, every ``[data]`` key. The record is saved in the
+checkpoint; :func:`record_changes` compares it with the configuration of a
+restart, and :func:`conflict_message` says in one line what changed and how to
+start over. Sans-IO: no torch, no files.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from p2p.config import DataConfig, NetworkConfig, NodeConfig
+from p2p.config.kinds import Setting, settings_of
+
+__all__ = [
+    "MODEL_PREFIX",
+    "RecordChange",
+    "TrainingRecord",
+    "conflict_message",
+    "record_changes",
+    "training_record",
+]
+
+#: ``key -> value as text`` (``"data.task" -> "digits"``).
+TrainingRecord = dict[str, str]
+
+MODEL_PREFIX = "models."
+_ABSENT = "(none)"
+
+
+def _text(setting: Setting, value: object) -> str:
+    if value is None:
+        return _ABSENT
+    dumped = setting.kind.dump(value)
+    if isinstance(dumped, list):
+        return ", ".join(str(v) for v in dumped) or "[]"
+    if isinstance(dumped, bool):
+        return "true" if dumped else "false"
+    return str(dumped)
+
+
+def _section(name: str, cls: type, obj: object) -> TrainingRecord:
+    return {f"{name}.{key}": _text(s, getattr(obj, s.attr))
+            for key, s in settings_of(cls).items()}
+
+
+def training_record(config: NodeConfig) -> TrainingRecord:
+    """The settings that decide a checkpoint's layout and data, as text."""
+    record = _section("network", NetworkConfig, config.network)
+    layout = config.layout()
+    for spec in config.models:
+        neurons = "-".join(str(n) for n in spec.counts)
+        text = f"{neurons} (fingerprint {layout.fingerprint(spec.name).hex()[:8]})"
+        if spec.depends_on:
+            text += f", depends on {', '.join(spec.depends_on)}"
+        record[f"{MODEL_PREFIX}{spec.name}"] = text
+    record.update(_section("data", DataConfig, config.data))
+    return record
+
+
+@dataclass(frozen=True)
+class RecordChange:
+    """One setting whose value differs between a checkpoint and a configuration."""
+
+    key: str
+    trained: str  # the checkpoint's value (``(none)`` for a model it did not have)
+    configured: str  # this configuration's value
+
+
+def record_changes(trained: Mapping[str, str], configured: Mapping[str, str]) -> list[RecordChange]:
+    """Settings whose value differs, in the configuration's key order.
+
+    A key the checkpoint does not record is ignored (a newer program added it),
+    except a model: a model added or removed changes the layout.
+    """
+    changes = [RecordChange(key, trained[key], value) for key, value in configured.items()
+               if key in trained and trained[key] != value]
+    changes += [RecordChange(key, _ABSENT, value) for key, value in configured.items()
+                if key not in trained and key.startswith(MODEL_PREFIX)]
+    changes += [RecordChange(key, value, _ABSENT) for key, value in trained.items()
+                if key not in configured and key.startswith(MODEL_PREFIX)]
+    return changes
+
+
+def conflict_message(data_dir: Path, changes: list[RecordChange], aside: str) -> str:
+    """One line: what the checkpoint in ``data_dir`` was trained with, what the
+    configuration says, and how to start over (``aside``: where ``--fresh``
+    moves the old checkpoint)."""
+    trained = ", ".join(f"{c.key} = {c.trained}" for c in changes)
+    configured = ", ".join(f"{c.key} = {c.configured}" for c in changes)
+    return (f"the checkpoint in {data_dir} was trained with {trained}; this config says "
+            f"{configured}. Restore the old settings to resume it, or pass --fresh to start "
+            f"over (the old checkpoint is moved to {aside})")
