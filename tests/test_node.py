@@ -8,49 +8,25 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import trio
 
 from p2p.runtime.node import Node
-from p2p.swarm import SwarmSpec, node_config
-from p2p.testing import MemoryNetwork
-from p2p.wire.identity import Identity
+from p2p.swarm import SwarmSpec
+from p2p.testing import MemoryNetwork, memory_swarm, wait_until
+from p2p.testing import running as run_nodes
 
 ADDRESSES = ["127.0.0.1:7401", "127.0.0.1:7402", "127.0.0.1:7403"]
 
 
 def make_nodes(tmp_path: Path, net: MemoryNetwork, spec: SwarmSpec) -> list[Node]:
-    nodes = []
-    for i in range(spec.nodes):
-        data_dir = tmp_path / f"node{i}"
-        config = node_config(spec, i, data_dir, None).with_overrides(
-            listen=ADDRESSES[i], bootstrap=[ADDRESSES[0]] if i else [])
-        data_dir.mkdir(parents=True, exist_ok=True)
-        transport = net.transport(Identity.load_or_create(data_dir), ADDRESSES[i],
-                                  tags=frozenset())
-        node = Node(config, transport=transport)
-        transport.tags = frozenset(node.by_fingerprint)
-        nodes.append(node)
-    return nodes
-
-
-async def wait_until(predicate, timeout: float = 60.0) -> None:
-    with trio.fail_after(timeout):
-        while not predicate():
-            await trio.sleep(0.01)
+    return memory_swarm(tmp_path, net, spec, addresses=ADDRESSES[:spec.nodes])
 
 
 @asynccontextmanager
 async def running(nodes: list[Node]) -> AsyncIterator[None]:
     """Run ``nodes`` until each finished its rounds; stop them all on exit."""
-    async with trio.open_nursery() as nursery:
-        for node in nodes:
-            await nursery.start(node.run)
+    async with run_nodes(nodes):
         await wait_until(lambda: all(n.progress.finished for n in nodes))
-        try:
-            yield
-        finally:
-            for node in nodes:
-                node.request_stop()
+        yield
 
 
 def spread(nodes: list[Node], model: str) -> float:

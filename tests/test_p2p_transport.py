@@ -11,7 +11,7 @@ import pytest
 import trio
 import trio.testing
 
-from p2p.testing import Tap
+from p2p.testing import Tap, wait_until
 from p2p.wire import codec
 from p2p.wire.framing import encode_frame
 from p2p.wire.handshake import PeerInfo
@@ -39,13 +39,6 @@ class EchoReply:
 
 codec.register(Echo, "test_echo")
 codec.register(EchoReply, "test_echo_reply")
-
-
-async def eventually(predicate, timeout: float = 60.0) -> None:
-    """Wait until ``predicate()`` holds (no fixed sleeps: the machine may be loaded)."""
-    with trio.fail_after(timeout):
-        while not predicate():
-            await trio.sleep(0.01)
 
 
 async def echo_handler(peer: PeerInfo, msg: object) -> object | None:
@@ -165,7 +158,7 @@ async def test_injected_frame_closes_connection(caplog: pytest.LogCaptureFixture
         await client.request("mem:1", echo())
         with caplog.at_level(logging.WARNING, logger="p2p.wire.transport"):
             await net.client_ends[0].send_all(encode_frame(codec.encode(Ping(1))))
-            await eventually(lambda: any("decrypt failure" in r.getMessage()
+            await wait_until(lambda: any("decrypt failure" in r.getMessage()
                                          for r in caplog.records))
         warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
         assert len(warnings) == 1
@@ -188,7 +181,7 @@ async def test_replayed_sealed_frame_closes_connection(caplog: pytest.LogCapture
         size = int.from_bytes(sent[:4], "big")
         with caplog.at_level(logging.WARNING, logger="p2p.wire.transport"):
             await net.client_ends[0].send_all(sent[: 4 + size])
-            await eventually(lambda: any("decrypt failure" in r.getMessage()
+            await wait_until(lambda: any("decrypt failure" in r.getMessage()
                                          for r in caplog.records))
         assert any("decrypt failure" in r.getMessage() for r in caplog.records)
         nursery.cancel_scope.cancel()
@@ -278,7 +271,7 @@ async def test_unknown_message_type_after_handshake_closes(
         payload = msgpack.packb({"v": codec.PROTOCOL_VERSION, "t": "zzzz"})
         with caplog.at_level(logging.WARNING, logger="p2p.wire.transport"):
             await net.client_ends[0].send_all(encode_frame(payload))
-            await eventually(lambda: any("unknown message type" in r.getMessage()
+            await wait_until(lambda: any("unknown message type" in r.getMessage()
                                          for r in caplog.records))
         assert any("unknown message type 'zzzz'" in r.getMessage() for r in caplog.records)
         nursery.cancel_scope.cancel()
@@ -340,7 +333,7 @@ async def test_connection_limit_refuses_extra_incoming(caplog: pytest.LogCapture
         address = await nursery.start(server.serve, echo_handler)
         host, port = address.rsplit(":", 1)
         first = await trio.open_tcp_stream(host, int(port))  # occupies the only slot
-        await eventually(lambda: server.open_connections == 1)
+        await wait_until(lambda: server.open_connections == 1)
         with caplog.at_level(logging.WARNING, logger="p2p.wire.transport"):
             assert await _raw_exchange(address, b"") == b""  # closed at once
         assert any("connection limit of 1" in r.getMessage() for r in caplog.records)
@@ -357,9 +350,9 @@ async def test_idle_connections_are_closed_and_stale_ones_retried() -> None:
         await nursery.start(reaper.serve, echo_handler)
         await client.request(address, Ping(1))
         await reaper.request(address, Ping(1))
-        await eventually(lambda: reaper.pooled_addresses == [])
+        await wait_until(lambda: reaper.pooled_addresses == [])
         # and the server's 2 x 0.1 s of silence on the client's connection
-        await eventually(lambda: server.open_connections == 0)
+        await wait_until(lambda: server.open_connections == 0)
         # the reaper (running serve) dropped its idle outgoing connection
         assert reaper.pooled_addresses == []
         # the server closed the client's connection; the request retries on a new one

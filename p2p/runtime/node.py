@@ -330,7 +330,7 @@ class Node:
                 self.request_stop()
 
     async def _peer_sampling(self) -> None:
-        shuffles = _RecordedShuffles(_ShuffleOverTransport(self.transport), self.contacts)
+        shuffles = _ShuffleOverTransport(self.transport, self.contacts)
         await run_peer_sampling(self.sampler, shuffles,
                                 period=self.config.peer_sampling.period,
                                 timeout=self.shuffle_timeout)
@@ -509,51 +509,40 @@ class Node:
 
 
 class _ShuffleOverTransport:
-    """Peer sampling's request/reply transport over the node's connections."""
+    """Peer sampling's request/reply transport over the node's connections.
 
-    def __init__(self, transport: Requester) -> None:
+    Each outcome is noted in a :class:`ContactLog` (the evidence behind an
+    isolation reason) before the reply or the error is passed on.
+    """
+
+    def __init__(self, transport: Requester, contacts: ContactLog) -> None:
         self._transport = transport
+        self._contacts = contacts
 
     async def request(self, address: str, req: ShuffleRequest) -> ShuffleReply:
         try:
             reply = await self._transport.request(address, req)
         except RemoteError as exc:
+            self._contacts.failed(address, str(exc))
             raise ShuffleFailed(address, f"refused the shuffle: {exc.reason}") from exc
         except PeerUnreachable as exc:
+            # the transport's reasons for a connection made but not admitted
+            # start with "handshake" (failed, timed out, refused by the peer)
+            self._contacts.failed(address, exc.reason,
+                                  handshake=exc.reason.startswith("handshake"))
             # exc's own text starts "peer <address> unreachable": not twice
             raise ShuffleFailed(address, f"unreachable: {exc.reason}") from exc
         except TransportError as exc:
+            self._contacts.failed(address, str(exc))
             raise ShuffleFailed(address, str(exc)) from exc
-        if not isinstance(reply, ShuffleReply):
-            raise ShuffleFailed(address, f"answered a shuffle with {type(reply).__name__}")
-        return reply
-
-
-class _RecordedShuffles:
-    """Notes how each shuffle went in a :class:`ContactLog` (the evidence behind
-    an isolation reason), then passes the reply or the error on."""
-
-    def __init__(self, inner: _ShuffleOverTransport, contacts: ContactLog) -> None:
-        self._inner = inner
-        self._contacts = contacts
-
-    async def request(self, address: str, req: ShuffleRequest) -> ShuffleReply:
-        try:
-            reply = await self._inner.request(address, req)
-        except ShuffleFailed as exc:
-            cause = exc.__cause__
-            if isinstance(cause, PeerUnreachable):
-                # the transport's reasons for a connection made but not admitted
-                # start with "handshake" (failed, timed out, refused by the peer)
-                self._contacts.failed(address, cause.reason,
-                                      handshake=cause.reason.startswith("handshake"))
-            else:
-                self._contacts.failed(address, str(cause or exc))
-            raise
         except trio.Cancelled:
-            # peer sampling gives each exchange one period (or the node stops)
-            self._contacts.failed(address, "no answer within the shuffle period")
+            # peer sampling gives each exchange the shuffle timeout (or the node stops)
+            self._contacts.failed(address, "no answer within the shuffle timeout")
             raise
+        if not isinstance(reply, ShuffleReply):
+            reason = f"answered a shuffle with {type(reply).__name__}"
+            self._contacts.failed(address, reason)
+            raise ShuffleFailed(address, reason)
         self._contacts.answered(address)
         return reply
 
