@@ -11,6 +11,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from gossip.compression import (
+    ENCODINGS,
+    INT8_BLOCK,
+    EncodedVector,
+    decode,
+    encode,
+    encoded_nbytes,
+)
 from gossip.counters import PushSumCounters
 from gossip.errors import (
     GossipError,
@@ -19,11 +27,13 @@ from gossip.errors import (
     PushUndelivered,
     RejectedAck,
     RejectedPush,
+    RejectedReply,
 )
 from gossip.masking import MaskSource, mask_source_from
 from gossip.messages import FINGERPRINT_BYTES, WIRE_MESSAGES, Push, PushAck
 from gossip.model_sync import AveragingCore, ModelSync, VectorModel
 from gossip.pushsum import (
+    EXCHANGES,
     PRIVACY_MODES,
     PushSum,
     PushSumOptions,
@@ -31,8 +41,10 @@ from gossip.pushsum import (
     PushSumTuning,
     UndeliveredOutcome,
 )
+from gossip.references import PairReferences, ReferenceKey
 from gossip.simulator import (
     Faults,
+    LeastRecentSampler,
     ModelSpec,
     Sampler,
     Simulation,
@@ -41,24 +53,33 @@ from gossip.simulator import (
     random_models,
     uniform_sampler,
 )
+from gossip.wave_rule import AUTO, Next, WavePlan, WaveRule
 
 if TYPE_CHECKING:
     from gossip.driver import DurationSink, GossipDriver, Holders, PushTransport
 
 __all__ = [
+    "AUTO",
+    "ENCODINGS",
+    "EXCHANGES",
     "FINGERPRINT_BYTES",
+    "INT8_BLOCK",
     "PRIVACY_MODES",
     "WIRE_MESSAGES",
     "AveragingCore",
     "DurationSink",
+    "EncodedVector",
     "Faults",
     "GossipDriver",
     "GossipError",
     "Holders",
     "InvalidValues",
+    "LeastRecentSampler",
     "MaskSource",
+    "Next",
     "ModelSpec",
     "ModelSync",
+    "PairReferences",
     "Push",
     "PushAck",
     "PushRefused",
@@ -69,12 +90,19 @@ __all__ = [
     "PushSumTuning",
     "PushTransport",
     "PushUndelivered",
+    "ReferenceKey",
     "RejectedAck",
     "RejectedPush",
+    "RejectedReply",
     "Sampler",
     "Simulation",
     "UndeliveredOutcome",
     "VectorModel",
+    "WavePlan",
+    "WaveRule",
+    "decode",
+    "encode",
+    "encoded_nbytes",
     "mask_source_from",
     "model_fingerprint",
     "node_id",

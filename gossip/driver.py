@@ -1,10 +1,16 @@
 """Trio driver: runs push-sum cores over an abstract push transport.
 
-After each training round (:meth:`GossipDriver.signal_round`) the driver makes
-``pushes_per_round`` push waves: every core retransmits what expired and makes
-its new pushes, all sent concurrently, and the acknowledgements and failures
-are fed back into the cores.  While mask noise is held apart it keeps mixing
-until the next round.  The rule for undelivered pushes is the core's
+After each training round (:meth:`GossipDriver.signal_round`) the driver mixes
+every shared model, all models at once: it retransmits what expired and makes
+exchange *waves* (one push, or push-pull request, per model to freshly sampled
+holders) as the :class:`~gossip.wave_rule.WaveRule` decides: a fixed
+``pushes_per_round``, or ``"auto"``, which measures after each answered
+exchange how far apart the partners were and stops once that is within the
+drift of one round of training (see :mod:`gossip.wave_rule`).  With a core's
+``max_in_flight`` > 1 the next wave starts as soon as the core allows it, not
+when the previous one is answered.  Acknowledgements and failures are fed back
+into the cores.  While mask noise is held apart it keeps mixing until the next
+round.  The rule for undelivered pushes is the core's
 (:meth:`PushSum.on_undelivered`), so the simulator and the daemon agree.
 
 The node plugs in its connections (a :class:`PushTransport`) and its holder
@@ -23,6 +29,7 @@ import trio
 from .errors import PushRefused, PushUndelivered, RejectedAck
 from .messages import Push, PushAck
 from .pushsum import PushSum
+from .wave_rule import AUTO, Next, WavePlan, WaveRule
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +68,7 @@ class GossipDriver:
         holders: Holders,
         *,
         push_timeout: float,
-        pushes_per_round: int = 1,
+        pushes_per_round: int | str = AUTO,
         noisy_wave_pause: float = NOISY_WAVE_PAUSE,
         push_durations: DurationSink | None = None,
         clock: Callable[[], float] = trio.current_time,
@@ -69,13 +76,14 @@ class GossipDriver:
     ) -> None:
         """``push_timeout``: seconds before an unacknowledged push is retransmitted.
 
-        ``push_durations`` receives how long each acknowledged push took;
-        ``clock`` gives the time the cores see (trio's clock by default).
+        ``pushes_per_round``: ``"auto"`` or a fixed count of waves after each
+        round (:class:`~gossip.wave_rule.WaveRule`).  ``push_durations``
+        receives how long each acknowledged push took; ``clock`` gives the
+        time the cores see (trio's clock by default).
         """
         if not push_timeout > 0:
             raise ValueError(f"push_timeout: expected a number > 0, got {push_timeout!r}")
-        if not isinstance(pushes_per_round, int) or pushes_per_round < 1:
-            raise ValueError(f"pushes_per_round: expected an int >= 1, got {pushes_per_round!r}")
+        self.rule = WaveRule.parse(pushes_per_round)
         if not noisy_wave_pause > 0:
             raise ValueError(f"noisy_wave_pause: expected a number > 0, got {noisy_wave_pause!r}")
         if max_tracked_peers < 1:
@@ -91,6 +99,8 @@ class GossipDriver:
         self._max_tracked = max_tracked_peers
         self._failures: dict[bytes, int] = {}
         self._undelivered: dict[str, int] = dict.fromkeys(self._cores, 0)
+        self._plans: dict[str, WavePlan] = {name: self.rule.plan() for name in self._cores}
+        self._waves: dict[str, int] = dict.fromkeys(self._cores, 0)
         self._round_done = trio.Event()
         self._wake = trio.Event()  # a round ended, or a merge may have brought noise in
 
@@ -104,6 +114,16 @@ class GossipDriver:
         """Model name -> sends (first or retransmitted) that got no answer: the
         same events as :attr:`peer_failures`, counted per model and never reset."""
         return self._undelivered
+
+    @property
+    def waves(self) -> Mapping[str, int]:
+        """Model name -> exchange waves made after rounds (never reset)."""
+        return self._waves
+
+    @property
+    def plans(self) -> Mapping[str, WavePlan]:
+        """Model name -> its mixing state (``interval``, this round's ``waves`` and ``gaps``)."""
+        return self._plans
 
     @property
     def noisy(self) -> bool:
@@ -134,8 +154,7 @@ class GossipDriver:
             self._wake = trio.Event()
             if self._round_done.is_set():
                 self._round_done = trio.Event()
-                for _ in range(self.pushes_per_round):
-                    await self.push_wave()
+                await self.mix_round()
             # While mask noise is held apart from the trained values, keep
             # mixing until the next round: the noise cancels sooner and the
             # models rejoin the average after fewer rounds of local training.
@@ -154,14 +173,70 @@ class GossipDriver:
                 for peer, push in core.make_pushes(list(peers), now):
                     nursery.start_soon(self._send, name, core, peer, push)
 
-    async def _send(self, name: str, core: PushSum, peer: bytes, push: Push) -> None:
+    async def mix_round(self) -> None:
+        """After a training round: mix every model as its plan decides; wait for every answer."""
+        async with trio.open_nursery() as nursery:
+            for name, core in self._cores.items():
+                if self._plans[name].begin_round():
+                    nursery.start_soon(self._mix_model, name, core)
+                else:  # auto skips this round's exchanges, not the retransmissions
+                    for peer, push in core.expire(self._clock(), self.push_timeout):
+                        nursery.start_soon(self._send, name, core, peer, push)
+
+    async def _mix_model(self, name: str, core: PushSum) -> None:
+        """One model's waves after a round: start them while the plan says so and the
+        core allows (``max_in_flight``), waiting for answers in between."""
+        plan = self._plans[name]
+        due = 0  # sends of this model not yet answered
+        answered = trio.Event()
+
+        async def exchange(peer: bytes, push: Push) -> None:
+            nonlocal due
+            try:
+                gap = await self._send(name, core, peer, push)
+                if gap is not None:
+                    plan.gaps.append(gap)
+            finally:
+                due -= 1
+                answered.set()
+
+        async with trio.open_nursery() as nursery:
+            while True:
+                now = self._clock()
+                for peer, push in core.expire(now, self.push_timeout):
+                    due += 1
+                    nursery.start_soon(exchange, peer, push)
+                step = plan.next(core.round_drift, due)
+                if step is Next.STOP:
+                    break
+                if step is Next.START:
+                    peers = self._holders(core.fingerprint, core.fanout)
+                    pushes = core.make_pushes(list(peers), now)
+                    if pushes:
+                        plan.waves += 1
+                        self._waves[name] = self._waves.get(name, 0) + 1
+                        for peer, push in pushes:
+                            due += 1
+                            nursery.start_soon(exchange, peer, push)
+                        continue
+                if not due:
+                    break  # nothing to wait for: no partner, or a push awaits its retransmission
+                await answered.wait()
+                answered = trio.Event()
+        plan.end_round(core.round_drift)
+        log.debug("mixed %s after a round: %d waves, drift %s, gaps %s, next interval %d",
+                  name, plan.waves, core.round_drift, [f"{g:.3g}" for g in plan.gaps],
+                  plan.interval)
+
+    async def _send(self, name: str, core: PushSum, peer: bytes, push: Push) -> float | None:
+        """Deliver one push and feed the outcome to the core; the partner gap it measured, if any."""
         started = self._clock()
         try:
             ack = await self._transport.push(peer, push)
         except PushRefused as exc:
             log.info("push of %s to %s refused: %s", name, _short(peer), exc.reason)
             core.on_undelivered(push.push_id, maybe_delivered=False)
-            return
+            return None
         except PushUndelivered as exc:
             # The core decides: forgotten with the weight kept if surely not
             # merged, else kept outstanding for expire() to retransmit.
@@ -173,15 +248,16 @@ class GossipDriver:
             level = logging.INFO if _is_power_of_ten(failures) else logging.DEBUG
             log.log(level, "push of %s to %s failed (%d in a row): %s", name, _short(peer),
                     failures, exc.reason or type(exc).__name__)
-            return
+            return None
         try:
             core.on_ack(peer, ack, self._clock())
         except RejectedAck as exc:
             log.warning("ack from %s for %s rejected: %s", _short(peer), name, exc)
-            return
+            return None
         if self._durations is not None:
             self._durations.add(self._clock() - started)
         self._failures.pop(peer, None)
+        return core.last_gap if ack.reply is not None else None
 
     def _count_failure(self, peer: bytes) -> int:
         count = self._failures.pop(peer, 0) + 1

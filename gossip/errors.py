@@ -1,7 +1,8 @@
 """Exceptions raised by the push-sum core.
 
 Every rejection carries a message naming the field that was wrong and the
-expected form; raising one never changes the state of the core.
+expected form; raising one never changes the state of the core, except
+:class:`RejectedReply` (the ack was applied, only its reply dropped).
 """
 
 from __future__ import annotations
@@ -25,6 +26,15 @@ class RejectedAck(GossipError):
     def __init__(self, reason: str) -> None:
         super().__init__(reason)
         self.reason = reason
+
+
+class RejectedReply(RejectedAck):
+    """An ack's push-pull reply was invalid: the ack was applied, the reply dropped.
+
+    The ack says the responder merged our share, so the share was removed as
+    for a plain ack; only the reply's share of the responder's mass was not
+    merged.
+    """
 
 
 class InvalidValues(GossipError, ValueError):

@@ -9,10 +9,40 @@ With masking (see docs/gossip.md) ``x = z + D / w``: ``D`` is mask noise plus
 averaging deviation held apart from the trained values until the noise has had
 ``unmask_after`` rounds to cancel, then folded in (``z <- x``).
 
+Wire precision: a push carries ``encode(x, encoding)`` (float32 by default) and
+both ends use exactly the decoded vector ``q``: the receiver merges ``share *
+q``, the sender removes ``share * q`` on the ack.  The rounding residual
+``x - q`` therefore stays in the sender's own estimate (error feedback) and the
+sums of mass and weight are conserved exactly whatever the encoding.
+
+Exchange: ``"push-pull"`` (the default, privacy "none" only) asks the receiver
+for a share of its own mass in the ack.  The initiator A sends share
+``s = a_A / (fanout + 1)`` of values ``q_A`` (``a``: weight not promised to
+pushes in flight); the responder B merges ``s * q_A`` and gives away
+``r = min(s, a_B / (fanout + 1))`` of values
+``q_B = q_A + decode(encode(x_B - q_A, delta_encoding))``; A, on the ack,
+removes ``s * q_A`` and adds ``r * q_B``.  With equal weights both ends land on
+the pairwise average in one round trip; the reply is a delta against what A
+sent, small once the two are close, so a coarse ``delta_encoding`` (int8) costs
+little precision.  ``"push"`` is the one-way exchange.
+
+References (:mod:`gossip.references`): once an exchange completes, both ends
+hold the same reference derived from ``q_A`` and ``q_B``; the next request
+between the two (either way) is sent as ``encode(x_A - ref, delta_encoding)``
+with ``Push.base`` naming the reference, and ``q_A = ref + decode(delta)`` at
+both ends.  Only the first request to a peer (or one after the peer lost the
+reference) carries absolute values in ``encoding``.  A receiver that does not
+hold the named reference refuses the request; the sender forgets it (surely
+not merged: the weight stays) and drops the peer's references, so the next
+request is absolute.
+
 Delivery: a push leaves the sender's weight untouched; the share is removed
 only when the acknowledgement arrives.  An unacknowledged push is retransmitted
 (same ``push_id``; receivers recognise duplicates and re-acknowledge without
-merging) up to ``max_attempts`` times, then given up with the weight kept.
+merging, with the same stored reply for a push-pull request) up to
+``max_attempts`` times, then given up with the weight kept.  Up to
+``max_in_flight`` pushes may await acks at once (to distinct peers); the share
+of a new push comes from the weight not already promised to pushes in flight.
 
 Undelivered pushes (:meth:`PushSum.on_undelivered`): a first attempt that
 surely did not reach the peer is forgotten with the weight kept; one that may
@@ -25,6 +55,8 @@ daemon's driver and the simulator both apply this one rule.
 from __future__ import annotations
 
 import logging
+import math
+import numbers
 import secrets
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -34,18 +66,49 @@ from typing import TypedDict, Unpack
 
 import numpy as np
 
+from gossip.compression import ENCODINGS, EncodedVector, decode, encode
 from gossip.counters import PushSumCounters
-from gossip.errors import InvalidValues, RejectedAck, RejectedPush
+from gossip.errors import InvalidValues, RejectedAck, RejectedPush, RejectedReply
 from gossip.masking import MaskSource, mask_source_from
 from gossip.messages import FINGERPRINT_BYTES, Push, PushAck
-from gossip.validation import check_vector, check_weight, validate_push
+from gossip.references import (
+    REFERENCE_STORE_BYTES,
+    PairReferences,
+    ReferenceKey,
+    rebuild,
+    reference_of,
+)
+from gossip.validation import (
+    check_magnitude,
+    check_vector,
+    check_weight,
+    decode_values,
+    validate_push,
+)
 
 log = logging.getLogger(__name__)
 
 PRIVACY_MODES = ("none", "masked")
+EXCHANGES = ("push-pull", "push")
 _SEEN_IDS_PER_PEER = 64
 _SEEN_PEERS = 4096
 _RECENT_ACKS = 256
+#: Stored push-pull replies (for retransmitted requests): at most this many ...
+_STORED_REPLIES = 256
+#: ... and at most this many bytes by default (``reply_store_bytes``).
+REPLY_STORE_BYTES = 64 * 2**20
+# Masked and noisy pushes carry mask-sized values: coarse encodings would add
+# rounding of order mask_std / 254 (int8) to the held-apart deviation at every
+# push.  It stays conserved but must mix out before the noise can be folded in,
+# so such pushes travel with at least float32 precision.
+_NOISE_ENCODING = {"f64": "f64", "f32": "f32", "f16": "f32", "bf16": "f32", "int8": "f32"}
+# When values exceed what an encoding can hold (f16 beyond 65504), fall back.
+_WIDER = {"f16": "f32", "bf16": "f32", "int8": "f32", "f32": "f64"}
+# A push-pull request whose rounding would be too coarse (see _encode_request) goes wider.
+_WIDER_REQUEST = {"int8": "f16", "bf16": "f32", "f16": "f32"}
+#: A push-pull request's rounding error (RMS) stays below this share of the
+#: latest measured disagreement between exchange partners (RMS(q_B - q_A)).
+REQUEST_ERROR_SHARE = 0.25
 
 
 class PushSumTuning(TypedDict, total=False):
@@ -59,6 +122,12 @@ class PushSumTuning(TypedDict, total=False):
     max_attempts: int
     give_up_after: int
     mask_source: MaskSource | None
+    exchange: str
+    encoding: str
+    delta_encoding: str
+    max_in_flight: int
+    reply_store_bytes: int
+    reference_store_bytes: int
 
 
 class PushSumOptions(PushSumTuning, total=False):
@@ -88,12 +157,16 @@ class UndeliveredOutcome(Enum):
     UNKNOWN = "unknown"  # not an outstanding push of this core: nothing changed
 
 
+class _MissingReference(RejectedPush):
+    """A delta request names a reference this core does not hold (refused, not an offence)."""
+
+
 @dataclass
 class _Outstanding:
     peer: bytes
     push: Push
-    sent_estimate: np.ndarray  # x at send time, without the mask
-    mask: np.ndarray | None
+    sent: np.ndarray  # the decoded payload q (mask included): exactly what the peer merges
+    masked: bool
     last_sent: float
     attempts: int
     unresolved: bool = False  # past max_attempts: no longer blocks new pushes
@@ -101,6 +174,32 @@ class _Outstanding:
 
 def _short(b: bytes) -> str:
     return bytes(b)[:4].hex()
+
+
+def _rms(v: np.ndarray) -> float:
+    # einsum's own loop, single-threaded: np.dot hands a large vector to
+    # OpenBLAS threads, which are 10x slower when processes share the cores.
+    return math.sqrt(float(np.einsum("i,i->", v, v)) / v.size) if v.size else 0.0
+
+
+def _encode_fitting(values: np.ndarray, encoding: str) -> EncodedVector:
+    """``encode(values, encoding)``, widening the format if the values do not fit it."""
+    while True:
+        try:
+            return encode(values, encoding)
+        except InvalidValues:
+            wider = _WIDER.get(encoding)
+            if wider is None:
+                raise
+            log.debug("values do not fit %s; sending them as %s", encoding, wider)
+            encoding = wider
+
+
+def _decoded(v: EncodedVector) -> np.ndarray:
+    # f64 decodes to itself: a read-only view of the payload avoids a copy
+    if v.encoding == "f64":
+        return np.asarray(v.data, dtype=np.float64)
+    return decode(v, v.length)
 
 
 class PushSum:
@@ -122,19 +221,33 @@ class PushSum:
         give_up_after: int = 30,
         rng: np.random.Generator | None = None,
         mask_source: MaskSource | None = None,
+        exchange: str = "push-pull",
+        encoding: str = "f32",
+        delta_encoding: str = "int8",
+        max_in_flight: int = 1,
+        reply_store_bytes: int = REPLY_STORE_BYTES,
+        reference_store_bytes: int = REFERENCE_STORE_BYTES,
     ) -> None:
         """Create the core.
 
         ``privacy="masked"`` obfuscates the first ``masked_pushes`` pushes (and
-        the first ones after ``restore``) with N(0, mask_std^2) masks.  ``rng``
-        only seeds push ids and, if no ``mask_source`` is given, the mask key
-        (pass None in production so masks are keyed from os.urandom).
+        the first ones after ``restore``) with N(0, mask_std^2) masks; it always
+        uses one-way pushes.  ``exchange`` is ``"push-pull"`` or ``"push"``;
+        ``encoding`` names the wire format of absolute values (one-way pushes,
+        a first request to a peer) and ``delta_encoding`` that of deltas
+        (requests against a pair's reference, push-pull replies), see
+        :mod:`gossip.compression`; ``max_in_flight`` pushes may await acks
+        before new ones wait; ``reply_store_bytes`` bounds the replies kept for
+        retransmitted requests and ``reference_store_bytes`` the references
+        kept for delta requests (0: every request absolute).  ``rng`` only seeds
+        push ids and, if no ``mask_source`` is given, the mask key (pass None in
+        production so masks are keyed from os.urandom).
         """
         if not isinstance(fingerprint, bytes) or len(fingerprint) != FINGERPRINT_BYTES:
             raise InvalidValues(f"fingerprint: expected {FINGERPRINT_BYTES} bytes")
         if privacy not in PRIVACY_MODES:
             raise InvalidValues(f"privacy: expected one of {PRIVACY_MODES}, got {privacy!r}")
-        if not isinstance(fanout, int) or fanout < 1:
+        if not _is_int(fanout) or fanout < 1:
             raise InvalidValues(f"fanout: expected an int >= 1, got {fanout!r}")
         if not (max_weight > 0 and np.isfinite(max_weight)):
             raise InvalidValues(f"max_weight: expected a positive finite float, got {max_weight}")
@@ -146,11 +259,25 @@ class PushSum:
             )
         if not (mask_std > 0 and np.isfinite(mask_std)):
             raise InvalidValues(f"mask_std: expected a positive finite float, got {mask_std}")
+        if exchange not in EXCHANGES:
+            raise InvalidValues(f"exchange: expected one of {EXCHANGES}, got {exchange!r}")
+        for name, enc in (("encoding", encoding), ("delta_encoding", delta_encoding)):
+            if enc not in ENCODINGS:
+                raise InvalidValues(f"{name}: expected one of {ENCODINGS}, got {enc!r}")
+        if not _is_int(max_in_flight) or max_in_flight < 1:
+            raise InvalidValues(f"max_in_flight: expected an int >= 1, got {max_in_flight!r}")
+        for name, size in (("reply_store_bytes", reply_store_bytes),
+                           ("reference_store_bytes", reference_store_bytes)):
+            if not _is_int(size) or size < 0:
+                raise InvalidValues(f"{name}: expected an int >= 0, got {size!r}")
         self.fingerprint = fingerprint
         z = check_vector(values, None, "values")
         self._n = int(z.shape[0])
+        # x and z are one array while no noise is held apart (see _hold_noise_apart):
+        # updates then change both at once, with no copy per exchange
         self._z = z
-        self._x = z.copy()
+        self._x = z
+        self._scratch: np.ndarray | None = None  # see _buffer
         self._w = check_weight(weight, max_weight, "weight")
         self.fanout = fanout
         self.max_weight = float(max_weight)
@@ -160,15 +287,28 @@ class PushSum:
         self.unmask_after = int(unmask_after)
         self.max_attempts = int(max_attempts)
         self.give_up_after = int(give_up_after)
+        self.exchange = exchange
+        self.encoding = encoding
+        self.delta_encoding = delta_encoding
+        self.max_in_flight = int(max_in_flight)
+        self.reply_store_bytes = int(reply_store_bytes)
         self._masks = mask_source if mask_source is not None else mask_source_from(rng)
         self._masked_left = self.masked_pushes if privacy == "masked" else 0
         self._noisy = False
         self._noise_age = 0
-        start = int(rng.integers(0, 2**62)) if rng is not None else secrets.randbits(62)
+        # push ids start at 1 or more: ``Push.base == 0`` means "no reference"
+        start = int(rng.integers(1, 2**62)) if rng is not None else secrets.randbits(62) | 1
         self._next_id = start
         self._outstanding: dict[int, _Outstanding] = {}
         self._recent_acks: OrderedDict[int, None] = OrderedDict()
-        self._seen: OrderedDict[bytes, OrderedDict[int, None]] = OrderedDict()
+        # sender -> push ids merged from it -> whether we answered with a reply
+        self._seen: OrderedDict[bytes, OrderedDict[int, bool]] = OrderedDict()
+        self._replies: OrderedDict[tuple[bytes, int], PushAck] = OrderedDict()
+        self._replies_bytes = 0
+        self._references = PairReferences(reference_store_bytes)
+        self._last_gap: float | None = None
+        self._disagreement: float | None = None  # RMS(q_B - q_A) of the latest exchange
+        self._round_drift: float | None = None
         self._c = {f.name: 0 for f in fields(PushSumCounters)}
 
     # ------------------------------------------------------------------ views
@@ -181,6 +321,18 @@ class PushSum:
     def estimate(self) -> np.ndarray:
         """The push-sum estimate x (equals ``values`` unless mask noise is held apart)."""
         return self._x.copy()
+
+    def estimate_view(self) -> np.ndarray:
+        """The push-sum estimate x without a copy: a read-only view of the core's array.
+
+        Valid until the next call that changes the state (a merge, an ack,
+        :meth:`set_values`): the core updates its array in place, so an
+        observer sees the new values or, after a reassignment, keeps the old
+        ones.  :attr:`estimate` copies instead (8 MB per million values).
+        """
+        view = self._x.view()
+        view.flags.writeable = False
+        return view
 
     @property
     def weight(self) -> float:
@@ -213,9 +365,50 @@ class PushSum:
         return len(self._outstanding)
 
     @property
+    def in_flight(self) -> int:
+        """Pushes awaiting an ack that still block new ones (``max_in_flight`` of them at most)."""
+        return sum(1 for o in self._outstanding.values() if not o.unresolved)
+
+    @property
     def reserved_weight(self) -> float:
         """Weight of unresolved pushes (maybe merged, ack lost): kept out of new shares."""
         return sum(o.push.weight for o in self._outstanding.values() if o.unresolved)
+
+    @property
+    def available_weight(self) -> float:
+        """The weight not promised to pushes awaiting acks: what new shares are cut from."""
+        return self._w - sum(o.push.weight for o in self._outstanding.values())
+
+    @property
+    def last_gap(self) -> float | None:
+        """After the last merged push-pull reply: RMS(q_B - q_A) / RMS(q_A) (None before any).
+
+        How far apart the two ends of the exchange were: near 0 once the
+        holders agree.
+        """
+        return self._last_gap
+
+    @property
+    def round_drift(self) -> float | None:
+        """After the last :meth:`set_values`: RMS(z_new - z_old) / RMS(z_old) (None before).
+
+        How far local training moved the model since the previous update.
+        """
+        return self._round_drift
+
+    @property
+    def reference_bytes(self) -> int:
+        """Bytes held by the references kept for delta requests."""
+        return self._references.nbytes
+
+    def held_reference(self, peer: bytes, push_id: int, started_here: bool) -> np.ndarray | None:
+        """A copy of the reference held with ``peer`` from exchange ``push_id`` (None if not held).
+
+        ``started_here``: True if this node started that exchange.  Both ends of
+        a completed exchange hold bit-identical references.
+        """
+        ref = self._references.get(ReferenceKey(peer, push_id, started_here))
+        return None if ref is None else ref.copy()
 
     @property
     def counters(self) -> PushSumCounters:
@@ -225,52 +418,80 @@ class PushSum:
     # ------------------------------------------------------------ local side
     def set_values(self, z: np.ndarray) -> None:
         """Replace the trained values after local SGD steps (between exchanges)."""
-        new = check_vector(z, self._n, "set_values")
+        new = check_vector(z, self._n, "set_values")  # a copy: ours
+        step = np.subtract(new, self._z, out=self._buffer())
+        self._round_drift = _rms(step) / max(_rms(self._z), 1e-12)
         if self._noisy:
-            self._x += new - self._z
+            self._x += step
+            self._z = new
         else:
-            self._x = new.copy()
-        self._z = new
+            self._x = self._z = new
 
     def make_pushes(self, peers: Sequence[bytes], now: float) -> list[tuple[bytes, Push]]:
-        """One round: pushes to the first ``fanout`` of ``peers``, each with share w/(fanout+1).
+        """One round: pushes to the first ``fanout`` of ``peers``, each with share a/(fanout+1).
 
-        Returns nothing while a previous push is still unacknowledged.
+        ``a`` is :attr:`available_weight`.  Returns nothing while
+        ``max_in_flight`` pushes await acks; peers that already await one of
+        our pushes are skipped.
         """
-        if not peers or any(not o.unresolved for o in self._outstanding.values()):
+        blocking = [o for o in self._outstanding.values() if not o.unresolved]
+        if not peers or len(blocking) >= self.max_in_flight:
+            return []
+        busy = {o.peer for o in blocking}
+        targets = [p for p in dict.fromkeys(peers) if p not in busy][: self.fanout]
+        if not targets:
             return []
         # Noise ages with exchanges actually made, not with calls: a node that
         # cannot push (no partner, push in flight) must not fold unmixed noise.
         if self._noisy:
             self._noise_age += 1
         self._maybe_unmask()
-        targets = list(dict.fromkeys(peers))[: self.fanout]
-        # an unresolved push may still be acknowledged: its share must stay available
-        share = (self._w - self.reserved_weight) / (self.fanout + 1)
+        # unacknowledged shares may still be taken: they must stay available
+        share = self.available_weight / (self.fanout + 1)
         out: list[tuple[bytes, Push]] = []
         for peer in targets:
             masked = self._masked_left > 0
-            sent = self._x.copy()
-            mask = None
             if masked:
-                mask = self._masks.normal(self._n, self.mask_std)
-                payload = sent + mask
+                payload = self._x + self._masks.normal(self._n, self.mask_std)
                 self._masked_left -= 1
                 self._c["masked_sent"] += 1
             else:
-                payload = sent.copy()
-            payload.flags.writeable = False
+                payload = self._x
+            noisy = masked or self._noisy
+            # masked mode and held-apart noise use one-way pushes (see on_push)
+            want_reply = self.exchange == "push-pull" and self.privacy == "none" and not noisy
+            held = self._references.latest(peer) if want_reply else None
+            if held is not None:
+                # a delta against the pair's reference: rounding relative to
+                # the disagreement, not to the values
+                key, ref = held
+                encoded, d = self._encode_request(payload, self.delta_encoding, ref)
+                sent = rebuild(ref, d)
+                base, base_by_sender = key.push_id, key.started_here
+                self._c["delta_pushes_sent"] += 1
+            elif want_reply:
+                encoded, sent = self._encode_request(payload, self.encoding)
+                base, base_by_sender = 0, False
+            else:
+                encoded = _encode_fitting(
+                    payload, _NOISE_ENCODING[self.encoding] if noisy else self.encoding
+                )
+                sent = _decoded(encoded)
+                base, base_by_sender = 0, False
             push = Push(
                 model=self.fingerprint,
                 push_id=self._next_id,
-                values=payload,
+                values=encoded,
                 weight=share,
                 masked=masked,
-                noisy=masked or self._noisy,
+                noisy=noisy,
                 noise_age=0 if masked else self._noise_age,
+                want_reply=want_reply,
+                base=base,
+                base_by_sender=base_by_sender,
             )
             self._next_id += 1
-            self._outstanding[push.push_id] = _Outstanding(peer, push, sent, mask, now, 1)
+            self._outstanding[push.push_id] = _Outstanding(peer, push, sent, masked, now, 1)
             self._c["pushes_sent"] += 1
             self._c["bytes_sent"] += push.nbytes
             out.append((peer, push))
@@ -329,6 +550,10 @@ class PushSum:
             return UndeliveredOutcome.OUTSTANDING
         del self._outstanding[push_id]
         self._c["failures"] += 1
+        if o.push.base:
+            # the peer may have refused it for want of the reference (restart,
+            # eviction): our next request to it carries absolute values
+            self._references.forget(o.peer)
         return UndeliveredOutcome.FORGOTTEN
 
     def on_failure(self, push_id: int) -> bool:
@@ -345,52 +570,65 @@ class PushSum:
     def on_push(self, sender: bytes, push: Push, now: float) -> PushAck:
         """Validate and merge a push; return the acknowledgement to send back.
 
-        Raises RejectedPush (state unchanged) if anything about it is wrong.
-        A retransmission of an already merged push is acknowledged again
-        without merging.
+        A push-pull request (``want_reply``) is answered with a share of this
+        node's mass in the ack when this core runs privacy "none" and neither
+        side holds mask noise; otherwise with a plain ack.  Raises RejectedPush
+        (state unchanged) if anything about the push is wrong.  A
+        retransmission of an already merged push is acknowledged again without
+        merging, with the very ack sent the first time; if that ack carried a
+        reply that is no longer stored, the retransmission is refused
+        (RejectedPush) rather than merged twice.  A delta request (``base``)
+        naming a reference this core does not hold is refused too (counted in
+        ``references_missing``, logged at INFO: a restart or an eviction, not
+        an offence).
         """
         try:
-            validate_push(push, self.fingerprint, self._n, self.max_weight)
+            y = validate_push(push, self.fingerprint, self._n, self.max_weight)
             if not isinstance(sender, bytes):
                 raise RejectedPush(f"sender: expected bytes, got {type(sender).__name__}")
             seen = self._seen.get(sender)
             if seen is not None and push.push_id in seen:
-                self._c["duplicates"] += 1
-                return PushAck(self.fingerprint, push.push_id)
-            new_w = self._w + push.weight
-            if new_w > self.max_weight:
+                return self._answer_again(sender, push.push_id, seen[push.push_id])
+            if self._w + push.weight > self.max_weight:
                 raise RejectedPush(
-                    f"weight: merging {push.weight:g} would raise the weight to {new_w:g} "
-                    f"> max_weight {self.max_weight:g}"
+                    f"weight: merging {push.weight:g} would raise the weight to "
+                    f"{self._w + push.weight:g} > max_weight {self.max_weight:g}"
                 )
+            if push.base:
+                y = self._rebuild_request(sender, push, y)
+        except _MissingReference:
+            raise  # not an offence: counted and logged in _rebuild_request
         except RejectedPush as exc:
             self._c["rejected"] += 1
             log.warning("rejected push from %s for model %s: %s",
                         _short(sender) if isinstance(sender, bytes) else sender,
                         _short(self.fingerprint), exc.reason)
             raise
-        a = push.weight / new_w
-        y = push.values
-        self._x += a * (y - self._x)
-        if push.masked or push.noisy:
-            age = 0 if push.masked else push.noise_age
-            self._noise_age = min(self._noise_age, age) if self._noisy else age
-            self._noisy = True  # z keeps the trained values; the deviation is held in x - z
-        elif self._noisy:
-            self._z += a * (y - self._z)
-        else:
-            self._z = self._x.copy()
-        self._w = new_w
-        self._remember(sender, push.push_id)
         self._c["pushes_received"] += 1
         self._c["bytes_received"] += push.nbytes
-        return PushAck(self.fingerprint, push.push_id)
+        replying = (push.want_reply and self.privacy == "none" and not self._noisy
+                    and not (push.masked or push.noisy))
+        if not replying:
+            self._merge(y, push.weight, noisy=push.masked or push.noisy,
+                        noise_age=0 if push.masked else push.noise_age)
+            self._remember(sender, push.push_id, False)
+            return PushAck(self.fingerprint, push.push_id)
+        ack = self._reply(sender, y, push)
+        self._remember(sender, push.push_id, True)
+        self._store_reply((sender, push.push_id), ack)
+        self._c["replies_sent"] += 1
+        self._c["bytes_sent"] += ack.nbytes
+        return ack
 
     def on_ack(self, sender: bytes, ack: PushAck, now: float) -> None:
-        """The receiver merged our push: remove the share it took.
+        """The receiver merged our push: remove the share it took, merge its reply if any.
 
         Raises RejectedAck (state unchanged) for wrong model, duplicate or
-        unexpected acknowledgements.
+        unexpected acknowledgements.  A reply that fails its checks raises
+        :class:`RejectedReply` *after* the ack itself was applied: the ack says
+        the responder merged our share, so keeping the share here would
+        duplicate it; the reply is dropped (counted in ``bad_replies``).  That
+        is what a plain ack does, so a lying responder gains nothing by it.
         """
         try:
             if not isinstance(ack, PushAck):
@@ -415,22 +653,57 @@ class PushSum:
                         _short(sender) if isinstance(sender, bytes) else sender,
                         _short(self.fingerprint), exc.reason)
             raise
+        bad: str | None = None
+        reply: tuple[float, np.ndarray] | None = None
+        if ack.reply is not None or ack.reply_weight != 0.0:
+            try:
+                reply = self._check_reply(o, ack)
+            except InvalidValues as exc:
+                bad = str(exc)
         del self._outstanding[ack.push_id]
         self._recent_acks[ack.push_id] = None
         if len(self._recent_acks) > _RECENT_ACKS:
             self._recent_acks.popitem(last=False)
         share = o.push.weight
         rest = self._w - share
-        # remove exactly the mass that was sent: share * (sent estimate + mask)
-        self._x += (share / rest) * (self._x - o.sent_estimate)
-        if o.mask is not None:
-            self._x -= (share / rest) * o.mask  # the compensation stays here, held apart
-            self._noisy = True
-            self._noise_age = 0
-        if not self._noisy:
-            self._z = self._x.copy()
-        self._w = rest
+        if reply is None:
+            if o.masked:
+                self._hold_noise_apart()  # the compensation stays here, held apart
+            # remove exactly the mass that was sent: share * q (mask included)
+            step = np.subtract(self._x, o.sent, out=self._buffer())
+            step *= share / rest
+            self._x += step
+            if o.masked:
+                self._noisy = True
+                self._noise_age = 0
+            self._w = rest
+        else:
+            r, d = reply  # q_B = q_A + d
+            self._disagreement = _rms(d)
+            self._last_gap = self._disagreement / max(_rms(o.sent), 1e-12)
+            self._references.record(ReferenceKey(o.peer, ack.push_id, True),
+                                    reference_of(o.sent, d, out=self._buffer()))
+            new_w = rest + r
+            a, b = share / new_w, r / new_w
+            if self._noisy:  # noise arrived meanwhile: the reply is a clean merge for z
+                self._z += b * (o.sent + d - self._z)
+            # mass w x - s q_A + r q_B over weight w - s + r:
+            # x + (a - b) (x - q_A) + b d, in place
+            step = np.subtract(self._x, o.sent, out=self._buffer())
+            step *= a - b
+            self._x += step
+            d *= b  # d is ours (decoded for this call)
+            self._x += d
+            self._w = new_w
+            self._c["replies_received"] += 1
+            self._c["bytes_received"] += ack.nbytes
         self._c["acks"] += 1
+        if bad is not None:
+            self._c["rejected"] += 1
+            self._c["bad_replies"] += 1
+            log.warning("dropped the reply from %s for model %s (its ack was applied): %s",
+                        _short(sender), _short(self.fingerprint), bad)
+            raise RejectedReply(f"reply to push {ack.push_id} dropped: {bad}")
 
     # ------------------------------------------------------------ checkpoints
     def snapshot(self) -> PushSumSnapshot:
@@ -454,9 +727,10 @@ class PushSum:
         noisy = bool(snapshot.noisy)
         if not noisy and not np.array_equal(z, x):
             raise InvalidValues("snapshot: estimate must equal values when noisy is False")
-        self._z, self._x, self._w = z, x, w
+        self._z, self._x, self._w = z, x if noisy else z, w
         self._noisy, self._noise_age = noisy, int(snapshot.noise_age)
         self._outstanding.clear()
+        self._references.clear()  # not checkpointed, as after a restart
         self._masked_left = self.masked_pushes if self.privacy == "masked" else 0
 
     @classmethod
@@ -467,16 +741,178 @@ class PushSum:
         return core
 
     # ---------------------------------------------------------------- helpers
+    def _merge(self, y: np.ndarray, weight: float, *, noisy: bool, noise_age: int) -> None:
+        """Merge ``weight * y`` into the state (a received one-way push; ``y`` is ours)."""
+        # One place where received values enter the state: a robust merge rule
+        # (clipping y - x, issue 11) would go here and in _reply/on_ack.
+        new_w = self._w + weight
+        a = weight / new_w
+        if noisy:
+            self._hold_noise_apart()  # z keeps the trained values; the deviation is held in x - z
+            self._noise_age = min(self._noise_age, noise_age) if self._noisy else noise_age
+            self._noisy = True
+        elif self._noisy:
+            self._z += a * (y - self._z)
+        step = np.subtract(y, self._x, out=y)
+        step *= a
+        self._x += step
+        self._w = new_w
+
+    def _hold_noise_apart(self) -> None:
+        """Give x its own array before it moves away from z (noise arrives)."""
+        if self._z is self._x:
+            self._z = self._x.copy()
+
+    def _buffer(self) -> np.ndarray:
+        """A float64 scratch vector of the model's length, reused by every call.
+
+        Its contents are only valid within one method call; nothing kept
+        (stored references, outstanding payloads, replies) may point into it.
+        """
+        if self._scratch is None:
+            self._scratch = np.empty(self._n, dtype=np.float64)
+        return self._scratch
+
+    def _encode_request(self, values: np.ndarray, encoding: str,
+                        ref: np.ndarray | None = None) -> tuple[EncodedVector, np.ndarray]:
+        """Encode a push-pull request in ``encoding``, or wider if too coarse.
+
+        What is encoded is ``values`` or, with a reference ``ref``, the delta
+        ``values - ref``.  Returns the encoded vector and its decoded float64
+        values (the delta's, with a reference).  Rounding
+        that exceeds the disagreement between the ends would re-inject
+        disagreement at every exchange and stall the averaging: absolute values
+        in a coarse encoding round relative to the values, and a delta against
+        a reference from long ago is as large as the disagreement was then.  So
+        the rounding error (RMS) is kept below ``REQUEST_ERROR_SHARE`` times the
+        latest disagreement measured in an exchange (RMS(q_B - q_A)), else the
+        next wider encoding is used (int8 -> f16 -> f32; counted in
+        ``requests_widened``).  Before any measurement ``encoding`` is used.
+        """
+        while True:
+            v = values if ref is None else np.subtract(values, ref, out=self._buffer())
+            encoded = _encode_fitting(v, encoding)
+            d = decode(encoded, self._n)
+            wider = _WIDER_REQUEST.get(encoded.encoding)
+            if wider is None or self._disagreement is None:
+                return encoded, d
+            # the rounding error, in the scratch buffer (v is recomputed for a retry)
+            error = np.subtract(v, d, out=self._buffer())
+            if _rms(error) <= REQUEST_ERROR_SHARE * self._disagreement:
+                return encoded, d
+            self._c["requests_widened"] += 1
+            encoding = wider
+
+    def _rebuild_request(self, sender: bytes, push: Push, delta: np.ndarray) -> np.ndarray:
+        """The values of a delta request: the named reference plus ``delta`` (ours, float64)."""
+        ref = self._references.get(ReferenceKey(sender, push.base, not push.base_by_sender))
+        if ref is None:
+            self._c["references_missing"] += 1
+            started = "the sender" if push.base_by_sender else "this node"
+            reason = (f"base: no reference from exchange {push.base} (started by {started}) "
+                      "is held for this sender; send absolute values")
+            log.info("refused a delta push from %s for model %s: %s", _short(sender),
+                     _short(self.fingerprint), reason)
+            raise _MissingReference(reason)
+        q = rebuild(ref, delta)
+        try:
+            check_magnitude(q, "values (reference plus delta)")
+        except InvalidValues as exc:
+            raise RejectedPush(str(exc)) from None
+        return q
+
+    def _reply(self, sender: bytes, q_a: np.ndarray, push: Push) -> PushAck:
+        """Merge a push-pull request and give away a share of our mass in the ack.
+
+        Precondition: privacy "none", no held-apart noise on either side, so
+        ``x == z`` before and after.
+        """
+        s = push.weight
+        # The textbook symmetric rule gives r = a / (fanout + 1) (a: our weight
+        # not promised to our own pushes in flight); we also never give back
+        # more than the share we take: with equal weights (the usual case) the
+        # two agree and both ends land on the pairwise average, and r <= s
+        # makes a reply unable to raise the initiator's or the total weight, a
+        # bound the initiator checks exactly (see _check_reply).
+        r = min(s, self.available_weight / (self.fanout + 1))
+        # the reply is a delta against what the initiator sent: small once the
+        # two agree, so a coarse encoding loses little; both ends use exactly
+        # the decoded delta, so mass stays exact.
+        delta = np.subtract(self._x, q_a, out=self._buffer())
+        encoded = _encode_fitting(delta, self.delta_encoding)
+        d = decode(encoded, self._n)
+        self._disagreement = _rms(d)
+        # mass: w x + s q_A - r (q_A + d), weight w + s - r (> 0: r < available),
+        # that is x - ((s - r) / new_w) (x - q_A) - (r / new_w) d, in place (x is z)
+        new_w = self._w + s - r
+        delta *= (s - r) / new_w
+        self._x -= delta
+        # the initiator derives the same reference from the same decoded inputs
+        self._references.record(ReferenceKey(sender, push.push_id, False),
+                                reference_of(q_a, d, out=delta))
+        d *= r / new_w
+        self._x -= d
+        self._w = new_w
+        return PushAck(self.fingerprint, push.push_id, reply=encoded, reply_weight=r)
+
+    def _check_reply(self, o: _Outstanding, ack: PushAck) -> tuple[float, np.ndarray]:
+        """The reply's weight and decoded delta (``q_B - q_A``), or InvalidValues naming what
+        is wrong."""
+        if not o.push.want_reply:
+            raise InvalidValues("a reply to a push that asked for none")
+        if ack.reply is None:
+            raise InvalidValues(f"reply_weight {ack.reply_weight!r} without reply values")
+        r = ack.reply_weight
+        if isinstance(r, bool) or not isinstance(r, numbers.Real) or not math.isfinite(r):
+            raise InvalidValues(f"reply_weight: expected a finite float, got {r!r}")
+        r = float(r)
+        # An honest responder gives back at most the share it took (see _reply),
+        # so a reply can never raise our weight nor the total weight.
+        if not 0.0 < r <= o.push.weight:
+            raise InvalidValues(
+                f"reply_weight {r:g} outside (0, {o.push.weight:g}]: more than the share "
+                "we sent"
+            )
+        d = decode_values(ack.reply, self._n, "reply")
+        # the reply's values q_B = q_A + d, bounded (an overflow shows as infinity)
+        check_magnitude(np.add(o.sent, d, out=self._buffer()), "reply values")
+        return r, d
+
+    def _answer_again(self, sender: bytes, push_id: int, replied: bool) -> PushAck:
+        """The ack for a retransmission of a push merged before (no second merge)."""
+        if not replied:
+            self._c["duplicates"] += 1
+            return PushAck(self.fingerprint, push_id)
+        ack = self._replies.get((sender, push_id))
+        if ack is None:
+            self._c["replies_evicted"] += 1
+            raise RejectedPush(
+                f"push {push_id} was merged and answered with a reply that is no longer "
+                "stored; refusing to merge it twice"
+            )
+        self._replies.move_to_end((sender, push_id))
+        self._c["duplicates"] += 1
+        self._c["bytes_sent"] += ack.nbytes
+        return ack
+
+    def _store_reply(self, key: tuple[bytes, int], ack: PushAck) -> None:
+        self._replies[key] = ack
+        self._replies_bytes += ack.nbytes
+        while self._replies and (len(self._replies) > _STORED_REPLIES
+                                 or self._replies_bytes > self.reply_store_bytes):
+            _, old = self._replies.popitem(last=False)
+            self._replies_bytes -= old.nbytes
+
     def _maybe_unmask(self) -> None:
         if not self._noisy or self._noise_age < self.unmask_after:
             return
-        if any(o.mask is not None for o in self._outstanding.values()):
+        if any(o.masked for o in self._outstanding.values()):
             return  # its compensation must land before the noise is folded in
-        self._z = self._x.copy()
+        self._z = self._x  # one array again
         self._noisy = False
         self._c["unmasks"] += 1
 
-    def _remember(self, sender: bytes, push_id: int) -> None:
+    def _remember(self, sender: bytes, push_id: int, replied: bool) -> None:
         seen = self._seen.get(sender)
         if seen is None:
             seen = self._seen[sender] = OrderedDict()
@@ -484,6 +920,10 @@ class PushSum:
                 self._seen.popitem(last=False)
         else:
             self._seen.move_to_end(sender)
-        seen[push_id] = None
+        seen[push_id] = replied
         if len(seen) > _SEEN_IDS_PER_PEER:
             seen.popitem(last=False)
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)

@@ -6,11 +6,12 @@ the other holders.  Messages travel through a time-ordered queue with
 injectable loss (each push and each ack dropped independently), latency
 (uniform extra delay, in rounds) and crashes (a crashed node stops, its mass is
 lost, pushes to it fail when they arrive).  No real time and no sockets: the
-same ``PushSum`` cores the daemon runs, with the same delivery rules: a lost
-push or ack is retransmitted by ``expire``, and a push refused by a crashed
-node is handed to ``PushSum.on_undelivered`` exactly as the daemon's driver
-does (a first attempt is forgotten with the weight kept; a retransmission is
-kept outstanding).
+same ``PushSum`` cores the daemon runs, with the same exchange (push-pull
+replies travel in the ack, as in the daemon) and the same delivery rules: a
+lost push or ack is retransmitted by ``expire``, and a push refused by a
+crashed node (or by a receiver, ``RejectedPush``) is handed to
+``PushSum.on_undelivered`` exactly as the daemon's driver does (a first attempt
+is forgotten with the weight kept; a retransmission is kept outstanding).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from typing import Unpack
 
 import numpy as np
 
-from gossip.errors import RejectedAck
+from gossip.errors import RejectedAck, RejectedPush
 from gossip.messages import Push, PushAck
 from gossip.pushsum import PushSum, PushSumTuning
 
@@ -46,6 +47,30 @@ def uniform_sampler(
         if peer != node and peer not in chosen:
             chosen.append(peer)
     return chosen
+
+
+class LeastRecentSampler:
+    """Chooses, among the candidates, the peers this node exchanged with least recently.
+
+    Stateful (one instance per simulation): an exchange counts for both ends,
+    as a node also sees the pushes it answers.  Ties are broken at random.
+    """
+
+    def __init__(self) -> None:
+        self._last: dict[tuple[int, int], int] = {}
+        self._calls = 0
+
+    def __call__(self, node: int, candidates: Sequence[int], k: int,
+                 rng: np.random.Generator) -> list[int]:
+        self._calls += 1
+        others = [p for p in dict.fromkeys(candidates) if p != node]
+        order = rng.permutation(len(others))
+        ranked = sorted((others[i] for i in order),
+                        key=lambda p: self._last.get((node, p), -1))
+        chosen = ranked[:k]
+        for peer in chosen:
+            self._last[(node, peer)] = self._last[(peer, node)] = self._calls
+        return chosen
 
 
 def model_fingerprint(name: str) -> bytes:
@@ -152,6 +177,15 @@ class Simulation:
         errors: np.ndarray = np.linalg.norm(self.values(model) - t, axis=1) / np.linalg.norm(t)
         return errors
 
+    def deviation(self, model: str, target: np.ndarray | None = None) -> float:
+        """Worst max|z - m| / max|m| over the live holders (m the target, by default the mean)."""
+        t = self.target(model) if target is None else target
+        return float(np.abs(self.values(model) - t).max() / np.abs(t).max())
+
+    def bytes_sent(self, model: str) -> list[int]:
+        """Encoded bytes each live holder has sent for ``model`` (pushes and replies)."""
+        return [self.cores[(n, model)].counters.bytes_sent for n in self.survivors(model)]
+
     def total_weight(self, model: str) -> float:
         return float(sum(self.cores[(n, model)].weight for n in self.survivors(model)))
 
@@ -165,11 +199,19 @@ class Simulation:
         for _ in range(rounds):
             self.step()
 
-    def run_until(self, model: str, tolerance: float, max_rounds: int) -> int | None:
-        """Rounds until the worst live holder's relative error is below ``tolerance``."""
+    def run_until(self, model: str, tolerance: float, max_rounds: int, *,
+                  worst_coordinate: bool = False) -> int | None:
+        """Rounds until the worst live holder's relative error is below ``tolerance``.
+
+        The error is the relative L2 error, or with ``worst_coordinate``
+        :meth:`deviation` (max|z - m| / max|m|, reached at ``<= tolerance``).
+        """
         for _ in range(max_rounds):
             self.step()
-            if float(self.errors(model).max()) < tolerance:
+            if worst_coordinate:
+                if self.deviation(model) <= tolerance:
+                    return self.round
+            elif float(self.errors(model).max()) < tolerance:
                 return self.round
         return None
 
@@ -253,13 +295,20 @@ class Simulation:
                     if self.alive(ev.src):  # connection refused: surely not merged
                         sender_core.on_undelivered(ev.message.push_id, maybe_delivered=False)
                     continue
-                ack = self.cores[(ev.dst, ev.model)].on_push(node_id(ev.src), ev.message, ev.time)
+                try:
+                    ack = self.cores[(ev.dst, ev.model)].on_push(
+                        node_id(ev.src), ev.message, ev.time)
+                except RejectedPush:
+                    # the daemon answers an error: the sender hears "refused"
+                    if self.alive(ev.src):
+                        sender_core.on_undelivered(ev.message.push_id, maybe_delivered=False)
+                    continue
                 self._send(ev.dst, ev.src, ev.model, ack, ev.time)
             elif self.alive(ev.dst):
                 try:
                     self.cores[(ev.dst, ev.model)].on_ack(node_id(ev.src), ev.message, ev.time)
                 except RejectedAck:
-                    pass  # a late ack of a push given up after max_attempts
+                    pass  # a late ack of a push given up, or a dropped reply (counted)
 
 
 def random_models(

@@ -26,11 +26,11 @@ from learner.permutations import (
 )
 from learner.schemes import SEMI_LOCAL_SCHEMES, averaging_level, semi_local_scheme
 from learner.spec import NetworkSpec, PartialModelSpec, SpecError
-from learner.tasks import TaskData, load_task
+from learner.tasks import TASKS, Task, TaskData, TaskShape, get_task, load_task, resolve_network
 from learner.train_config import OPTIMIZERS, TrainConfig, TrainConfigError
 
 if TYPE_CHECKING:
-    from learner.network import PartialMLP, assign, extract
+    from learner.network import PartialMLP, PartialNetwork, assign, extract
     from learner.reference import (
         NodeSetup,
         ReferenceResult,
@@ -54,10 +54,14 @@ __all__ = [
     "NodeSetup",
     "PartialMLP",
     "PartialModelSpec",
+    "PartialNetwork",
     "ReferenceResult",
     "ReferenceSetupError",
     "SpecError",
+    "TASKS",
+    "Task",
     "TaskData",
+    "TaskShape",
     "TrainConfig",
     "TrainConfigError",
     "Trainer",
@@ -67,12 +71,14 @@ __all__ = [
     "evaluate_model",
     "extract",
     "format_permutation",
+    "get_task",
     "last_classes_permutations",
     "load_node_data",
     "load_task",
     "parse_cycles",
     "parse_permutation",
     "read_idx",
+    "resolve_network",
     "run_reference",
     "semi_local_scheme",
     "write_idx",
@@ -81,6 +87,7 @@ __all__ = [
 # name -> module holding it; these modules import torch
 _TORCH_NAMES = {
     "PartialMLP": "learner.network",
+    "PartialNetwork": "learner.network",
     "assign": "learner.network",
     "extract": "learner.network",
     "NodeSetup": "learner.reference",

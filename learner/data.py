@@ -1,10 +1,12 @@
-"""One node's data: its training shard and the shared test part, under its label permutation.
+"""One node's data: its training shard, the shared test part and the public split.
 
 Every node of a swarm calls `load_node_data` with the same task, seed,
 `num_nodes` and `test_fraction` and its own `node_index`: the seeded split then
 gives all nodes the same test part and disjoint training shards, without any
 coordination. Each node's labels (train and test) go through its own
 permutation, so each node is scored on the shared test part as its task sees it.
+The public split (see :mod:`learner.tasks`) is the same on every node, labels
+included: no permutation is applied to it.
 
 Features a file stores as they are (floats; integers other than uint8) are
 standardized by default (`scale = "standard"`): minus the mean, divided by the
@@ -25,9 +27,11 @@ import numpy as np
 
 from learner.data_errors import DataError
 from learner.permutations import parse_permutation
-from learner.tasks import TASKS, TaskData, load_task
+from learner.task_data import TaskData
+from learner.tasks import get_task
 
-__all__ = ["SCALINGS", "DataSpec", "NodeData", "load_node_data", "split_task"]
+__all__ = ["SCALINGS", "DataSpec", "NodeData", "TaskSplit", "load_node_data", "split_parts",
+           "split_task"]
 
 logger = logging.getLogger(__name__)
 
@@ -41,7 +45,8 @@ _UNIT_SCALE = (0.01, 10.0)
 class DataSpec:
     """What data a node trains and is tested on.
 
-    task: one of "digits", "synthetic", "npz", "idx"; path: the `.npz` file or
+    task: a name of the task registry (:data:`learner.tasks.TASKS`: "digits",
+    "synthetic", "mnist5k", "mnist1d", "npz", "idx"); path: the `.npz` file or
     IDX directory (npz/idx only); node_index in 0..num_nodes-1; permutation: a
     label permutation spec (see `learner.permutations`) or None (checked
     against the task's classes when the data is loaded); seed: the
@@ -49,7 +54,10 @@ class DataSpec:
     held out as the shared test part when the source has no test set;
     samples_per_node: cap on each node's shard (None: the whole shard);
     num_classes: class count for npz/idx (None: highest label + 1); scale: one
-    of SCALINGS, for features a file stores unnormalised (see the module).
+    of SCALINGS, for features a file stores unnormalised (see the module);
+    num_samples: samples a generated task (synthetic, mnist1d) makes (None:
+    the task's default); public_size: samples in the public split (None: the
+    task's default, see :mod:`learner.tasks`).
     """
 
     task: str = "digits"
@@ -62,12 +70,12 @@ class DataSpec:
     samples_per_node: int | None = None
     num_classes: int | None = None
     scale: str = "standard"
+    num_samples: int | None = None
+    public_size: int | None = None
 
     def __post_init__(self) -> None:
-        if self.task not in TASKS:
-            raise DataError(f"unknown task {self.task!r}; expected one of {', '.join(TASKS)}",
-                            field="task")
-        if self.task in ("npz", "idx") and not self.path:
+        entry = get_task(self.task)
+        if entry.needs_path and not self.path:
             form = ("an .npz file with arrays x, y (optional x_test, y_test)" if self.task == "npz"
                     else "a directory holding MNIST-style IDX files")
             raise DataError(f'required when data.task = "{self.task}"; expected {form}',
@@ -91,11 +99,21 @@ class DataSpec:
         if self.scale not in SCALINGS:
             raise DataError(f"expected one of {', '.join(map(repr, SCALINGS))}, got "
                             f"{self.scale!r}", field="scale")
+        if self.num_samples is not None and self.num_samples < 10:
+            raise DataError(f"expected an integer >= 10 or None, got {self.num_samples}",
+                            field="num_samples")
+        entry.request(self.path, self.seed, self.num_classes, self.num_samples, self.public_size)
 
 
 @dataclass(frozen=True, eq=False)
 class NodeData:
-    """Float32 features and int64 (permuted) labels of one node."""
+    """Float32 features and int64 labels of one node.
+
+    Training and test labels are permuted by the node's permutation; the
+    public split's (`public_x`, `public_y`, possibly empty) are the true labels,
+    identical on every node. `sample_shape`: one sample's shape before it was
+    flattened, channels first (``(1, 28, 28)`` for mnist5k).
+    """
 
     train_x: np.ndarray
     train_y: np.ndarray
@@ -104,6 +122,21 @@ class NodeData:
     num_features: int
     num_classes: int
     permutation: np.ndarray = field(repr=False)
+    public_x: np.ndarray = field(default_factory=lambda: np.empty((0, 0), np.float32),
+                                 repr=False)
+    public_y: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64), repr=False)
+    sample_shape: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, eq=False)
+class TaskSplit:
+    """Indices into a task's `x`: the shared test part (empty when the task has its
+    own test set), the carved public split (empty when none is carved) and each
+    node's disjoint training shard."""
+
+    test: np.ndarray
+    public: np.ndarray
+    shards: list[np.ndarray]
 
 
 def split_task(
@@ -116,6 +149,23 @@ def split_task(
 ) -> tuple[np.ndarray, list[np.ndarray]]:
     """Indices into `task.x` of the shared test part (empty when the task has its
     own test set) and of each node's disjoint training shard (seeded)."""
+    split = split_parts(task, num_nodes=num_nodes, seed=seed, test_fraction=test_fraction,
+                        samples_per_node=samples_per_node)
+    return split.test, split.shards
+
+
+def split_parts(
+    task: TaskData,
+    *,
+    num_nodes: int,
+    seed: int,
+    test_fraction: float,
+    samples_per_node: int | None = None,
+    public_size: int = 0,
+) -> TaskSplit:
+    """Seeded split of `task.x`: test part first, then `public_size` public samples,
+    then the shards. With `public_size` 0 the test part and the shards are those
+    of :func:`split_task` before public splits existed."""
     rng = np.random.default_rng(np.random.SeedSequence([seed, 0xDA7A]))
     order = rng.permutation(task.x.shape[0])
     if task.x_test is None:
@@ -123,6 +173,10 @@ def split_task(
         test_idx, pool = np.sort(order[:num_test]), order[num_test:]
     else:
         test_idx, pool = np.empty(0, dtype=np.int64), order
+    if public_size >= pool.size:
+        raise DataError(f"data.public_size: {public_size} public samples leave no training "
+                        f"samples (the task has {pool.size} after the test part)")
+    public_idx, pool = np.sort(pool[:public_size]), pool[public_size:]
     if pool.size < num_nodes:
         raise DataError(
             f"data.num_nodes: {num_nodes} nodes but only {pool.size} training samples; "
@@ -137,26 +191,34 @@ def split_task(
                 f"({smallest} samples = {pool.size} training samples / {num_nodes} nodes)"
             )
         shards = [s[:samples_per_node] for s in shards]
-    return test_idx, shards
+    return TaskSplit(test_idx, public_idx, shards)
 
 
 def load_node_data(spec: DataSpec) -> NodeData:
     """Load the task named by `spec` and return this node's shard and the shared test part."""
-    task = load_task(spec.task, spec.path, spec.seed, spec.num_classes)
+    entry = get_task(spec.task)
+    task = entry.load(spec.path, spec.seed, spec.num_classes, num_samples=spec.num_samples,
+                      public_size=spec.public_size)
     perm = parse_permutation(spec.permutation, task.num_classes)
-    test_idx, shards = split_task(
+    split = split_parts(
         task,
         num_nodes=spec.num_nodes,
         seed=spec.seed,
         test_fraction=spec.test_fraction,
         samples_per_node=spec.samples_per_node,
+        public_size=entry.carved_public(task, spec.public_size),
     )
+    test_idx = split.test
     task = _scaled(task, test_idx, spec)
-    shard = shards[spec.node_index]
+    shard = split.shards[spec.node_index]
     if task.x_test is None or task.y_test is None:
         test_x, test_y = task.x[test_idx], task.y[test_idx]
     else:
         test_x, test_y = task.x_test, task.y_test
+    if task.x_public is not None and task.y_public is not None:
+        public_x, public_y = task.x_public, task.y_public
+    else:
+        public_x, public_y = task.x[split.public], task.y[split.public]
     data = NodeData(
         train_x=np.ascontiguousarray(task.x[shard], dtype=np.float32),
         train_y=perm[task.y[shard]],
@@ -165,12 +227,15 @@ def load_node_data(spec: DataSpec) -> NodeData:
         num_features=task.num_features,
         num_classes=task.num_classes,
         permutation=perm,
+        public_x=np.ascontiguousarray(public_x, dtype=np.float32),
+        public_y=np.asarray(public_y, dtype=np.int64),
+        sample_shape=task.sample_shape,
     )
     # One line at start: shows at a glance whether nodes were given distinct shards.
     logger.info(
-        "data: shard %d of %d, %d training samples, %d test samples, permutation %s",
-        spec.node_index, spec.num_nodes, data.train_y.size, data.test_y.size,
-        spec.permutation or "id",
+        "data: shard %d of %d, %d training samples, %d test samples, %d public samples "
+        "(task %s), permutation %s", spec.node_index, spec.num_nodes, data.train_y.size,
+        data.test_y.size, data.public_y.size, spec.task, spec.permutation or "id",
     )
     return data
 
@@ -208,5 +273,7 @@ def _scaled(task: TaskData, test_idx: np.ndarray, spec: DataSpec) -> TaskData:
     logger.info("%s: features standardized with the mean and standard deviation of the %d "
                 "training samples of all nodes (data.scale = \"standard\")", where, rows.shape[0])
     x_test = None if task.x_test is None else apply(task.x_test)
+    x_public = None if task.x_public is None else apply(task.x_public)
     return TaskData(apply(task.x), task.y, x_test, task.y_test, task.num_classes,
-                    raw_features=False)
+                    raw_features=False, x_public=x_public, y_public=task.y_public,
+                    sample_shape=task.sample_shape)

@@ -33,19 +33,26 @@ class ModelDescription:
     involved: tuple[PartialModelSpec, ...]  # canonical order
     vector_length: int
     dtype: str
+    #: a network on images: its image size and convolutions
+    #: (:meth:`learner.spec.NetworkSpec.structure`); None for a flat-input network,
+    #: whose description stays exactly what it was before convolutions existed
+    structure: dict[str, object] | None = None
 
     def to_bytes(self) -> bytes:
         """Canonical JSON (sorted keys, no whitespace) hashed by the fingerprint."""
+        layers: dict[str, object] = {
+            "count": self.num_layers,
+            "type": "dense",
+            "bias": True,
+            "activation": self.activation,
+        }
+        if self.structure is not None:
+            layers.update(type="convolutional", **self.structure)
         doc = {
             "format": FORMAT,
             "model": self.name,
             "cross_model": self.cross,
-            "layers": {
-                "count": self.num_layers,
-                "type": "dense",
-                "bias": True,
-                "activation": self.activation,
-            },
+            "layers": layers,
             "involved": [
                 {
                     "name": m.name,

@@ -6,9 +6,16 @@ ownership rule (DESIGN 3.3, thesis ch. 3 II.4 ``R(pi)``) and precomputes, for
 every shared model, the index array that maps its canonical vector onto the
 node's flat parameter vector.
 
-Flat parameter layout: for each layer ``l = 1..k``, the weight matrix of shape
-``(sizes[l], sizes[l-1])`` in row-major order, then the bias of length
-``sizes[l]``.
+Flat parameter layout: for each layer ``l = 1..k``, the weights of shape
+``(sizes[l], sizes[l-1], unit)`` in row-major order, then the bias of length
+``sizes[l]``. ``unit`` is the number of weights joining one neuron of layer
+``l - 1`` to one of layer ``l`` (:meth:`NetworkSpec.weights_per_pair`): 1 between
+dense layers, the kernel area for a convolution (whose output channels are its
+neurons), the feature-map area of a channel for the dense layer that flattens
+them. That is torch's own memory order for a linear weight ``(out, in)``, a
+convolution weight ``(out, in, kh, kw)`` and a linear weight over a
+channel-major flattening ``(out, in * h * w)``; so a block of neurons is a
+rectangle of whole ``unit`` runs, and the ownership rule needs no change.
 """
 
 from __future__ import annotations
@@ -36,17 +43,22 @@ CROSS_SEPARATOR = "+"
 
 @dataclass(frozen=True)
 class LayerSlot:
-    """Where layer ``index`` (1..k) keeps its parameters in the flat vector."""
+    """Where layer ``index`` (1..k) keeps its parameters in the flat vector.
+
+    ``in_features`` and ``out_features`` count neurons (channels for a
+    convolution); ``unit`` is the number of weights per (target, source) pair.
+    """
 
     index: int
     in_features: int
     out_features: int
     weight_offset: int
     bias_offset: int
+    unit: int = 1
 
     @property
     def weight_size(self) -> int:
-        return self.in_features * self.out_features
+        return self.in_features * self.out_features * self.unit
 
 
 @dataclass(frozen=True)
@@ -54,9 +66,11 @@ class Block:
     """A rectangle of one layer's parameters, stored contiguously in a canonical vector.
 
     Weights: rows ``row_start:row_start+rows`` (target neurons) and columns
-    ``col_start:col_start+cols`` (source neurons) of the layer's weight matrix.
-    Bias (``bias=True``): entries ``row_start:row_start+rows`` (``cols == 1``).
-    Models hold contiguous neurons, so a model's vector is a few such blocks.
+    ``col_start:col_start+cols`` (source neurons) of the layer's weights, each
+    (row, column) pair holding ``unit`` consecutive values (kernel or feature
+    map; 1 for dense layers). Bias (``bias=True``): entries
+    ``row_start:row_start+rows`` (``cols == 1``, ``unit == 1``). Models hold
+    contiguous neurons, so a model's vector is a few such blocks.
     """
 
     vector_offset: int
@@ -66,10 +80,18 @@ class Block:
     rows: int
     col_start: int
     cols: int
+    unit: int = 1
 
     @property
     def size(self) -> int:
-        return self.rows * self.cols
+        return self.rows * self.cols * self.unit
+
+
+def _units(network: NetworkSpec, layer: int) -> str:
+    """What layer ``layer`` counts: channels (image input, convolutions) or neurons."""
+    if network.is_convolutional and layer <= len(network.convs):
+        return "channels"
+    return "neurons"
 
 
 def _readonly(a: np.ndarray) -> np.ndarray:
@@ -163,13 +185,17 @@ class ModelLayout:
         for n in impl:
             counts = graph[n].counts
             if len(counts) != len(sizes):
+                what = ("one count per layer" if not network.is_convolutional else
+                        "one count per part: input channels, each convolution's channels, "
+                        "then each dense layer's neurons")
                 raise SpecError(f"partial model {n!r} has {len(counts)} counts "
                                 f"({graph[n].notation()}) but network {network.notation()} has "
-                                f"{len(sizes)} layers; expected one count per layer",
+                                f"{len(sizes)} layers; expected {what}",
                                 field="counts", model=n)
             for layer, (c, s) in enumerate(zip(counts, sizes, strict=True)):
                 if c > s:
-                    raise SpecError(f"partial model {n!r} wants {c} neurons in layer {layer} "
+                    raise SpecError(f"partial model {n!r} wants {c} {_units(network, layer)} in "
+                                    f"layer {layer} "
                                     f"but network {network.notation()} has only {s} there; "
                                     f"expected <= {s}", field="counts", model=n)
             if sum(counts[1:]) == 0:
@@ -183,7 +209,7 @@ class ModelLayout:
                 parts = ", ".join(f"{n}={graph[n].counts[layer]}" for n in impl
                                   if graph[n].counts[layer])
                 raise SpecError(f"layer {layer}: the partial models together want {total} "
-                                f"neurons ({parts}) but network {network.notation()} has only "
+                                f"{_units(network, layer)} ({parts}) but network {network.notation()} has only "
                                 f"{s} there; expected the models' counts per layer to sum to "
                                 f"<= {s}")
 
@@ -238,11 +264,14 @@ class ModelLayout:
         offset = 0
         for layer in range(1, len(sizes)):
             fan_in, fan_out = sizes[layer - 1], sizes[layer]
-            slot = LayerSlot(layer, fan_in, fan_out, offset, offset + fan_in * fan_out)
+            unit = self._network.weights_per_pair(layer)
+            slot = LayerSlot(layer, fan_in, fan_out, offset, offset + fan_in * fan_out * unit,
+                             unit)
             slots.append(slot)
             offset = slot.bias_offset + fan_out
             w_owner = table[neuron_model[layer][:, None], neuron_model[layer - 1][None, :]]
-            owner_parts.append(w_owner.ravel())
+            # every weight of a (target, source) pair's kernel or feature map shares its owner
+            owner_parts.append(np.repeat(w_owner.ravel(), unit))
             owner_parts.append(neuron_model[layer])  # a bias belongs to its neuron's model
         self._slots = tuple(slots)
         self._total = offset
@@ -274,7 +303,7 @@ class ModelLayout:
             offset = 0
             for slot in self._slots:
                 # canonical fan-in: node-independent, so holders initialise identically
-                fan_in = sum(self._graph[m].counts[slot.index - 1] for m in involved)
+                fan_in = sum(self._graph[m].counts[slot.index - 1] for m in involved) * slot.unit
                 bound = 1.0 / np.sqrt(max(1, fan_in))
                 layer_start = offset
                 # weights: one rectangle per (target model, source model) pair it owns,
@@ -288,10 +317,11 @@ class ModelLayout:
                         if self._table[self._ids[tgt], self._ids[src]] != mid:
                             continue
                         blk = Block(offset, slot.index, False, int(rows[0]), int(rows.size),
-                                    int(cols[0]), int(cols.size))
+                                    int(cols[0]), int(cols.size), slot.unit)
                         blocks.append(blk)
-                        idx_parts.append((slot.weight_offset + rows[:, None] * slot.in_features
-                                          + cols[None, :]).ravel())
+                        pair = rows[:, None] * slot.in_features + cols[None, :]
+                        idx_parts.append((slot.weight_offset + pair[:, :, None] * slot.unit
+                                          + np.arange(slot.unit)).ravel())
                         offset += blk.size
                 if not is_cross and self._positions[name][slot.index].size:
                     rows = self._positions[name][slot.index]
@@ -316,6 +346,7 @@ class ModelLayout:
                 involved=tuple(self._graph[m] for m in involved),
                 vector_length=int(index.size),
                 dtype=VECTOR_DTYPE.name,
+                structure=self._network.structure(),
             )
             self._description[name] = desc
             self._fingerprint[name] = fingerprint_of(desc)
@@ -430,7 +461,7 @@ class ModelLayout:
 
         For a shared model, in canonical-vector order; for ``"local"``, ascending.
         The array is shared and read-only (index torch tensors with
-        ``PartialMLP.owned_index_tensor`` or a copy).
+        ``PartialNetwork.owned_index_tensor`` or a copy).
         """
         self._require(name, allow_local=True)
         return self._index[name]

@@ -1,9 +1,10 @@
-"""A torch MLP built from a :class:`~learner.layout.ModelLayout`.
+"""A torch network (MLP or CNN) built from a :class:`~learner.layout.ModelLayout`.
 
-All parameters live in one flat tensor (``PartialMLP.flat``); the layer weights
-and biases are views of it taken in ``forward``. So moving a partial model in
-or out is one gather (``extract``) or one scatter (``assign``) through the
-layout's precomputed index array: O(size), no per-parameter Python loop.
+All parameters live in one flat tensor (``PartialNetwork.flat``); the layer
+weights and biases (dense or convolution) are views of it taken in
+``forward``. So moving a partial model in or out is one gather (``extract``)
+or one scatter (``assign``) through the layout's precomputed index array:
+O(size), no per-parameter Python loop.
 
 Canonical vectors are float64 numpy arrays (the gossip layer averages in
 float64); parameters are stored as float32.
@@ -23,7 +24,7 @@ from torch import nn
 from learner.layout import VECTOR_DTYPE, Block, ModelLayout
 from learner.spec import LOCAL_MODEL
 
-__all__ = ["PartialMLP", "assign", "extract"]
+__all__ = ["PartialMLP", "PartialNetwork", "assign", "extract"]
 
 logger = logging.getLogger(__name__)
 
@@ -50,18 +51,21 @@ class _Copy:
 
     @classmethod
     def of(cls, b: Block) -> _Copy:
+        # weights are viewed as (out, in * unit): a block is then a plain rectangle
         rows = slice(b.row_start, b.row_start + b.rows)
-        shape = (b.rows,) if b.bias else (b.rows, b.cols)
+        cols = slice(b.col_start * b.unit, (b.col_start + b.cols) * b.unit)
+        shape = (b.rows,) if b.bias else (b.rows, b.cols * b.unit)
         return cls(slice(b.vector_offset, b.vector_offset + b.size), b.layer - 1, b.bias,
-                   rows, slice(b.col_start, b.col_start + b.cols), shape)
+                   rows, cols, shape)
 
     def view(self, arrays: list[tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
         weight, bias = arrays[self.layer]
         return bias[self.rows] if self.bias else weight[self.rows, self.cols]
 
 
-class PartialMLP(nn.Module):
-    """Multi-layer perceptron whose parameters are split into partial models.
+class PartialNetwork(nn.Module):
+    """A multi-layer perceptron or convolutional network whose parameters are
+    split into partial models.
 
     Args:
         layout: the node's layout (network + partial models + ownership).
@@ -70,8 +74,12 @@ class PartialMLP(nn.Module):
             fingerprint, so all holders start from identical values.
 
     Initialisation is uniform in ``±1/sqrt(fan_in)`` (torch's ``nn.Linear``
-    default). For shared models ``fan_in`` counts only the previous-layer
-    neurons of the model and its dependencies, which all holders agree on.
+    default; ``fan_in`` is input channels x kernel area for a convolution). For
+    shared models ``fan_in`` counts only the previous-layer neurons of the model
+    and its dependencies, which all holders agree on.
+
+    Inputs are flat rows of ``network.input_features`` values; a network on
+    images reads each row as ``C x H x W`` (channel-major, as numpy reshapes).
     """
 
     def __init__(self, layout: ModelLayout, seed: int) -> None:
@@ -90,6 +98,8 @@ class PartialMLP(nn.Module):
         self._plan: dict[str, tuple[_Copy, ...]] = {
             name: tuple(_Copy.of(b) for b in layout.blocks(name)) for name in layout.shared_models
         }
+        # the flat layout is weight 1, bias 1, weight 2, ...: one split gives every view
+        self._pieces = [n for s in layout.layers for n in (s.weight_size, s.out_features)]
         self.reset_parameters()
 
     # ---------------------------------------------------------------- init
@@ -98,7 +108,7 @@ class PartialMLP(nn.Module):
         gen = torch.Generator().manual_seed(self.seed)
         with torch.no_grad():
             for slot in self.layout.layers:
-                bound = 1.0 / float(np.sqrt(slot.in_features))
+                bound = 1.0 / float(np.sqrt(slot.in_features * slot.unit))
                 part = self.flat[slot.weight_offset:slot.bias_offset + slot.out_features]
                 part.uniform_(-bound, bound, generator=gen)
         for name in self.layout.shared_models:
@@ -108,9 +118,18 @@ class PartialMLP(nn.Module):
 
     # ---------------------------------------------------------------- views
     def weight(self, layer: int) -> torch.Tensor:
-        """Weight of ``layer`` (1..k), shape ``(out, in)``: a view of ``flat``."""
+        """Weight of ``layer`` (1..k), a view of ``flat``: shape ``(out, in)`` for a dense
+        layer (``in`` = channels x feature-map area after a convolution) or ``(out, in,
+        k, k)`` for a convolution."""
         s = self.layout.layers[layer - 1]
-        return self.flat[s.weight_offset:s.bias_offset].view(s.out_features, s.in_features)
+        return self._shaped(layer, self.flat[s.weight_offset:s.bias_offset])
+
+    def _shaped(self, layer: int, values: torch.Tensor) -> torch.Tensor:
+        s = self.layout.layers[layer - 1]
+        conv = self.layout.network.conv(layer)
+        if conv is not None:
+            return values.view(s.out_features, s.in_features, conv.kernel, conv.kernel)
+        return values.view(s.out_features, s.in_features * s.unit)
 
     def bias(self, layer: int) -> torch.Tensor:
         """Bias of ``layer`` (1..k): a view of ``flat``."""
@@ -132,18 +151,33 @@ class PartialMLP(nn.Module):
 
     # -------------------------------------------------------------- forward
     def activations(self, x: torch.Tensor) -> list[torch.Tensor]:
-        """Outputs of every layer after the input: hidden activations, then logits."""
-        n_in = self.layout.network.sizes[0]
+        """Outputs of every layer after the input: hidden activations (feature maps
+        ``(n, channels, h, w)`` after a convolution and its pooling), then logits."""
+        network = self.layout.network
+        n_in = network.input_features
         if x.shape[-1] != n_in:
-            raise ValueError(f"PartialMLP input: last dimension is {x.shape[-1]}, expected "
-                             f"{n_in} (network {self.layout.network.notation()})")
+            raise ValueError(f"{type(self).__name__} input: last dimension is {x.shape[-1]}, "
+                             f"expected {n_in} (network {network.notation()})")
         outs: list[torch.Tensor] = []
         h = x
+        if network.image_size is not None:
+            h = x.reshape(-1, network.sizes[0], *network.image_size)
         last = len(self.layout.layers)
+        # one split rather than a slice per tensor: backward then assembles the flat
+        # gradient once instead of adding a full-size zero-padded tensor per slice
+        pieces = self.flat.split(self._pieces)
         for slot in self.layout.layers:
-            h = F.linear(h, self.weight(slot.index), self.bias(slot.index))
+            conv = network.conv(slot.index)
+            weight = self._shaped(slot.index, pieces[2 * slot.index - 2])
+            bias = pieces[2 * slot.index - 1]
+            if conv is not None:
+                h = F.conv2d(h, weight, bias, stride=conv.stride, padding=conv.padding)
+            else:
+                h = F.linear(h.flatten(1) if h.dim() > 2 else h, weight, bias)
             if slot.index != last:
                 h = self._act(h)
+            if conv is not None and conv.pool > 1:
+                h = F.max_pool2d(h, conv.pool)
             outs.append(h)
         return outs
 
@@ -164,7 +198,7 @@ class PartialMLP(nn.Module):
         """numpy views (no copy) of every layer's weight and bias."""
         values = self.flat.detach().numpy()
         return [
-            (values[s.weight_offset:s.bias_offset].reshape(s.out_features, s.in_features),
+            (values[s.weight_offset:s.bias_offset].reshape(s.out_features, s.in_features * s.unit),
              values[s.bias_offset:s.bias_offset + s.out_features])
             for s in self.layout.layers
         ]
@@ -221,11 +255,15 @@ class PartialMLP(nn.Module):
                 f"seed={self.seed}")
 
 
-def extract(model: PartialMLP, name: str) -> np.ndarray:
+#: The name this class had before it built convolutional networks too.
+PartialMLP = PartialNetwork
+
+
+def extract(model: PartialNetwork, name: str) -> np.ndarray:
     """Canonical float64 vector of shared model ``name`` of ``model``."""
     return model.extract(name)
 
 
-def assign(model: PartialMLP, name: str, vector: np.ndarray) -> None:
+def assign(model: PartialNetwork, name: str, vector: np.ndarray) -> None:
     """Write ``vector`` as shared model ``name`` of ``model``."""
     model.assign(name, vector)

@@ -18,7 +18,7 @@ import numpy as np
 
 from learner.data import NodeData
 from learner.layout import ModelLayout
-from learner.network import PartialMLP
+from learner.network import PartialNetwork
 from learner.spec import NetworkSpec, PartialModelSpec
 from learner.trainer import TrainConfig, Trainer, evaluate_model
 
@@ -81,7 +81,7 @@ class ReferenceResult:
 
 
 def average_shared_models(
-    networks: Sequence[PartialMLP], layouts: Sequence[ModelLayout]
+    networks: Sequence[PartialNetwork], layouts: Sequence[ModelLayout]
 ) -> dict[str, int]:
     """Replace every shared model, on each holder, by the exact mean over its holders.
 
@@ -133,13 +133,13 @@ def run_reference(
     if eval_every < 1:
         raise ReferenceSetupError(f"run_reference: eval_every must be >= 1, got {eval_every}")
     layouts: list[ModelLayout] = []
-    networks: list[PartialMLP] = []
+    networks: list[PartialNetwork] = []
     trainers: list[Trainer] = []
     for index, node in enumerate(nodes):
-        if node.data.num_features != node.network.sizes[0]:
+        if node.data.num_features != node.network.input_features:
             raise ReferenceSetupError(
                 f"node {index}: data has {node.data.num_features} features but the network "
-                f"{node.network.notation()} has {node.network.sizes[0]} inputs"
+                f"{node.network.notation()} has {node.network.input_features} inputs"
             )
         if node.data.num_classes != node.network.sizes[-1]:
             raise ReferenceSetupError(
@@ -147,7 +147,7 @@ def run_reference(
                 f"{node.network.notation()} has {node.network.sizes[-1]} outputs"
             )
         layout = ModelLayout(node.network, list(node.models), cross_models=node.cross_models)
-        network = PartialMLP(layout, node.seed)
+        network = PartialNetwork(layout, node.seed)
         config = dataclasses.replace(train_config, seed=_node_train_seed(train_config.seed, node.seed))
         layouts.append(layout)
         networks.append(network)

@@ -1,365 +1,238 @@
-"""Where samples come from: built-in tasks, a user's `.npz`, or IDX files on disk.
+"""The task registry: every data task by name, how it loads, its shape and its public split.
 
-Each loader returns a `TaskData`: all samples of the task before it is split
-among nodes, as float32 features (one row per sample) and int64 labels, plus
-an explicit test set when the source has one. Nothing is downloaded.
+The node's config (``data.task``), :mod:`learner.data` (and so the reference
+and the simulator), ``scripts/swarm.py`` and ``scripts/reproduce_paper.py``
+all look tasks up here. Nothing is downloaded.
+
+=============  =============================================  ===========  =========================
+task           samples                                        test part    public split (size)
+=============  =============================================  ===========  =========================
+``digits``     scikit-learn's 1,797 8x8 digits, 64 features   held out     carved, 0 by default
+``synthetic``  seeded Gaussian clusters, 2,000, 64 features   held out     generated, 200
+``mnist5k``    5,000 MNIST images, 784 features (bundled)     held out     carved, 500
+``mnist1d``    MNIST-1D-style signals, 5,000, 40 features     held out     generated, 500
+``npz``        the user's ``.npz`` (``x_test``, ``x_public``  the file's   the file's ``x_public``,
+               optional)                                      or held out  else carved, 0 by default
+``idx``        the user's MNIST-style IDX files               the file's   carved, 0 by default
+                                                              or held out
+=============  =============================================  ===========  =========================
+
+"held out": ``data.test_fraction`` of the samples (seeded, the same on every
+node) is the shared test part. The **public split** is a set of inputs and
+labels every node holds identically, apart from the test part and from every
+node's shard, for methods that compare nodes on shared data (automatic
+groups, FedLinked). *Generated* public samples are drawn from a stream of
+their own, so they change nothing else; *carved* ones are taken from the
+samples after the test part, before the shards are cut, which shrinks the
+shards. That is why digits, npz and idx carve none unless asked
+(``data.public_size``): their shards stay what they were before public
+splits existed. The labels of the public split are the true ones on every
+node (a node's own permutation is not applied).
 """
 
 from __future__ import annotations
 
-import functools
-import gzip
-import importlib.util
-import logging
-import zipfile
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
-
 from learner.data_errors import DataError
-from learner.idx import read_idx
+from learner.mnist1d import mnist1d_task
+from learner.task_builtin import digits_task, mnist5k_task, synthetic_task
+from learner.task_data import TaskData, TaskShape
+from learner.task_files import idx_shape, idx_task, npz_shape, npz_task
 
 __all__ = [
     "TASKS",
+    "Task",
     "TaskData",
     "TaskShape",
     "digits_task",
+    "get_task",
     "idx_task",
     "load_task",
+    "mnist1d_task",
+    "mnist5k_task",
     "npz_task",
+    "resolve_network",
     "synthetic_task",
     "task_shape",
 ]
 
-logger = logging.getLogger(__name__)
 
-TASKS = ("digits", "synthetic", "npz", "idx")
+@dataclass(frozen=True)
+class _Request:
+    """What a loader is asked for; sizes are resolved (no None) except num_classes."""
+
+    path: str | None
+    seed: int
+    num_classes: int | None
+    num_samples: int
+    public_size: int
+    public_asked: int | None  # data.public_size as given (None: the task's default)
 
 
 @dataclass(frozen=True)
-class TaskData:
-    """All samples of a task; `x_test`/`y_test` are None when the source has no test set.
+class Task:
+    """One data task of the registry.
 
-    `raw_features`: the features are as the file stores them (floats, or
-    integers other than uint8), with no fixed normalisation; the data loader
-    standardizes such features unless told not to. Built-in tasks and uint8
-    images (scaled to [0, 1] here) are False.
+    `public`: ``"generated"`` (the loader makes the public samples apart),
+    ``"carved"`` (the split takes them from the samples) or ``"file"`` (the
+    file may hold them, else carved). `public_size`: the public split's size
+    when ``data.public_size`` is not set. `num_samples`: samples a generated
+    task makes by default (None: fixed by the source). `networks`: named
+    networks for the task (``"mlp"``, and ``"cnn"`` for image tasks), usable
+    wherever a network is asked for by name.
     """
 
-    x: np.ndarray
-    y: np.ndarray
-    x_test: np.ndarray | None
-    y_test: np.ndarray | None
-    num_classes: int
-    raw_features: bool = False
+    name: str
+    summary: str
+    needs_path: bool
+    public: str
+    public_size: int
+    loader: Callable[[_Request], TaskData] = field(repr=False)
+    shaper: Callable[[_Request], TaskShape] = field(repr=False)
+    num_samples: int | None = None
+    networks: dict[str, str] = field(default_factory=dict, compare=False)
 
-    @property
-    def num_features(self) -> int:
-        return int(self.x.shape[1])
+    def request(self, path: str | None, seed: int, num_classes: int | None,
+                num_samples: int | None, public_size: int | None) -> _Request:
+        """Check the options against this task and fill in its defaults."""
+        if self.needs_path and not path:
+            raise DataError(f"data task {self.name!r} needs a path (data.path)")
+        if num_samples is not None and self.num_samples is None:
+            generated = ", ".join(t.name for t in _REGISTRY.values() if t.num_samples)
+            raise DataError(f"the task {self.name!r} has a fixed number of samples; "
+                            f"data.num_samples applies to generated tasks only ({generated})",
+                            field="num_samples")
+        if public_size is not None and public_size < 0:
+            raise DataError(f"expected an integer >= 0 or None, got {public_size}",
+                            field="public_size")
+        return _Request(path, seed, num_classes,
+                        num_samples if num_samples is not None else self.num_samples or 0,
+                        public_size if public_size is not None else self.public_size,
+                        public_size)
 
+    def load(self, path: str | None, seed: int, num_classes: int | None = None, *,
+             num_samples: int | None = None, public_size: int | None = None) -> TaskData:
+        """All samples of the task (generated public samples included; carved ones are not)."""
+        return self.loader(self.request(path, seed, num_classes, num_samples, public_size))
 
-def _features(values: np.ndarray, where: str) -> np.ndarray:
-    """Flatten samples to rows of float32; integer pixels (uint8) are scaled to [0, 1]."""
-    values = np.asarray(values)
-    if values.ndim < 2:
-        raise DataError(f"{where}: expected an array of shape (samples, features...), got shape "
-                        f"{values.shape}")
-    if values.shape[0] == 0:
-        raise DataError(f"{where}: has no samples")
-    if values.dtype.kind not in "biuf":
-        raise DataError(f"{where}: expected numeric features, got dtype {values.dtype}")
-    rows = values.reshape(values.shape[0], -1)
-    if values.dtype == np.uint8:
-        rows = rows.astype(np.float32) / 255.0
-    rows = rows.astype(np.float32)
-    if not np.all(np.isfinite(rows)):
-        raise DataError(f"{where}: contains NaN or infinite values")
-    return rows
+    def shape(self, path: str | None, seed: int, num_classes: int | None = None) -> TaskShape:
+        """Features and classes, cheaply (file tasks read headers and labels only)."""
+        return self.shaper(self.request(path, seed, num_classes, None, None))
 
-
-def _labels(values: np.ndarray, where: str, samples: int) -> np.ndarray:
-    values = np.asarray(values)
-    if values.ndim != 1:
-        raise DataError(f"{where}: expected a 1-D array of integer labels, got shape {values.shape}")
-    if values.shape[0] != samples:
-        raise DataError(f"{where}: has {values.shape[0]} labels but the features have {samples} rows")
-    if values.dtype.kind not in "iu":
-        if values.dtype.kind == "f" and np.all(np.isfinite(values)) and np.all(values == np.round(values)):
-            values = values.astype(np.int64)
-        else:
-            raise DataError(f"{where}: expected integer labels, got dtype {values.dtype}")
-    labels = values.astype(np.int64)
-    if labels.size and labels.min() < 0:
-        raise DataError(f"{where}: labels must be >= 0, found {int(labels.min())}")
-    return labels
+    def carved_public(self, task: TaskData, public_size: int | None) -> int:
+        """How many samples the split carves out of `task.x` as the public split."""
+        if task.x_public is not None:
+            return 0  # the loader made or read them
+        if self.public == "generated":
+            return 0
+        return self.public_size if public_size is None else public_size
 
 
-def _check_classes(task: TaskData, where: str, num_classes: int | None) -> TaskData:
-    """Fix or check the class count; every label must lie in 0..num_classes-1."""
-    highest = int(task.y.max())
-    if task.y_test is not None and task.y_test.size:
-        highest = max(highest, int(task.y_test.max()))
-    if num_classes is None:
-        num_classes = highest + 1
-    elif highest >= num_classes:
-        raise DataError(f"{where}: label {highest} out of range; expected 0..{num_classes - 1}")
-    if num_classes < 2:
-        raise DataError(f"{where}: needs at least 2 classes, labels only cover {num_classes}")
-    if task.x_test is not None and task.x_test.shape[1] != task.x.shape[1]:
-        raise DataError(f"{where}: test features have {task.x_test.shape[1]} columns, "
-                        f"training features {task.x.shape[1]}")
-    return TaskData(task.x, task.y, task.x_test, task.y_test, num_classes, task.raw_features)
+def _path(request: _Request) -> Path:
+    assert request.path is not None  # checked by Task.request
+    return Path(request.path)
 
 
-def _bundled_digits_csv() -> Path | None:
-    """scikit-learn's bundled digits file, located without importing scikit-learn (slow)."""
-    spec = importlib.util.find_spec("sklearn")
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    for root in spec.submodule_search_locations:
-        candidate = Path(root) / "datasets" / "data" / "digits.csv.gz"
-        if candidate.is_file():
-            return candidate
-    return None
+def _with_public_cap(task: TaskData, request: _Request, where: str) -> TaskData:
+    """A file's own public split, cut to ``data.public_size`` when that is smaller."""
+    if task.x_public is None or task.y_public is None:
+        return task
+    have = task.y_public.shape[0]
+    if request.public_size > have:
+        raise DataError(f"{where}: data.public_size {request.public_size} exceeds the "
+                        f"{have} public samples the file holds (x_public)", field="public_size")
+    if request.public_size == have:
+        return task
+    return TaskData(task.x, task.y, task.x_test, task.y_test, task.num_classes,
+                    task.raw_features, task.x_public[:request.public_size],
+                    task.y_public[:request.public_size], task.sample_shape)
 
 
-@functools.lru_cache(maxsize=1)
-def _digits_arrays() -> tuple[np.ndarray, np.ndarray]:
-    csv = _bundled_digits_csv()
-    if csv is not None:
-        table = np.loadtxt(csv, delimiter=",", dtype=np.float64)
-        pixels, target = table[:, :-1], table[:, -1]
-    else:  # layout changed: go through the public loader
-        from sklearn.datasets import load_digits
-
-        bunch = load_digits()
-        pixels, target = bunch.data, bunch.target
-    x = (pixels / 16.0).astype(np.float32)  # pixel values are 0..16
-    y = target.astype(np.int64)
-    x.setflags(write=False)
-    y.setflags(write=False)
-    return x, y
+def _load_npz(request: _Request) -> TaskData:
+    task = npz_task(_path(request), request.num_classes)
+    if request.public_asked is None:
+        return task  # the file's public split whole, if it has one
+    return _with_public_cap(task, request, str(request.path))
 
 
-def digits_task() -> TaskData:
-    """scikit-learn's bundled 8x8 handwritten digits (1797 samples, 64 features in [0, 1])."""
-    x, y = _digits_arrays()
-    return TaskData(x, y, None, None, 10)
+def _fixed_shape(features: int, sample_shape: tuple[int, ...], *,
+                 classes_fixed: bool = True) -> Callable[[_Request], TaskShape]:
+    def shape(request: _Request) -> TaskShape:
+        classes = 10 if classes_fixed else request.num_classes or 10
+        return TaskShape(features, classes, sample_shape)
+    return shape
 
 
-def synthetic_task(
-    seed: int,
-    *,
-    num_samples: int = 2000,
-    num_features: int = 64,
-    num_classes: int = 10,
-    clusters_per_class: int = 2,
-    spread: float = 1.5,
-) -> TaskData:
-    """Seeded Gaussian clusters: each class is a mixture of `clusters_per_class` blobs.
-
-    Centres are drawn from N(0, 1) per feature; samples add N(0, spread^2) noise,
-    so classes overlap and accuracy stays below 100 %. The same seed gives the
-    same task on every node.
-    """
-    if num_samples < num_classes or num_features < 1 or num_classes < 2 or clusters_per_class < 1:
-        raise DataError(
-            "synthetic task: need num_samples >= num_classes >= 2, num_features >= 1, "
-            f"clusters_per_class >= 1 (got {num_samples}, {num_classes}, {num_features}, "
-            f"{clusters_per_class})"
-        )
-    rng = np.random.default_rng(np.random.SeedSequence([seed, 0x5EED]))
-    centres = rng.normal(size=(num_classes, clusters_per_class, num_features))
-    y = np.arange(num_samples, dtype=np.int64) % num_classes
-    rng.shuffle(y)
-    which = rng.integers(0, clusters_per_class, size=num_samples)
-    noise = rng.normal(scale=spread, size=(num_samples, num_features))
-    x = (centres[y, which] + noise) / np.sqrt(1.0 + spread**2)
-    return TaskData(x.astype(np.float32), y, None, None, num_classes)
+def _synthetic(request: _Request) -> TaskData:
+    return synthetic_task(request.seed, num_samples=request.num_samples,
+                          num_classes=request.num_classes or 10,
+                          public_size=request.public_size)
 
 
-def npz_task(path: str | Path, num_classes: int | None = None) -> TaskData:
-    """A user's `.npz` with `x` and `y`, optionally `x_test` and `y_test`.
+def _mnist1d(request: _Request) -> TaskData:
+    return mnist1d_task(request.seed, num_samples=request.num_samples,
+                        public_size=request.public_size)
 
-    `x` is (samples, features...) numeric, `y` (samples,) integer labels >= 0.
-    uint8 features are scaled to [0, 1]; other features are returned as they
-    are, marked `raw_features` (the data loader standardizes them).
-    """
-    path = Path(path)
+
+_REGISTRY: dict[str, Task] = {task.name: task for task in (
+    Task("digits", "scikit-learn's 8x8 handwritten digits (1,797 samples)", False, "carved", 0,
+         lambda r: digits_task(), _fixed_shape(64, (1, 8, 8)),
+         networks={"mlp": "64=48=32=10"}),
+    Task("synthetic", "seeded Gaussian clusters (64 features)", False, "generated", 200,
+         _synthetic, _fixed_shape(64, (64,), classes_fixed=False), num_samples=2000,
+         networks={"mlp": "64=48=32=10"}),
+    Task("npz", "a .npz file: x, y, optionally x_test/y_test and x_public/y_public", True,
+         "file", 0, _load_npz, lambda r: npz_shape(_path(r), r.num_classes)),
+    Task("idx", "a directory of MNIST-style IDX files", True, "carved", 0,
+         lambda r: idx_task(_path(r), r.num_classes),
+         lambda r: idx_shape(_path(r), r.num_classes)),
+    Task("mnist5k", "5,000 MNIST images, 500 per digit (bundled)", False, "carved", 500,
+         lambda r: mnist5k_task(), _fixed_shape(784, (1, 28, 28)),
+         networks={"mlp": "784=300=100=10",
+                   "cnn": "1x28x28=c16k5=pool2=c32k5=pool2=100=10"}),
+    Task("mnist1d", "MNIST-1D-style signals of 40 points, generated", False, "generated", 500,
+         _mnist1d, _fixed_shape(40, (1, 40)), num_samples=5000,
+         networks={"mlp": "40=100=100=10"}),
+)}
+
+#: Every task name, in the registry's order.
+TASKS = tuple(_REGISTRY)
+
+
+def get_task(name: str) -> Task:
+    """The registry entry of task `name`; DataError naming the known tasks if there is none."""
     try:
-        archive = np.load(path, allow_pickle=False)
-    except FileNotFoundError as exc:
-        raise DataError(f"{path}: no such .npz file") from exc
-    except (OSError, ValueError, zipfile.BadZipFile) as exc:
-        raise DataError(f"{path}: not a readable .npz archive ({exc})") from exc
-    with archive:
-        keys = set(archive.files)
-        for key in ("x", "y"):
-            if key not in keys:
-                raise DataError(
-                    f"{path}: missing key {key!r}; expected keys 'x', 'y' and optionally "
-                    f"'x_test', 'y_test' (found {sorted(keys)})"
-                )
-        if ("x_test" in keys) != ("y_test" in keys):
-            raise DataError(f"{path}: 'x_test' and 'y_test' must be given together")
-        try:
-            stored = archive["x"]
-            x = _features(stored, f"{path}: key 'x'")
-            y = _labels(archive["y"], f"{path}: key 'y'", x.shape[0])
-            x_test = y_test = None
-            if "x_test" in keys:
-                x_test = _features(archive["x_test"], f"{path}: key 'x_test'")
-                y_test = _labels(archive["y_test"], f"{path}: key 'y_test'", x_test.shape[0])
-        except ValueError as exc:  # object arrays refused by allow_pickle=False
-            if isinstance(exc, DataError):
-                raise
-            raise DataError(f"{path}: unreadable array ({exc})") from exc
-    task = TaskData(x, y, x_test, y_test, 0, raw_features=stored.dtype != np.uint8)
-    return _check_classes(task, str(path), num_classes)
+        return _REGISTRY[name]
+    except KeyError:
+        raise DataError(f"unknown data task {name!r}; expected one of {', '.join(TASKS)}",
+                        field="task") from None
 
 
-def _find_one(directory: Path, patterns: tuple[str, ...], what: str, required: bool) -> Path | None:
-    found = sorted({p for pattern in patterns for p in directory.glob(pattern) if p.is_file()})
-    if len(found) > 1:
-        names = ", ".join(p.name for p in found)
-        raise DataError(f"{directory}: several {what} files ({names}); keep exactly one")
-    if not found:
-        if required:
-            raise DataError(
-                f"{directory}: no {what} file; expected a name matching {' or '.join(patterns)} "
-                "(IDX, optionally .gz)"
-            )
-        return None
-    return found[0]
+def resolve_network(task: str, network: str | None) -> str:
+    """The network notation for `network` on `task`: a name the task knows (``"mlp"``,
+    ``"cnn"``), or a notation returned as given; None gives the task's ``"mlp"``."""
+    entry = get_task(task)
+    if network is None or network in entry.networks:
+        key = network or "mlp"
+        if key not in entry.networks:
+            raise DataError(f"the task {task!r} has no default network; give one, e.g. "
+                            '"784=100=10" (features, hidden, classes)', field="task")
+        return entry.networks[key]
+    if network.isalpha():  # a name, not a notation
+        known = ", ".join(entry.networks) or "none"
+        raise DataError(f"the task {task!r} has no network named {network!r} (named networks: "
+                        f"{known}); give a notation such as \"784=300=100=10\"", field="task")
+    return network
 
 
-def _idx_files(directory: Path) -> tuple[Path, Path, Path | None, Path | None]:
-    """Training images and labels, and the optional test images and labels, in `directory`."""
-    if not directory.is_dir():
-        raise DataError(f"{directory}: not a directory; the idx task expects a directory holding "
-                        "train-images/train-labels IDX files")
-    train_images = _find_one(directory, ("*train-images*",), "training images", True)
-    train_labels = _find_one(directory, ("*train-labels*",), "training labels", True)
-    test_images = _find_one(directory, ("*t10k-images*", "*test-images*"), "test images", False)
-    test_labels = _find_one(directory, ("*t10k-labels*", "*test-labels*"), "test labels", False)
-    if (test_images is None) != (test_labels is None):
-        raise DataError(f"{directory}: test images and test labels must both be present or absent")
-    assert train_images is not None and train_labels is not None
-    return train_images, train_labels, test_images, test_labels
-
-
-def idx_task(path: str | Path, num_classes: int | None = None) -> TaskData:
-    """MNIST/EMNIST-style IDX files in directory `path`.
-
-    Needs `*train-images*` and `*train-labels*`; `*t10k-images*`/`*test-images*`
-    with matching labels give the test set. Images (uint8) are flattened and
-    scaled to [0, 1].
-    """
-    directory = Path(path)
-    train_images, train_labels, test_images, test_labels = _idx_files(directory)
-    images = read_idx(train_images)
-    x = _features(images, str(train_images))
-    y = _labels(read_idx(train_labels), str(train_labels), x.shape[0])
-    x_test = y_test = None
-    if test_images is not None and test_labels is not None:
-        x_test = _features(read_idx(test_images), str(test_images))
-        y_test = _labels(read_idx(test_labels), str(test_labels), x_test.shape[0])
-    task = TaskData(x, y, x_test, y_test, 0, images.dtype != np.uint8)
-    return _check_classes(task, str(directory), num_classes)
-
-
-def load_task(task: str, path: str | None, seed: int, num_classes: int | None = None) -> TaskData:
-    """Dispatch on the task name; `path` is required for `npz` and `idx` only."""
-    if task == "digits":
-        return digits_task()
-    if task == "synthetic":
-        return synthetic_task(seed, num_classes=num_classes or 10)
-    if task in ("npz", "idx"):
-        if not path:
-            raise DataError(f"data task {task!r} needs a path (data.path)")
-        loader = npz_task if task == "npz" else idx_task
-        return loader(path, num_classes)
-    raise DataError(f"unknown data task {task!r}; expected one of {', '.join(TASKS)}")
-
-
-@dataclass(frozen=True)
-class TaskShape:
-    """What a network must fit: features per sample (input layer) and classes (output layer)."""
-
-    num_features: int
-    num_classes: int
-
-
-def _npy_shape(archive: zipfile.ZipFile, key: str, where: str) -> tuple[int, ...]:
-    """The shape of array `key` of an open `.npz`, read from its header only."""
-    try:
-        with archive.open(f"{key}.npy") as member:
-            version = np.lib.format.read_magic(member)
-            if version == (1, 0):
-                shape, _, _ = np.lib.format.read_array_header_1_0(member)
-            else:
-                shape, _, _ = np.lib.format.read_array_header_2_0(member)
-    except (KeyError, OSError, ValueError, zipfile.BadZipFile) as exc:
-        raise DataError(f"{where}: unreadable array header ({exc})") from exc
-    return tuple(int(n) for n in shape)
-
-
-def _npz_shape(path: Path, num_classes: int | None) -> TaskShape:
-    try:
-        archive = zipfile.ZipFile(path)
-    except FileNotFoundError as exc:
-        raise DataError(f"{path}: no such .npz file") from exc
-    except (OSError, zipfile.BadZipFile) as exc:
-        raise DataError(f"{path}: not a readable .npz archive ({exc})") from exc
-    with archive:
-        members = {name.removesuffix(".npy") for name in archive.namelist()}
-    if not {"x", "y"} <= members or ("x_test" in members) != ("y_test" in members):
-        return _full_shape(npz_task(path, num_classes))  # the loader names what is missing
-    with zipfile.ZipFile(path) as archive:
-        shape = _npy_shape(archive, "x", f"{path}: key 'x'")
-    if len(shape) < 2 or shape[0] == 0:
-        return _full_shape(npz_task(path, num_classes))
-    with np.load(path, allow_pickle=False) as arrays:  # labels only: small next to x
-        highest = int(_labels(arrays["y"], f"{path}: key 'y'", shape[0]).max())
-        if "y_test" in members:
-            y_test = np.asarray(arrays["y_test"])
-            if y_test.size:
-                highest = max(highest, int(_labels(y_test, f"{path}: key 'y_test'",
-                                                   y_test.shape[0]).max()))
-    return TaskShape(int(np.prod(shape[1:])), num_classes or highest + 1)
-
-
-def _idx_header_shape(path: Path) -> tuple[int, ...] | None:
-    """Dimensions declared by an IDX file's header (None if it is not a plain header)."""
-    try:
-        with open(path, "rb") as f:
-            compressed = f.read(2) == b"\x1f\x8b"
-        with (gzip.open(path, "rb") if compressed else open(path, "rb")) as f:
-            head = f.read(4)
-            if len(head) < 4 or head[:2] != b"\0\0" or head[3] == 0:
-                return None
-            dims = f.read(4 * head[3])
-    except (OSError, EOFError):
-        return None
-    if len(dims) < 4 * head[3]:
-        return None
-    return tuple(int.from_bytes(dims[i:i + 4], "big") for i in range(0, len(dims), 4))
-
-
-def _idx_shape(directory: Path, num_classes: int | None) -> TaskShape:
-    train_images, train_labels, test_images, test_labels = _idx_files(directory)
-    shape = _idx_header_shape(train_images)
-    if shape is None or len(shape) < 2:
-        return _full_shape(idx_task(directory, num_classes))
-    files = [p for p in (train_labels, test_labels) if p is not None]
-    labels = [_labels(v, str(p), v.shape[0]) for p in files for v in (read_idx(p),)]
-    highest = max(int(v.max()) for v in labels if v.size)
-    return TaskShape(int(np.prod(shape[1:])), num_classes or highest + 1)
-
-
-def _full_shape(task: TaskData) -> TaskShape:
-    return TaskShape(task.num_features, task.num_classes)
+def load_task(task: str, path: str | None, seed: int, num_classes: int | None = None, *,
+              num_samples: int | None = None, public_size: int | None = None) -> TaskData:
+    """Load task `task`; `path` is required for `npz` and `idx` only (see :class:`Task`)."""
+    return get_task(task).load(path, seed, num_classes, num_samples=num_samples,
+                               public_size=public_size)
 
 
 def task_shape(task: str, path: str | None, seed: int,
@@ -367,14 +240,4 @@ def task_shape(task: str, path: str | None, seed: int,
     """The features and classes of a task, cheaply: built-in tasks from their
     definition, `.npz` and IDX files from their headers and labels (the feature
     arrays are not read). Raises DataError as :func:`load_task` would."""
-    if task == "digits":
-        return TaskShape(64, 10)
-    if task == "synthetic":
-        return TaskShape(64, num_classes or 10)
-    if task in ("npz", "idx"):
-        if not path:
-            raise DataError(f"data task {task!r} needs a path (data.path)")
-        if task == "npz":
-            return _npz_shape(Path(path), num_classes)
-        return _idx_shape(Path(path), num_classes)
-    raise DataError(f"unknown data task {task!r}; expected one of {', '.join(TASKS)}")
+    return get_task(task).shape(path, seed, num_classes)

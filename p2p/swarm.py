@@ -24,21 +24,20 @@ from typing import Any
 
 import numpy as np
 
+from learner.data_errors import DataError
+from learner.errors import FieldError
 from learner.permutations import parse_cycles
 from learner.schemes import averaging_level, semi_local_scheme
 from learner.spec import NetworkSpec, PartialModelSpec
+from learner.tasks import resolve_network
 from p2p.cli.admin_client import AdminClient, AdminClientError
 from p2p.config import (
-    CheckpointConfig,
-    DataConfig,
+    ConfigError,
     GossipConfig,
-    NetworkConfig,
     NodeConfig,
-    NodeSection,
-    PeerSamplingConfig,
-    SecurityConfig,
-    TrainingConfig,
     generate_swarm_key,
+    layer_sizes,
+    load_config,
     render_config_toml,
     write_swarm_key,
 )
@@ -47,6 +46,7 @@ from p2p.runtime.checkpoint import CheckpointStore
 logger = logging.getLogger(__name__)
 
 SCHEME_LEVELS = {"local": 0, "full": 100, "partial": 80}
+WIRE_BYTES_SENT = "transport.bytes_sent"  # node metrics: bytes written to sockets
 
 
 class SwarmError(RuntimeError):
@@ -65,19 +65,36 @@ class SwarmSpec:
     privacy: str = "none"
     swarm_key: bool = False
     seed: int = 0
-    layers: str = "64=48=32=10"
+    task: str = "digits"  # a name of learner.tasks.TASKS
+    data_path: str | None = None  # the .npz file or IDX directory (tasks npz and idx)
+    # a network notation or a name the task knows ("mlp", "cnn"); None: the task's "mlp"
+    layers: str | None = None
     lr: float = 0.1
     batch_size: int = 16
+    optimizer: str | None = None  # None: the node's default (or the template's)
     steps_per_round: int = 10
     round_interval: float = 0.05
     eval_every: int = 5
     shuffle_period: float = 0.3
     fanout: int = 1
-    # several exchanges per round keep the asynchronous average close to the
-    # exact one of the synchronous reference (see README, bench_swarm.py)
-    pushes_per_round: int = 4
+    # None: the node's default (gossip section of p2p.config), so that the
+    # swarm learns as a node started with defaults does
+    pushes_per_round: int | str | None = None
+    exchange: str | None = None
+    encoding: str | None = None
+    max_in_flight: int | None = None
     start_together: bool = True  # each node waits until it knows the others
     checkpoint_interval: float = 30.0
+    # a node config every daemon's config starts from (see node_config)
+    template: str | None = None
+
+    def network(self) -> NetworkSpec:
+        """The network every node runs: `layers` read as a notation or a task's network name."""
+        try:
+            return NetworkSpec.parse(resolve_network(self.task, self.layers))
+        except FieldError as exc:
+            raise SwarmError(f"--network: {exc.detail if isinstance(exc, DataError) else exc}"
+                             ) from None
 
     def permutation(self, index: int) -> str | None:
         return self.permutations[index] if index < len(self.permutations) else None
@@ -98,7 +115,7 @@ def node_models(spec: SwarmSpec, index: int) -> tuple[PartialModelSpec, ...]:
     if spec.scheme not in SCHEME_LEVELS:
         raise SwarmError(f"--scheme: expected one of {', '.join(SCHEME_LEVELS)}, "
                          f"got {spec.scheme!r}")
-    network = NetworkSpec.parse(spec.layers)
+    network = spec.network()
     if spec.semi_local:
         if spec.scheme != "partial":
             raise SwarmError("--semi-local goes with --scheme partial")
@@ -108,28 +125,104 @@ def node_models(spec: SwarmSpec, index: int) -> tuple[PartialModelSpec, ...]:
     return tuple(declared)
 
 
+def load_template(spec: SwarmSpec) -> NodeConfig:
+    """The spec's template config, or the node's defaults when it has none."""
+    if spec.template is None:
+        return NodeConfig()
+    try:
+        return load_config(spec.template)
+    except ConfigError as exc:
+        raise SwarmError(f"--config: {exc}") from None
+
+
+def spec_from_template(config: NodeConfig, **given: Any) -> SwarmSpec:
+    """A spec taking the task, network, training and gossip settings of ``config`` (the
+    template), except those in ``given`` that are not None (command-line flags win over
+    the template). Pass ``template=`` the file's path so that every node starts from it."""
+    t, d = config.training, config.data
+    values: dict[str, Any] = {
+        "task": d.task, "data_path": None if d.path is None else str(d.path), "seed": d.seed,
+        "layers": config.network.spec.notation(),
+        "lr": t.lr, "batch_size": t.batch_size, "optimizer": t.optimizer,
+        "steps_per_round": t.steps_per_round, "eval_every": t.eval_every,
+        "round_interval": t.round_interval, "fanout": config.gossip.fanout,
+        "privacy": config.gossip.privacy,
+        "checkpoint_interval": config.checkpoint.interval,
+    }
+    if t.rounds > 0:  # 0 (train forever) would never end a swarm run
+        values["rounds"] = t.rounds
+    values.update({k: v for k, v in given.items() if v is not None})
+    return SwarmSpec(**values)
+
+
 def node_config(spec: SwarmSpec, index: int, data_dir: Path,
                 swarm_key_file: Path | None) -> NodeConfig:
-    """The generated configuration of node ``index``."""
+    """The generated configuration of node ``index``.
+
+    It starts from the spec's template (or the node's defaults) and sets what
+    differs per node (name, data directory, seed, data shard, permutation and
+    declared models) and the spec's task, network, training and gossip
+    settings; every other key of the template is kept.
+    """
+    base = load_template(spec)
     perm = spec.permutation(index)
-    return NodeConfig(
-        node=NodeSection(name=f"node{index}", data_dir=data_dir, seed=spec.seed * 1000 + index),
-        network=NetworkConfig(layers=NetworkSpec.parse(spec.layers).sizes),
-        models=node_models(spec, index),
-        training=TrainingConfig(lr=spec.lr, batch_size=spec.batch_size,
-                                steps_per_round=spec.steps_per_round, rounds=spec.rounds,
-                                eval_every=spec.eval_every, round_interval=spec.round_interval,
-                                # start together: wait until (almost) everyone is known
-                                min_peers=min(spec.nodes - 1, 20) if spec.start_together else 0,
-                                peer_wait=120.0),
-        gossip=GossipConfig(fanout=spec.fanout, pushes_per_round=spec.pushes_per_round,
-                            privacy=spec.privacy),
-        peer_sampling=PeerSamplingConfig(period=spec.shuffle_period),
-        data=DataConfig(task="digits", node_index=index, num_nodes=spec.nodes,
-                        permutation=parse_cycles(perm), seed=spec.seed),
-        security=SecurityConfig(swarm_key_file=swarm_key_file),
-        checkpoint=CheckpointConfig(interval=spec.checkpoint_interval),
-    )
+    training: dict[str, Any] = {
+        "lr": spec.lr, "batch_size": spec.batch_size, "steps_per_round": spec.steps_per_round,
+        "rounds": spec.rounds, "eval_every": spec.eval_every,
+        "round_interval": spec.round_interval,
+        # start together: wait until (almost) everyone is known
+        "min_peers": min(spec.nodes - 1, 20) if spec.start_together else 0,
+        "peer_wait": 120.0}
+    if spec.optimizer is not None:
+        training["optimizer"] = spec.optimizer
+    try:
+        return dataclasses.replace(
+            base,
+            node=dataclasses.replace(base.node, name=f"node{index}", data_dir=data_dir,
+                                     seed=spec.seed * 1000 + index),
+            network=dataclasses.replace(base.network, layers=layer_sizes(spec.network())),
+            models=node_models(spec, index),
+            training=dataclasses.replace(base.training, **training),
+            gossip=gossip_config(spec, base.gossip),
+            peer_sampling=dataclasses.replace(base.peer_sampling, period=spec.shuffle_period),
+            data=dataclasses.replace(
+                base.data, task=spec.task,
+                path=Path(spec.data_path) if spec.data_path else base.data.path,
+                node_index=index, num_nodes=spec.nodes, permutation=parse_cycles(perm),
+                seed=spec.seed),
+            security=dataclasses.replace(base.security, swarm_key_file=swarm_key_file)
+            if swarm_key_file is not None or spec.template is None else base.security,
+            checkpoint=dataclasses.replace(base.checkpoint, interval=spec.checkpoint_interval),
+        )
+    except ConfigError as exc:
+        raise SwarmError(f"node{index}'s config: {exc}") from None
+
+
+def gossip_config(spec: SwarmSpec, base: GossipConfig | None = None) -> GossipConfig:
+    """The spec's gossip settings over ``base``; those it leaves at None keep ``base``'s
+    (the node's defaults when there is no base)."""
+    chosen: dict[str, Any] = {"pushes_per_round": spec.pushes_per_round,
+                              "exchange": spec.exchange, "encoding": spec.encoding,
+                              "max_in_flight": spec.max_in_flight}
+    return dataclasses.replace(base or GossipConfig(), fanout=spec.fanout, privacy=spec.privacy,
+                               **{k: v for k, v in chosen.items() if v is not None})
+
+
+def rounds_per_second(history: Sequence[tuple[float, int, float | None]]) -> float | None:
+    """Training rounds per second between a node's first and last poll that saw a round."""
+    seen = [(t, r) for t, r, _ in history if r > 0]
+    if len(seen) < 2 or seen[-1][0] <= seen[0][0]:
+        return None
+    return (seen[-1][1] - seen[0][1]) / (seen[-1][0] - seen[0][0])
+
+
+def latency_summary(seconds: Sequence[float]) -> dict[str, float] | None:
+    """Median, 95th percentile and largest of admin round trips, in milliseconds."""
+    if not seconds:
+        return None
+    ms = np.asarray(seconds) * 1000.0
+    return {"samples": float(ms.size), "median": float(np.median(ms)),
+            "p95": float(np.percentile(ms, 95)), "max": float(ms.max())}
 
 
 @dataclass
@@ -145,6 +238,8 @@ class Daemon:
     status: dict[str, Any] = field(default_factory=dict)
     models: dict[str, Any] = field(default_factory=dict)
     history: list[tuple[float, int, float | None]] = field(default_factory=list)
+    # seconds each `status` request of the watcher took, from connect to answer
+    admin_latency: list[float] = field(default_factory=list)
     down: bool = False  # killed on purpose (Swarm.kill): not polled until restarted
 
     @property
@@ -274,7 +369,9 @@ class Swarm:
                 raise SwarmError(f"node{d.index} died with status {d.process.returncode}: "
                                  f"{d.log_tail()}")
             try:
+                asked = time.perf_counter()
                 d.status = d.client.request("status")
+                d.admin_latency.append(time.perf_counter() - asked)
                 d.models = d.client.request("models")
             except AdminClientError as exc:
                 raise SwarmError(f"node{d.index} stopped answering its admin socket: "
@@ -352,6 +449,23 @@ class Swarm:
                     peaks[d.index] = int(line.split()[1]) * 1024
         return peaks
 
+    def _metrics(self, d: Daemon) -> dict[str, Any]:
+        if d.down:
+            return {}
+        try:
+            counters = d.client.request("metrics").get("counters", {})
+        except AdminClientError:
+            return {}
+        return counters if isinstance(counters, dict) else {}
+
+    def _wire_bytes(self, d: Daemon) -> int | None:
+        value = self._metrics(d).get(WIRE_BYTES_SENT)
+        return int(value) if value is not None else None
+
+    def _counter_sum(self, d: Daemon, counter: str) -> int:
+        """``counter`` summed over the node's models (metrics keys ``<model>.<counter>``)."""
+        return int(sum(v for k, v in self._metrics(d).items() if k.endswith(f".{counter}")))
+
     def summary(self) -> dict[str, Any]:
         """Every figure of the run as plain data."""
         rows = []
@@ -370,10 +484,15 @@ class Swarm:
                 "pushes_rejected": sum(m.get("pushes_rejected", 0) for m in shared),
                 "bytes_sent": sum(m.get("bytes_sent", 0) for m in shared),
                 "bytes_received": sum(m.get("bytes_received", 0) for m in shared),
+                # everything the node's transport wrote to sockets (every frame), if it says
+                "wire_bytes_sent": self._wire_bytes(d),
+                "waves": self._counter_sum(d, "waves"),
                 "weights": {m["name"]: m.get("weight") for m in shared},
                 "history": d.history,
             })
         accs = [r["accuracy"] for r in rows if r["accuracy"] is not None]
+        sent = [r["bytes_sent"] for r in rows]
+        wire = [r["wire_bytes_sent"] for r in rows if r["wire_bytes_sent"] is not None]
         peaks = self.peak_memory()
         for row in rows:
             row["peak_rss_bytes"] = peaks.get(row["node"])
@@ -382,5 +501,10 @@ class Swarm:
             "nodes": rows,
             "mean_accuracy": sum(accs) / len(accs) if accs else None,
             "worst_accuracy": min(accs) if accs else None,
+            "mean_bytes_sent": sum(sent) / len(sent) if sent else None,
+            "mean_wire_bytes_sent": sum(wire) / len(wire) if wire else None,
             "wall_seconds": time.monotonic() - self.started_at,
+            "rounds_per_second": {d.index: rounds_per_second(d.history) for d in self.daemons},
+            "admin_status_ms": latency_summary(
+                [x for d in self.daemons for x in d.admin_latency]),
         }

@@ -1,9 +1,12 @@
 """Push-sum benchmark: convergence, loss, crashes and the masked exchange.
 
 Prints the figures listed in docs/gossip.md; ``--json PATH`` also writes them,
-``--quick`` runs a reduced set (one seed, no N = 1,024).
+``--quick`` runs a reduced set (one seed, no N = 1,024).  ``--exchange`` prints
+only the exchange figures (push vs push-pull, wire encodings, requests as
+deltas against the pair's reference or not, bytes per node, and the 4-peer,
+1M-float averaging case).
 
-    .venv/bin/python scripts/bench_pushsum.py [--quick] [--json PATH]
+    .venv/bin/python scripts/bench_pushsum.py [--quick] [--exchange] [--json PATH]
 """
 
 from __future__ import annotations
@@ -18,9 +21,10 @@ from pathlib import Path
 
 import numpy as np
 
+from gossip.compression import decode
 from gossip.messages import Push
 from gossip.pushsum import PushSum
-from gossip.simulator import Faults, Simulation, random_models
+from gossip.simulator import Faults, LeastRecentSampler, Simulation, random_models
 
 TOL = 1e-6
 DIM = 8
@@ -134,7 +138,7 @@ def masked(seeds: list[int], n: int = 64, rounds: int = 200) -> dict[str, object
 
     def observe(rnd: int, src: int, dst: int, push: Push, core: PushSum) -> None:
         kind = "masked" if push.masked else "noisy" if push.noisy else "clean"
-        seen[kind].append(abs(_corr(push.values, core.values)))
+        seen[kind].append(abs(_corr(decode(push.values, push.values.length), core.values)))
 
     for seed in seeds:
         sim = _sim(n, seed, dim=dim, privacy="masked", on_send=observe)
@@ -159,15 +163,103 @@ def masked(seeds: list[int], n: int = 64, rounds: int = 200) -> dict[str, object
     return out
 
 
+EXCHANGE_TOL = 1e-4  # max|x - m| <= 1e-4 max|m| on every holder
+
+
+def _to_tolerance(n: int, dim: int, seed: int, max_rounds: int,
+                  **kwargs: object) -> tuple[float, float]:
+    """(rounds, mean payload bytes sent per node) until every holder is within EXCHANGE_TOL."""
+    sim = _sim(n, seed, dim=dim, **kwargs)
+    r = sim.run_until("G", EXCHANGE_TOL, max_rounds, worst_coordinate=True)
+    return float(r if r is not None else math.inf), statistics.fmean(sim.bytes_sent("G"))
+
+
+# (label, PushSum options) of the exchange rows; "refs": requests as deltas
+# against the pair's reference (the default), "no refs": reference_store_bytes=0
+EXCHANGE_CASES: tuple[tuple[str, dict[str, object]], ...] = (
+    ("push f32", dict(exchange="push", encoding="f32")),
+    ("push-pull f32, no refs", dict(encoding="f32", reference_store_bytes=0)),
+    ("push-pull f32, refs", dict(encoding="f32")),
+    ("push-pull f16, refs", dict(encoding="f16")),
+    ("push-pull int8, refs", dict(encoding="int8")),
+)
+
+
+def exchange(sizes: list[int], seeds: list[int], dim: int = 1024) -> list[dict[str, object]]:
+    rows: list[dict[str, object]] = []
+    for n in sizes:
+        for label, kwargs in EXCHANGE_CASES:
+            rounds, sent = [], []
+            for seed in seeds:
+                r, b = _to_tolerance(n, dim, seed, 150, delta_encoding="int8", **kwargs)
+                rounds.append(r)
+                sent.append(b)
+            ok = [b for r, b in zip(rounds, sent, strict=True) if math.isfinite(r)]
+            row = {"n": n, "case": label, **kwargs, "delta_encoding": "int8", "dim": dim,
+                   "rounds": _median_spread(rounds),
+                   "bytes_per_value": statistics.median(ok) / dim if ok else None}
+            rows.append(row)
+            r_med = statistics.median(rounds)
+            b_txt = (f"{statistics.median(ok) / dim:6.1f} B/value" if ok
+                     else "  never (floor of the encoding)")
+            print(f"  N={n:3d} {label:24s} (int8 deltas): rounds {r_med:5.1f} "
+                  f"[{min(rounds):.0f}-{max(rounds):.0f}]  payload per node {b_txt}")
+    return rows
+
+
+EXACT_LOWER_BOUND_MB = 4.0  # an exact all-reduce of 1M float32: each peer sends its 4 MB once
+
+
+def averaging_1m(seeds: list[int], dim: int = 1_000_000) -> list[dict[str, object]]:
+    """4 peers, 1M float32 values each: payload per peer until all are within 1e-4."""
+    rows: list[dict[str, object]] = []
+    for label, kwargs, least_recent in (
+        ("push-pull f32, no refs (before)", dict(encoding="f32", reference_store_bytes=0),
+         False),
+        ("push-pull f32, refs, random peer", dict(encoding="f32"), False),
+        ("push-pull f32, refs, least-recent peer", dict(encoding="f32"), True),
+        ("push-pull int8, refs, random peer", dict(encoding="int8"), False),
+        ("push-pull int8, refs, least-recent peer", dict(encoding="int8"), True),
+    ):
+        rounds, sent = [], []
+        for seed in seeds:
+            kw = dict(kwargs)
+            if least_recent:
+                kw["sampler"] = LeastRecentSampler()  # fresh per run
+            r, b = _to_tolerance(4, dim, seed, 60, **kw)
+            rounds.append(r)
+            sent.append(b)
+        mb = statistics.median(sent) / 1e6
+        rows.append({"case": label, "rounds": _median_spread(rounds),
+                     "mb_per_peer": _median_spread([b / 1e6 for b in sent]),
+                     "times_exact_lower_bound": mb / EXACT_LOWER_BOUND_MB})
+        print(f"  {label:42s} rounds {statistics.median(rounds):4.1f} "
+              f"[{min(rounds):.0f}-{max(rounds):.0f}]  payload per peer "
+              f"{mb:6.1f} MB [{min(sent) / 1e6:.1f}-{max(sent) / 1e6:.1f}] "
+              f"= {mb / EXACT_LOWER_BOUND_MB:.1f}x the exact 4 MB")
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="one seed, fewer sizes")
     ap.add_argument("--json", type=Path, help="write the figures as JSON")
+    ap.add_argument("--exchange", action="store_true", help="only the exchange figures")
     args = ap.parse_args(argv)
     seeds = [0] if args.quick else [0, 1, 2]
     sizes = [16, 64, 256] if args.quick else [16, 64, 256, 1024]
     started = time.perf_counter()
     fig: dict[str, object] = {"command": " ".join(sys.argv), "seeds": seeds}
+    print(f"exchange: rounds and payload per node until max|x - m| <= {EXCHANGE_TOL:g} max|m| "
+          "(dim 1024):")
+    fig["exchange"] = exchange([8, 16], seeds)
+    print("averaging primitive: 4 peers, 1M values each, to 1e-4:")
+    fig["averaging_1m"] = averaging_1m(seeds)
+    if args.exchange:
+        fig["seconds"] = time.perf_counter() - started
+        if args.json:
+            args.json.write_text(json.dumps(fig, indent=2))
+        return 0
     print("convergence (uniform peer choice, fanout 1, dim 8):")
     fig["convergence"] = convergence(sizes, seeds)
     print("message loss (N=64, each push and each ack dropped independently):")

@@ -6,8 +6,12 @@ task on digits). For every seed: the partial (80 %), local (0 %) and full
 (100 %) schemes run as a swarm of processes, and the same nodes (same data
 shards, same partial models, same number of SGD steps) run through the
 synchronous reference (thesis Algorithm 2, exact averaging every round).
-Prints medians over seeds with the min-max spread, wall time and peak memory
-per daemon; ``--json PATH`` writes every figure.
+Prints medians over seeds with the min-max spread, wall time, peak memory and
+bytes sent per daemon, and the time to accuracy: seconds and bytes per node
+until the swarm's mean accuracy first reaches the reference's final accuracy
+minus 1 point. The daemons run with the node's gossip defaults unless
+``--pushes-per-round``, ``--exchange`` or ``--encoding`` say otherwise;
+``--json PATH`` writes every figure.
 
     python scripts/bench_swarm.py              # 3 seeds, 16 nodes, 60 rounds
     python scripts/bench_swarm.py --quick      # 1 seed, 8 nodes, 30 rounds
@@ -25,9 +29,13 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from gossip import ENCODINGS
+from gossip.wave_rule import AUTO
 from learner import NodeSetup, TrainConfig, run_reference
 from p2p.runtime.assembly import build_learning, model_specs, network_spec
 from p2p.swarm import Swarm, SwarmSpec, node_config
+
+TARGET_MARGIN = 0.01  # time to accuracy: the reference's final accuracy minus 1 point
 
 
 def swapped(nodes: int, count: int) -> tuple[str | None, ...]:
@@ -53,6 +61,52 @@ def spread(values: list[float]) -> str:
     return f"{100 * med:.1f}% [{100 * min(values):.1f}-{100 * max(values):.1f}]"
 
 
+def spread_of(values: list[float | None], scale: float, unit: str, digits: int = 1) -> str:
+    """Median [min-max] of ``values`` / ``scale``; runs that never got there count as 'never'."""
+    got = [v / scale for v in values if v is not None]
+    if not got:
+        return "never"
+    text = (f"{statistics.median(got):.{digits}f}{unit} [{min(got):.{digits}f}-"
+            f"{max(got):.{digits}f}]")
+    missing = len(values) - len(got)
+    return text + (f" ({missing} never)" if missing else "")
+
+
+class Trace:
+    """What the swarm had done at every poll: seconds, mean accuracy, mean bytes per node."""
+
+    def __init__(self) -> None:
+        self.points: list[tuple[float, float | None, float]] = []
+
+    def record(self, swarm: Swarm) -> None:
+        live = [d for d in swarm.daemons if not d.down]
+        accs = [d.status.get("accuracy") for d in live]
+        sent = [sum(m.get("bytes_sent", 0) for m in d.models.get("models", [])) for d in live]
+        mean_acc = (sum(a for a in accs if a is not None) / len(accs)
+                    if accs and all(a is not None for a in accs) else None)
+        self.points.append((time.monotonic() - swarm.started_at, mean_acc,
+                            sum(sent) / max(len(sent), 1)))
+
+    def reached(self, target: float) -> tuple[float, float] | tuple[None, None]:
+        """(seconds, payload bytes per node) when the mean accuracy first reached ``target``."""
+        for seconds, acc, sent in self.points:
+            if acc is not None and acc >= target:
+                return seconds, sent
+        return None, None
+
+
+def pushes_per_round(text: str) -> int | str:
+    return text if text == AUTO else int(text)
+
+
+def gossip_label(args: argparse.Namespace) -> str:
+    """The gossip settings of the run, for the table's title."""
+    chosen = {"pushes_per_round": args.pushes_per_round, "exchange": args.exchange,
+              "encoding": args.encoding, "max_in_flight": args.max_in_flight}
+    given = [f"{k}={v}" for k, v in chosen.items() if v is not None]
+    return ", ".join(given) if given else "node defaults"
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--nodes", type=int, default=16)
@@ -60,7 +114,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=60)
     p.add_argument("--seeds", type=int, default=3)
     p.add_argument("--schemes", default="partial,local,full")
-    p.add_argument("--pushes-per-round", type=int, default=4)
+    p.add_argument("--pushes-per-round", type=pushes_per_round, metavar="auto|N",
+                   help="gossip.pushes_per_round (default: the node's)")
+    p.add_argument("--exchange", choices=["push-pull", "push"],
+                   help="gossip.exchange (default: the node's)")
+    p.add_argument("--encoding", choices=list(ENCODINGS),
+                   help="gossip.encoding (default: the node's)")
+    p.add_argument("--max-in-flight", type=int, metavar="K",
+                   help="gossip.max_in_flight (default: the node's)")
     p.add_argument("--privacy", choices=["none", "masked"], default="none",
                    help="masked: the daemons mask their first pushes (the reference cannot)")
     p.add_argument("--quick", action="store_true", help="1 seed, 8 nodes (3 swapped), 30 rounds")
@@ -75,14 +136,18 @@ def main(argv: list[str] | None = None) -> int:
         for scheme in schemes:
             spec = SwarmSpec(nodes=args.nodes, rounds=args.rounds, scheme=scheme,
                              permutations=swapped(args.nodes, args.swapped), seed=seed,
-                             pushes_per_round=args.pushes_per_round, privacy=args.privacy)
+                             pushes_per_round=args.pushes_per_round, exchange=args.exchange,
+                             encoding=args.encoding, max_in_flight=args.max_in_flight,
+                             privacy=args.privacy)
             t0 = time.monotonic()
+            trace = Trace()
             with Swarm(spec) as swarm:
                 swarm.start()
                 startup = time.monotonic() - t0
-                swarm.run_until_done(timeout=1800)
+                swarm.run_until_done(timeout=1800, on_poll=trace.record)
                 summary = swarm.summary()
                 ref = reference_accuracy(spec, swarm.workdir)
+            seconds_to, bytes_to = trace.reached(ref - TARGET_MARGIN)
             peaks = [r["peak_rss_bytes"] for r in summary["nodes"] if r["peak_rss_bytes"]]
             run = {
                 "seed": seed, "scheme": scheme,
@@ -96,16 +161,27 @@ def main(argv: list[str] | None = None) -> int:
                 "per_node_accuracy": [r["accuracy"] for r in summary["nodes"]],
                 "pushes_sent": sum(r["pushes_sent"] for r in summary["nodes"]),
                 "bytes_sent": sum(r["bytes_sent"] for r in summary["nodes"]),
+                "bytes_sent_per_node": summary["mean_bytes_sent"],
+                "wire_bytes_sent_per_node": summary["mean_wire_bytes_sent"],
+                "waves_per_node": statistics.mean(r["waves"] for r in summary["nodes"]),
+                "target_accuracy": ref - TARGET_MARGIN,
+                "seconds_to_target": seconds_to,
+                "bytes_per_node_to_target": bytes_to,
             }
             runs.append(run)
             console.print(f"seed {seed} {scheme:8s} swarm {100 * run['swarm_mean_accuracy']:.1f}% "
                           f"reference {100 * ref:.1f}% ({run['training_seconds']:.0f}s training, "
-                          f"{startup:.0f}s startup)")
+                          f"{startup:.0f}s startup), {run['bytes_sent_per_node'] / 1e6:.2f} MB "
+                          "payload per node; reference - 1 pt "
+                          + ("never reached" if seconds_to is None else
+                             f"reached after {seconds_to:.1f}s and "
+                             f"{(bytes_to or 0) / 1e6:.2f} MB per node"))
     table = Table(title=f"{args.nodes} daemons, {args.swapped} with 8:9 swapped, {args.rounds} "
-                        f"rounds x 10 steps, privacy {args.privacy}; median over {args.seeds} "
-                        "seed(s) [min-max]")
+                        f"rounds x 10 steps, privacy {args.privacy}, gossip {gossip_label(args)}; "
+                        f"median over {args.seeds} seed(s) [min-max]")
     for col in ("scheme", "swarm mean acc", "swarm worst acc", "reference mean acc",
-                "swarm - reference", "training s", "peak RSS/node MB"):
+                "swarm - reference", "training s", "payload MB/node", "wire MB/node",
+                "s to ref-1pt", "MB/node to ref-1pt", "peak RSS/node MB"):
         table.add_column(col, justify="left" if col == "scheme" else "right")
     figures: dict[str, dict] = {}
     for scheme in schemes:
@@ -118,12 +194,20 @@ def main(argv: list[str] | None = None) -> int:
             "gap_points_median": 100 * statistics.median(gap),
             "training_seconds_median": statistics.median(r["training_seconds"] for r in rs),
             "peak_rss_mb_max": max((r["peak_rss_mb_max"] or 0) for r in rs),
+            "bytes_sent_per_node_median": statistics.median(
+                r["bytes_sent_per_node"] for r in rs),
+            "seconds_to_target": [r["seconds_to_target"] for r in rs],
+            "bytes_per_node_to_target": [r["bytes_per_node_to_target"] for r in rs],
         }
         table.add_row(scheme, spread([r["swarm_mean_accuracy"] for r in rs]),
                       spread([r["swarm_worst_accuracy"] for r in rs]),
                       spread([r["reference_mean_accuracy"] for r in rs]),
                       f"{figures[scheme]['gap_points_median']:+.1f} pts",
                       f"{figures[scheme]['training_seconds_median']:.0f}",
+                      spread_of([r["bytes_sent_per_node"] for r in rs], 1e6, "", 2),
+                      spread_of([r["wire_bytes_sent_per_node"] for r in rs], 1e6, "", 2),
+                      spread_of([r["seconds_to_target"] for r in rs], 1.0, ""),
+                      spread_of([r["bytes_per_node_to_target"] for r in rs], 1e6, "", 2),
                       f"{figures[scheme]['peak_rss_mb_max']:.0f}")
     console.print(table)
     if args.json:

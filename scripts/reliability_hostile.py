@@ -10,7 +10,7 @@ whether its model changed:
 - garbage: connections sending random bytes, huge or over-limit length
   prefixes, truncated frames;
 - bad pushes: authenticated sessions sending NaN/inf vectors, wrong
-  fingerprints, lengths, dtypes and weights;
+  fingerprints, lengths, dtypes, encodings, int8 scales and weights;
 - big frames: frames just under the pre-handshake limit, left unfinished;
 - flood: many concurrent idle connections (over ``max_connections``).
 
@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 import trio
 
+from gossip import INT8_BLOCK
 from p2p.cli.admin_client import AdminClient
 from p2p.runtime.protocol import register_node_messages
 from p2p.swarm import Swarm, SwarmSpec
@@ -80,9 +81,15 @@ async def bad_push_wave(address: str, sessions: int, model: bytes, length: int) 
         nan[s % length] = np.nan
         inf = good.copy()
         inf[-1] = np.inf
+        blocks = -(-length // INT8_BLOCK)
         for payload in (push_payload(model, nan, 0.1), push_payload(model, inf, 0.1),
                         push_payload(bytes(32), good, 0.1), push_payload(model, good[:-1], 0.1),
-                        push_payload(model, good.astype(np.float32), 0.1),
+                        push_payload(model, good.astype(np.float32), 0.1),  # declared f64
+                        push_payload(model, good, 0.1, encoding="f8"),
+                        push_payload(model, np.ones(length, np.int8), 0.1, encoding="int8",
+                                     scales=np.full(blocks, -1.0, np.float32)),
+                        push_payload(model, np.full(length, 0x7F80, "<u2"), 0.1,
+                                     encoding="bf16"),  # infinity bit patterns
                         push_payload(model, good, -1.0), push_payload(model, good, 1e300)):
             await ask(ms, payload)
             kinds += 1

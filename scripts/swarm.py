@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Run a local swarm of real gossip-learning daemons on the digits task.
+"""Run a local swarm of real gossip-learning daemons on any task.
 
 Each node is a separate ``p2p run`` process on 127.0.0.1 with its own data
 directory and label permutation; they find each other from node 0's address,
@@ -9,6 +9,14 @@ sockets. At the end: a per-node table, a summary line, optional JSON and plot.
     python scripts/swarm.py                       # 8 nodes, partial scheme
     python scripts/swarm.py --scheme full --nodes 16 --rounds 100
     python scripts/swarm.py --semi-local --permuted "8:9,7:8,id"
+    python scripts/swarm.py --task mnist5k --network cnn --nodes 8
+    python scripts/swarm.py --task mnist1d --network 40=100=100=10 --optimizer adam --lr 0.01
+    python scripts/swarm.py --config node.toml --nodes 4   # every daemon starts from node.toml
+
+With ``--config``, every daemon's config is that file's, except what differs
+per node (name, data directory, seed, shard, permutation, declared models
+from ``--scheme``) and the flags given on the command line, which win over
+the file. Without it, flags left out take the defaults below (task digits).
 """
 
 from __future__ import annotations
@@ -22,8 +30,20 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from gossip import ENCODINGS
+from gossip.wave_rule import AUTO
+from learner.tasks import TASKS
+from learner.train_config import OPTIMIZERS
 from p2p.cli.render import make_console, unclipped
-from p2p.swarm import Swarm, SwarmError, SwarmSpec, default_permutations
+from p2p.config import ConfigError, check_task_fit, load_config
+from p2p.swarm import (
+    Swarm,
+    SwarmError,
+    SwarmSpec,
+    default_permutations,
+    node_config,
+    spec_from_template,
+)
 
 
 def parse_permuted(text: str | None, nodes: int) -> tuple[str | None, ...]:
@@ -35,10 +55,23 @@ def parse_permuted(text: str | None, nodes: int) -> tuple[str | None, ...]:
                  for i in range(nodes))
 
 
+def pushes_per_round(text: str) -> int | str:
+    """``auto`` or a count >= 1 (``--pushes-per-round``)."""
+    if text == AUTO:
+        return AUTO
+    try:
+        count = int(text)
+    except ValueError:
+        count = 0
+    if count < 1:
+        raise argparse.ArgumentTypeError(f'expected "{AUTO}" or an integer >= 1, got {text!r}')
+    return count
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--nodes", type=int, default=8, help="number of daemons (default 8)")
-    p.add_argument("--rounds", type=int, default=60, help="training rounds per node")
+    p.add_argument("--rounds", type=int, help="training rounds per node (default 60)")
     p.add_argument("--scheme", choices=["local", "full", "partial"], default="partial",
                    help="averaging level 0, 100 or 80 %% of each hidden layer (default partial)")
     p.add_argument("--semi-local", action="store_true",
@@ -46,10 +79,30 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--permuted", metavar="SPECS",
                    help='label permutation per node, cycled: "8:9,id" (default: every second '
                         'node has 8 and 9 swapped); items use "|" for several cycles: "7:8|2:3"')
-    p.add_argument("--privacy", choices=["none", "masked"], default="none")
+    p.add_argument("--privacy", choices=["none", "masked"], help="default none")
     p.add_argument("--swarm-key", action="store_true", help="seal all traffic with a swarm key")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--steps-per-round", type=int, default=10)
+    p.add_argument("--seed", type=int, help="data and node seeds (default 0)")
+    p.add_argument("--task", choices=TASKS, help="data task (default digits)")
+    p.add_argument("--data-path", metavar="PATH", help="the .npz file or IDX directory "
+                   "(tasks npz and idx)")
+    p.add_argument("--network", metavar="SPEC",
+                   help='network notation ("784=300=100=10", '
+                        '"1x28x28=c16k5=pool2=c32k5=pool2=100=10") or a name the task knows '
+                        '("mlp", "cnn"); default: the task\'s "mlp"')
+    p.add_argument("--lr", type=float, help="learning rate (default 0.1)")
+    p.add_argument("--optimizer", choices=OPTIMIZERS, help="default: the node's (sgd)")
+    p.add_argument("--batch-size", type=int, help="mini-batch size (default 16)")
+    p.add_argument("--steps-per-round", type=int, help="SGD steps per round (default 10)")
+    p.add_argument("--config", type=Path, metavar="FILE",
+                   help="a node config every daemon's config starts from (see above)")
+    p.add_argument("--exchange", choices=["push-pull", "push"],
+                   help="gossip.exchange (default: the node's, push-pull)")
+    p.add_argument("--encoding", choices=list(ENCODINGS),
+                   help="gossip.encoding of pushed values (default: the node's, f32)")
+    p.add_argument("--pushes-per-round", type=pushes_per_round, metavar="auto|N",
+                   help='gossip.pushes_per_round (default: the node\'s, "auto")')
+    p.add_argument("--max-in-flight", type=int, metavar="K",
+                   help="gossip.max_in_flight (default: the node's)")
     p.add_argument("--keep", action="store_true", help="keep the data directories")
     p.add_argument("--workdir", type=Path, help="where to put data directories (default: tmp)")
     p.add_argument("--timeout", type=float, default=900.0, help="give up after this many seconds")
@@ -62,14 +115,16 @@ def build_parser() -> argparse.ArgumentParser:
 def results_table(summary: dict) -> Table:
     t = Table(title="swarm results", title_justify="left")
     for col in ("node", "perm", "test accuracy", "train loss", "rounds", "pushes sent",
-                "pushes recv", "rejected", "bytes sent"):
+                "pushes recv", "rejected", "waves", "payload sent", "wire sent"):
         t.add_column(col, justify="right" if col not in ("perm",) else "left")
     for r in summary["nodes"]:
         acc = "-" if r["accuracy"] is None else f"{100 * r['accuracy']:.1f}%"
         loss = "-" if r["loss"] is None else f"{r['loss']:.3f}"
         t.add_row(str(r["node"]), r["permutation"], acc, loss, str(r["round"]),
                   str(r["pushes_sent"]), str(r["pushes_received"]), str(r["pushes_rejected"]),
-                  f"{r['bytes_sent'] / 1e6:.1f} MB")
+                  str(r.get("waves", "-")), f"{r['bytes_sent'] / 1e6:.2f} MB",
+                  "-" if r.get("wire_bytes_sent") is None
+                  else f"{r['wire_bytes_sent'] / 1e6:.2f} MB")
     return t
 
 
@@ -93,19 +148,46 @@ def plot(summary: dict, path: Path) -> None:
     fig.savefig(path, dpi=120)
 
 
+def spec_from_args(args: argparse.Namespace) -> SwarmSpec:
+    """The swarm the parsed flags ask for; with ``--config`` the file fills the flags left out.
+
+    Raises SwarmError when a flag or the config is unusable, or the network
+    does not fit the task (checked on node 0's config, before anything starts).
+    """
+    if args.nodes < 2:
+        raise SwarmError("--nodes: expected at least 2")
+    perms = tuple(p.replace("|", ",") if p else None
+                  for p in parse_permuted(args.permuted, args.nodes))
+    given = {"nodes": args.nodes, "rounds": args.rounds, "scheme": args.scheme,
+             "semi_local": args.semi_local, "permutations": perms, "privacy": args.privacy,
+             "swarm_key": args.swarm_key, "seed": args.seed, "task": args.task,
+             "data_path": args.data_path, "layers": args.network, "lr": args.lr,
+             "optimizer": args.optimizer, "batch_size": args.batch_size,
+             "steps_per_round": args.steps_per_round,
+             "pushes_per_round": args.pushes_per_round, "exchange": args.exchange,
+             "encoding": args.encoding, "max_in_flight": args.max_in_flight}
+    try:
+        if args.config is not None:
+            template = load_config(args.config)
+            spec = spec_from_template(template, template=str(args.config.resolve()), **given)
+        else:
+            spec = SwarmSpec(**{k: v for k, v in given.items() if v is not None})
+        check_task_fit(node_config(spec, 0, Path("node0"), None))
+    except ConfigError as exc:
+        raise SwarmError(str(exc)) from None
+    return spec
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     console = Console(stderr=True)
-    if args.nodes < 2:
-        console.print("--nodes: expected at least 2")
+    try:
+        spec = spec_from_args(args)
+    except SwarmError as exc:
+        console.print(f"[red]swarm not started:[/red] {exc}")
         return 2
-    perms = tuple(p.replace("|", ",") if p else None
-                  for p in parse_permuted(args.permuted, args.nodes))
-    spec = SwarmSpec(nodes=args.nodes, rounds=args.rounds, scheme=args.scheme,
-                     semi_local=args.semi_local, permutations=perms, privacy=args.privacy,
-                     swarm_key=args.swarm_key, seed=args.seed,
-                     steps_per_round=args.steps_per_round)
-    console.print(f"starting {spec.nodes} daemons, scheme {spec.scheme}"
+    console.print(f"starting {spec.nodes} daemons on task {spec.task}, network "
+                  f"{spec.network().notation()}, scheme {spec.scheme}"
                   f"{' + semi-local' if spec.semi_local else ''}, {spec.rounds} rounds")
     try:
         with Swarm(spec, workdir=args.workdir, keep=args.keep) as swarm:
@@ -150,6 +232,18 @@ def main(argv: list[str] | None = None) -> int:
               f"{100 * summary['worst_accuracy']:.1f}%, {spec.nodes} nodes, scheme {spec.scheme}"
               f"{' + semi-local' if spec.semi_local else ''}, {spec.rounds} rounds x "
               f"{spec.steps_per_round} steps, {summary['wall_seconds']:.0f}s")
+    rates = [r for r in summary["rounds_per_second"].values() if r is not None]
+    if rates:
+        out.print(f"rounds per second per daemon: median {sorted(rates)[len(rates) // 2]:.2f}, "
+                  f"slowest {min(rates):.2f}, fastest {max(rates):.2f}")
+    latency = summary["admin_status_ms"]
+    if latency is not None:
+        out.print(f"admin `status` round trip while training: median {latency['median']:.1f} ms, "
+                  f"p95 {latency['p95']:.1f} ms, max {latency['max']:.1f} ms "
+                  f"({latency['samples']:.0f} requests)")
+    wire = summary.get("mean_wire_bytes_sent")
+    out.print(f"sent per node: {summary['mean_bytes_sent'] / 1e6:.2f} MB of push-sum payload"
+              + ("" if wire is None else f", {wire / 1e6:.2f} MB written to sockets"))
     bad = [i for i, c in enumerate(summary["exit_codes"]) if c != 0]
     for i in bad:
         code = summary["exit_codes"][i]

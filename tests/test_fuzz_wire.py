@@ -1,7 +1,8 @@
 """Property-based fuzzing of everything a peer's bytes reach before a model does.
 
 Layers, outermost first: frame decoder, AEAD opener, handshake, message codec,
-then the message validators (push-sum core, peer sampler). Each property states
+then the message validators (push-sum core with its encoded vectors, peer
+sampler). Each property states
 what hostile input may cause: only the layer's own error class, never another
 exception, never a state change on refusal, never more memory than one frame.
 
@@ -20,7 +21,20 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gossip import Push, PushSum, RejectedPush
+from gossip import (
+    ENCODINGS,
+    INT8_BLOCK,
+    EncodedVector,
+    InvalidValues,
+    Push,
+    PushAck,
+    PushSum,
+    RejectedAck,
+    RejectedPush,
+    RejectedReply,
+    decode,
+    encode,
+)
 from p2p.runtime.protocol import register_node_messages
 from p2p.wire import codec
 from p2p.wire.codec import DecodeError
@@ -57,8 +71,13 @@ def _descriptor(i: int, tags: frozenset[bytes] = frozenset()) -> Descriptor:
 def _valid_messages() -> list[object]:
     values = np.linspace(-1, 1, LENGTH)
     return [
-        Push(FP, 3, values, 0.5),
-        Push(FP, 4, values, 0.25, True, True, 0),
+        Push(FP, 3, encode(values, "f64"), 0.5),
+        Push(FP, 4, encode(values, "f32"), 0.25, True, True, 0),
+        Push(FP, 5, encode(values, "f16"), 0.25, want_reply=True),
+        Push(FP, 6, encode(values, "bf16"), 0.25, want_reply=True),
+        Push(FP, 7, encode(values, "int8"), 0.25, want_reply=True),
+        PushAck(FP, 8),
+        PushAck(FP, 9, encode(values / 10, "int8"), 0.25),
         ShuffleRequest(_descriptor(1, frozenset({FP})), (_descriptor(2), _descriptor(3)), None),
         ShuffleRequest(_descriptor(4), (), FP),
         ShuffleReply((_descriptor(5),), None),
@@ -84,18 +103,41 @@ def _core_state(core: PushSum) -> tuple[float, bytes]:
     return core.weight, core.values.tobytes()
 
 
+PEER = b"\x03" * 32
+
+
+def check_ack_reaches_the_core_safely(ack: PushAck) -> None:
+    """An ack (reply included) for a push-pull request the core really sent."""
+    core = _fresh_core()
+    ((peer, push),) = core.make_pushes([PEER], 0.0)
+    assert push.want_reply
+    answer = PushAck(ack.model, push.push_id, ack.reply, ack.reply_weight)
+    before = _core_state(core)
+    try:
+        core.on_ack(peer, answer, 0.0)
+    except RejectedReply:
+        pass  # the ack was applied, the reply dropped: a plain ack's outcome
+    except RejectedAck:
+        assert _core_state(core) == before  # refusal changes nothing
+    assert np.all(np.isfinite(core.values))
+    assert 0 < core.weight <= core.max_weight
+
+
 def check_message_reaches_validators_safely(msg: object) -> None:
     """A decoded message handed to the node's validators: refused cleanly or applied sanely."""
     if isinstance(msg, Push):
         core = _fresh_core()
         before = _core_state(core)
         try:
-            core.on_push(b"\x01" * 32, msg, 0.0)
+            ack = core.on_push(b"\x01" * 32, msg, 0.0)
         except RejectedPush:
             assert _core_state(core) == before  # refusal changes nothing
         else:
             assert np.all(np.isfinite(core.values))
             assert 0 < core.weight <= core.max_weight
+            assert isinstance(ack, PushAck) and ack.push_id == msg.push_id
+    elif isinstance(msg, PushAck):
+        check_ack_reaches_the_core_safely(msg)
     elif isinstance(msg, ShuffleRequest):
         sampler = _fresh_sampler()
         reply = sampler.on_request(msg, 0.0)
@@ -154,8 +196,9 @@ def prop_mutated_payloads(index: int, flips: list[tuple[int, int]], cut: int | N
 
 @given(index=st.integers(0, len(VALID) - 1),
        changes=st.dictionaries(st.text(max_size=10) | st.sampled_from(
-           ["model", "push_id", "values", "weight", "masked", "noisy", "noise_age", "sender",
-            "entries", "view", "nonce", "v", "t"]), msgpack_values, max_size=4),
+           ["model", "push_id", "values", "weight", "masked", "noisy", "noise_age", "want_reply",
+            "reply", "reply_weight", "sender", "entries", "view", "nonce", "v", "t"]),
+           msgpack_values, max_size=4),
        drop=st.lists(st.text(max_size=10), max_size=2))
 def prop_wrong_fields(index: int, changes: dict[str, Any], drop: list[str]) -> None:
     """Valid messages with fields replaced by any msgpack value, removed or added."""
@@ -166,34 +209,128 @@ def prop_wrong_fields(index: int, changes: dict[str, Any], drop: list[str]) -> N
     check_decode(msgpack.packb(fields, use_bin_type=True))
 
 
-@given(values=st.lists(st.floats(allow_nan=True, allow_infinity=True, width=64),
-                       min_size=0, max_size=2 * LENGTH),
+# Data dtypes: those the codec allows, and some it must refuse.
+_WIRE_DTYPES = ["<f8", "<f4", "<f2", "<u2", "|i1"]
+_OFF_LIST_DTYPES = [">f8", "<i8", "|u1", "f8", "<c16", "|b1"]
+
+
+def _as_bytes(values: np.ndarray, dtype: str) -> bytes:
+    if dtype in ("<c16", "f8"):
+        return values.tobytes()
+    with np.errstate(all="ignore"):  # casting NaN/inf to ints is the point here
+        return values.astype(np.dtype(dtype)).tobytes()
+
+
+_DTYPE_OF = {"f64": "<f8", "f32": "<f4", "f16": "<f2", "bf16": "<u2", "int8": "|i1"}
+
+
+@st.composite
+def encoded_vectors(draw: st.DrawFn) -> tuple[dict[str, Any], EncodedVector | None]:
+    """A hostile encoded vector: its wire map and, if numpy can hold it, the object.
+
+    Mostly well-formed with a few faults, so that the deep checks (non-finite
+    values and scales, counts) are reached as well as the shallow ones.
+    """
+    faults = draw(st.sets(st.sampled_from(
+        ["encoding", "length", "n", "dtype", "scale count", "scale dtype"]), max_size=2))
+    encoding = draw(st.sampled_from(ENCODINGS))
+    if "encoding" in faults:
+        encoding = draw(st.sampled_from([*ENCODINGS, "f8", "", "int4"]))
+    n = draw(st.integers(0, 2 * LENGTH)) if "n" in faults else LENGTH
+    length = draw(st.sampled_from([n, LENGTH - 1, -1, 2**40])) if "length" in faults else n
+    dtype = _DTYPE_OF.get(encoding, "<f8")
+    if "dtype" in faults:
+        dtype = draw(st.sampled_from(_WIRE_DTYPES + _OFF_LIST_DTYPES))
+    finite = st.floats(-1e4, 1e4) | st.integers(-300, 300).map(float)
+    anything = st.floats(allow_nan=True, allow_infinity=True, width=64)
+    raw = np.array(draw(st.lists(finite | anything if draw(st.booleans()) else finite,
+                                 min_size=n, max_size=n)), dtype=np.float64)
+    if dtype == "<u2":  # bfloat16 bits: any pattern, NaN and infinity ones included
+        raw = np.array(draw(st.lists(st.integers(0, 0xFFFF), min_size=n, max_size=n)),
+                       dtype=np.float64)
+    blocks = -(-n // INT8_BLOCK) if encoding == "int8" else 0
+    if "scale count" in faults:
+        blocks = draw(st.integers(0, 3))
+    good_scale = st.floats(0, 1e6, width=32)
+    scale = good_scale | st.floats(allow_nan=True, allow_infinity=True, width=32) \
+        if draw(st.booleans()) else good_scale
+    scales = np.array(draw(st.lists(scale, min_size=blocks, max_size=blocks)), dtype=np.float32)
+    scale_dtype = draw(st.sampled_from(["<f8", "|i1", "<f2"])) if "scale dtype" in faults \
+        else "<f4"
+    data_bytes = _as_bytes(raw, dtype)
+    scale_bytes = _as_bytes(scales, scale_dtype)
+    item = np.dtype(dtype).itemsize if dtype != "f8" else 8
+    wire = {
+        "encoding": encoding, "length": length,
+        "data": {"dtype": dtype, "n": len(data_bytes) // item, "data": data_bytes},
+        "scales": {"dtype": scale_dtype, "n": len(scales), "data": scale_bytes},
+    }
+    vector = None
+    if dtype in _WIRE_DTYPES and length >= 0:
+        vector = EncodedVector(encoding, length, np.frombuffer(data_bytes, np.dtype(dtype)),
+                               np.frombuffer(scale_bytes, np.dtype(scale_dtype)))
+    return wire, vector
+
+
+@given(vector=encoded_vectors(),
        weight=st.floats(allow_nan=True, allow_infinity=True) | st.integers(-5, 5),
-       dtype=st.sampled_from(["<f8", "<f4", ">f8", "<i8", "|u1", "f8", "<c16"]),
        model=st.sampled_from([FP, bytes(32), FP[:31], b""]),
        push_id=st.integers(-2**63, 2**64 - 1),
-       flags=st.tuples(st.booleans(), st.booleans(), st.integers(-3, 2**40)))
-def prop_push_vectors(values: list[float], weight: float, dtype: str, model: bytes,
-                      push_id: int, flags: tuple[bool, bool, int]) -> None:
-    """NaN/inf vectors, wrong lengths, dtypes, fingerprints and weights never get merged."""
-    arr = np.array(values, dtype=np.float64)
-    with np.errstate(all="ignore"):  # casting NaN/inf to ints is the point here
-        data = arr.astype(np.dtype(dtype)).tobytes() if dtype[-2:] != "16" else arr.tobytes()
+       flags=st.tuples(st.booleans(), st.booleans(), st.integers(-3, 2**40), st.booleans()))
+def prop_push_vectors(vector: tuple[dict[str, Any], EncodedVector | None], weight: float,
+                      model: bytes, push_id: int, flags: tuple[bool, bool, int, bool]) -> None:
+    """Malformed encoded vectors, NaN/inf, lengths, dtypes, scales, fingerprints, weights:
+    refused (CodecError at the wire, InvalidValues/RejectedPush past it), never merged."""
+    wire, encoded = vector
     raw = {"v": codec.PROTOCOL_VERSION, "t": "push", "model": model, "push_id": push_id,
-           "values": {"dtype": dtype, "n": len(values), "data": data}, "weight": weight,
-           "masked": flags[0], "noisy": flags[1], "noise_age": flags[2]}
+           "values": wire, "weight": weight, "masked": flags[0], "noisy": flags[1],
+           "noise_age": flags[2], "want_reply": flags[3]}
     check_decode(msgpack.packb(raw, use_bin_type=True))
-    # the core itself, fed directly (no codec in front)
+    ack = {"v": codec.PROTOCOL_VERSION, "t": "push_ack", "model": model, "push_id": push_id,
+           "reply": wire, "reply_weight": weight}
+    check_decode(msgpack.packb(ack, use_bin_type=True))
+    if encoded is None:
+        return
+    # decode itself, fed directly (no codec in front): InvalidValues or a finite copy
+    try:
+        out = decode(encoded, LENGTH)
+    except InvalidValues:
+        pass
+    else:
+        assert out.shape == (LENGTH,) and np.all(np.isfinite(out)) and out.flags.writeable
+        assert encoded.encoding in ENCODINGS and encoded.length == LENGTH
+    # the core itself, fed directly
     core = _fresh_core()
     before = _core_state(core)
-    push = Push(model, push_id, arr, weight, flags[0], flags[1], flags[2])  # type: ignore[arg-type]
+    push = Push(model, push_id, encoded, weight, flags[0], flags[1], flags[2], flags[3])  # type: ignore[arg-type]
     try:
         core.on_push(b"\x02" * 32, push, 0.0)
     except RejectedPush:
         assert _core_state(core) == before
     else:
-        assert len(values) == LENGTH and np.all(np.isfinite(arr)) and model == FP
+        assert encoded.length == LENGTH and model == FP
         assert np.all(np.isfinite(core.values))
+    if isinstance(weight, float):
+        check_ack_reaches_the_core_safely(PushAck(FP, 0, encoded, weight))
+
+
+@given(index=st.sampled_from([i for i, p in enumerate(VALID_FIELDS) if p["t"] in
+                              ("push", "push_ack") and p.get("values", p.get("reply"))]),
+       where=st.sampled_from(["", "data", "scales"]),
+       changes=st.dictionaries(st.sampled_from(["encoding", "length", "data", "scales", "dtype",
+                                                "n", "x"]), msgpack_values, max_size=3),
+       drop=st.lists(st.sampled_from(["encoding", "length", "data", "scales", "dtype", "n"]),
+                     max_size=2))
+def prop_encoded_vector_fields(index: int, where: str, changes: dict[str, Any],
+                               drop: list[str]) -> None:
+    """Fields inside a valid push's or reply's encoded vector replaced, removed or added."""
+    fields = msgpack.unpackb(VALID[index], raw=False)
+    key = "values" if fields["t"] == "push" else "reply"
+    target = fields[key] if not where else fields[key][where]
+    target.update(changes)
+    for name in drop:
+        target.pop(name, None)
+    check_decode(msgpack.packb(fields, use_bin_type=True))
 
 
 _SEALER_KEY = b"k" * 32
@@ -254,7 +391,7 @@ def prop_handshake(payloads: list[bytes], hello_changes: dict[str, Any], keyed: 
 
 
 PROPERTIES = [prop_frame_decoder, prop_mutated_payloads, prop_wrong_fields, prop_push_vectors,
-              prop_sealed_frames, prop_handshake]
+              prop_encoded_vector_fields, prop_sealed_frames, prop_handshake]
 
 
 def _run(prop: Any, examples: int) -> None:

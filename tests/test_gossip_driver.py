@@ -20,6 +20,7 @@ from gossip import (
     model_fingerprint,
     node_id,
 )
+from gossip.wave_rule import Next, WaveRule
 
 FP = model_fingerprint("G")
 LATENCY = 0.01  # virtual seconds per push exchange
@@ -300,3 +301,215 @@ def test_driver_names_a_bad_setting(settings: dict[str, float], key: str) -> Non
     net = FakeNet(cores)
     with pytest.raises(ValueError, match=key):
         GossipDriver({"G": cores[0]}, net.transport(node_id(0)), lambda fp, k: [], **settings)
+
+
+# ----------------------------------------------------------------- the wave rule
+
+
+def test_wave_rule_fixed_counts_waves() -> None:
+    plan = WaveRule.parse(3).plan()
+    assert plan.begin_round()
+    steps = []
+    for _ in range(4):
+        steps.append(plan.next(drift=0.01, answers_due=0))
+        plan.waves += 1
+    assert steps == [Next.START, Next.START, Next.START, Next.STOP]
+
+
+def test_auto_mixes_while_the_gap_exceeds_the_drift() -> None:
+    plan = WaveRule(gap_ratio=2.0, max_waves=4).plan()
+    assert plan.begin_round()
+    assert plan.next(0.01, 0) is Next.START  # always one wave
+    plan.waves = 1
+    assert plan.next(0.01, 1) is Next.WAIT  # its answer decides
+    plan.gaps.append(0.2)  # 20 rounds of drift apart: mix on
+    assert plan.next(0.01, 0) is Next.START
+    plan.waves, plan.gaps = 2, [0.2, 0.1]
+    assert plan.next(0.01, 0) is Next.START
+    plan.waves, plan.gaps = 3, [0.2, 0.1, 0.05]
+    assert plan.next(0.01, 0) is Next.START
+    plan.waves, plan.gaps = 4, [0.2, 0.1, 0.05, 0.04]
+    assert plan.next(0.01, 0) is Next.STOP  # the cap
+    plan.waves, plan.gaps = 2, [0.2, 0.015]
+    assert plan.next(0.01, 0) is Next.STOP  # within 2 rounds of drift
+    plan.waves, plan.gaps = 2, [0.05, 0.06]
+    assert plan.next(0.01, 0) is Next.STOP  # no longer shrinking
+
+
+def test_auto_spaces_rounds_out_while_one_wave_suffices() -> None:
+    rule = WaveRule(gap_ratio=2.0, max_interval=3)
+    plan = rule.plan()
+    exchanged = []
+    for _ in range(9):  # every exchange finds the gap within the drift at once
+        go = plan.begin_round()
+        exchanged.append(go)
+        if go:
+            plan.waves, plan.gaps = 1, [0.01]
+            plan.end_round(0.01)
+    assert exchanged == [True, False, True, False, False, True, False, False, True]
+    assert [plan.begin_round() for _ in range(3)] == [False, False, True]
+    plan.waves, plan.gaps = 3, [0.5, 0.3, 0.2]  # far apart again: after every round
+    plan.end_round(0.01)
+    assert plan.interval == 1 and plan.begin_round()
+
+
+def test_auto_without_a_measure_makes_the_blind_waves() -> None:
+    plan = WaveRule(blind_waves=2).plan()  # one-way pushes: no gap comes back
+    plan.begin_round()
+    assert plan.next(0.01, 0) is Next.START
+    plan.waves = 1
+    assert plan.next(0.01, 0) is Next.START
+    plan.waves = 2
+    assert plan.next(0.01, 0) is Next.STOP
+    plan.end_round(0.01)
+    assert plan.interval == 1
+
+
+def test_auto_keeps_the_pace_of_the_last_trained_round() -> None:
+    plan = WaveRule(gap_ratio=2.0).plan()
+    plan.begin_round()
+    plan.waves, plan.gaps = 2, [0.3, 0.015]
+    assert plan.next(0.01, 0) is Next.STOP
+    plan.begin_round()  # the node stopped training: drift 0
+    plan.waves, plan.gaps = 1, [0.015]
+    assert plan.next(0.0, 0) is Next.STOP  # judged against the last drift, not the floor
+
+
+@pytest.mark.parametrize("value", [0, -1, 1.5, "often", True])
+def test_wave_rule_names_a_bad_count(value: object) -> None:
+    with pytest.raises(ValueError, match="pushes_per_round"):
+        WaveRule.parse(value)  # type: ignore[arg-type]
+
+
+# ----------------------------------------------------------------- auto and pipelining
+
+
+async def _train_and_mix(drivers: Sequence[GossipDriver], cores: Sequence[PushSum],
+                         rng: np.random.Generator, step: float) -> list[int]:
+    """One round: every core moves by ``step`` (relative noise), then mixes; waves per node."""
+    before = [sum(d.waves.values()) for d in drivers]
+    for core in cores:
+        values = core.values
+        core.set_values(values + step * rng.normal(0.0, 1.0, values.shape) * np.abs(values))
+    async with trio.open_nursery() as nursery:
+        for d in drivers:
+            nursery.start_soon(d.mix_round)
+    return [sum(d.waves.values()) - b for d, b in zip(drivers, before, strict=True)]
+
+
+async def test_auto_mixes_more_while_far_apart_and_less_once_close(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    cores, init = make_cores(6, dim=64, seed=3, encoding="f64", delta_encoding="f64")
+    net = FakeNet(cores)
+    drivers = make_drivers(net, pushes_per_round="auto")
+    rng = np.random.default_rng(7)
+    first = await _train_and_mix(drivers, cores, rng, step=1e-3)
+    for _ in range(30):
+        await _train_and_mix(drivers, cores, rng, step=1e-3)
+    late = [0] * len(cores)
+    for _ in range(12):
+        late = [a + b for a, b in zip(late, await _train_and_mix(drivers, cores, rng, 1e-3),
+                                      strict=True)]
+    # far apart (values N(1, 1), drift 0.1 %): several waves after the first round
+    assert sum(first) >= 2.5 * len(cores)
+    # once they agree to within a round's drift: fewer than one wave per round
+    assert sum(late) < 12 * len(cores) * 0.75
+    assert all(c.outstanding == 0 for c in cores)
+    assert abs(net.total_weight() - len(cores)) <= 1e-9 * len(cores)
+
+
+class _Concurrency:
+    """Counts a sender's pushes in flight in a fake transport."""
+
+    def __init__(self, inner: _FakeTransport) -> None:
+        self.inner = inner
+        self.now = 0
+        self.peak = 0
+
+    async def push(self, peer: bytes, push: Push) -> PushAck:
+        self.now += 1
+        self.peak = max(self.peak, self.now)
+        try:
+            return await self.inner.push(peer, push)
+        finally:
+            self.now -= 1
+
+
+@pytest.mark.parametrize("in_flight", [1, 3])
+async def test_pipelining_keeps_up_to_max_in_flight_pushes_going(
+    autojump_clock: trio.testing.MockClock, in_flight: int,
+) -> None:
+    cores, init = make_cores(5, max_in_flight=in_flight)
+    net = FakeNet(cores)
+    me = node_id(0)
+    others = [p for p in net.cores if p != me]
+    turn = iter(range(10**6))
+
+    def next_holder(fingerprint: bytes, count: int) -> list[bytes]:
+        return [others[next(turn) % len(others)]]  # a different peer each time
+
+    counted = _Concurrency(net.transport(me))
+    driver = GossipDriver({"G": cores[0]}, counted, next_holder, push_timeout=TIMEOUT,
+                          pushes_per_round=6)
+    started = trio.current_time()
+    await driver.mix_round()
+    elapsed = trio.current_time() - started
+    assert driver.waves["G"] == 6 and cores[0].counters.acks == 6
+    assert counted.peak == in_flight
+    # k in flight: the six exchanges take about 6/k round trips, not 6
+    assert elapsed == pytest.approx(LATENCY * 6 / in_flight)
+    assert abs(net.total_weight() - 5.0) <= 1e-9 * 5
+    np.testing.assert_allclose(net.total_mass(), init.sum(axis=0), rtol=1e-9)
+
+
+async def test_a_maybe_delivered_push_ends_the_round_and_is_retransmitted_later(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    cores, init = make_cores(2)
+    a, b = cores
+    A, B = node_id(0), node_id(1)
+
+    lost: list[int] = []
+
+    def ack_lost(src: bytes, dst: bytes, push: Push, attempt: int) -> Exception | None:
+        if not lost or push.push_id == lost[0] and attempt == 1:
+            lost.append(push.push_id)
+            b.on_push(src, push, trio.current_time())  # merged, then the reply is lost
+            return PushUndelivered("reply timed out", maybe_delivered=True)
+        return None
+
+    net = FakeNet(cores, ack_lost)
+    driver = GossipDriver({"G": a}, net.transport(A), lambda fp, k: [B], push_timeout=TIMEOUT,
+                          pushes_per_round="auto")
+    with trio.fail_after(TIMEOUT / 2):  # the round does not wait for the retransmission
+        await driver.mix_round()
+    assert len(net.sent) == 1 and a.outstanding == 1 and a.weight == 1.0
+    await trio.sleep(TIMEOUT)
+    await driver.mix_round()  # the retransmission first, then this round's new exchange
+    assert net.sent[1] == net.sent[0]  # same push id, merged once
+    later = [push_id for _, _, push_id in net.sent[2:]]
+    assert later and net.sent[0][2] not in later
+    assert b.counters.duplicates == 1 and b.counters.pushes_received == 1 + len(later)
+    assert a.outstanding == 0
+    assert a.weight + b.weight == pytest.approx(2.0, rel=1e-12)
+    np.testing.assert_allclose(a.mass + b.mass, init.sum(axis=0), rtol=1e-9)
+
+
+async def test_auto_skipping_a_round_still_retransmits(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    cores, _ = make_cores(2)
+    a, _b = cores
+    A, B = node_id(0), node_id(1)
+    net = FakeNet(cores, lambda src, dst, push, attempt:
+                  PushUndelivered("reply timed out", maybe_delivered=True) if attempt == 1
+                  else None)
+    driver = GossipDriver({"G": a}, net.transport(A), lambda fp, k: [B], push_timeout=TIMEOUT,
+                          pushes_per_round="auto")
+    await driver.mix_round()
+    driver.plans["G"].interval = 3  # as if one wave had sufficed lately
+    await trio.sleep(TIMEOUT)
+    await driver.mix_round()  # a skipped round: no new push, the expired one goes again
+    assert [push_id for _, _, push_id in net.sent] == [net.sent[0][2]] * 2
+    assert a.outstanding == 0 and driver.waves["G"] == 1

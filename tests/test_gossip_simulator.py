@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from gossip import Faults, ModelSpec, Push, PushSum, Simulation, random_models
+from gossip import Faults, ModelSpec, Push, PushSum, Simulation, decode, random_models
 
 
 def test_partial_model_averages_over_exactly_its_holders() -> None:
@@ -12,7 +12,7 @@ def test_partial_model_averages_over_exactly_its_holders() -> None:
     holders_a = tuple(int(i) for i in rng.choice(32, size=8, replace=False))
     g = ModelSpec("G", tuple(range(32)), rng.normal(1.0, 1.0, size=(32, 6)))
     a = ModelSpec("A", holders_a, rng.normal(5.0, 2.0, size=(8, 6)))
-    sim = Simulation([g, a], seed=3)
+    sim = Simulation([g, a], seed=3, encoding="f64")  # exact: no wire rounding
     sim.run(80)
     mean_a = a.initial.mean(axis=0)
     mean_g = g.initial.mean(axis=0)
@@ -47,7 +47,7 @@ def test_message_loss_neither_drains_nor_inflates() -> None:
 
 def test_crash_takes_only_its_own_mass() -> None:
     sim = Simulation(random_models(16, 4, np.random.default_rng(2)), seed=2,
-                     faults=Faults(crashes=((5, 3),)))
+                     faults=Faults(crashes=((5, 3),)), encoding="f64")
     sim.run(100)
     sim.quiesce()
     lost = 16.0 - sim.total_weight("G")
@@ -76,11 +76,13 @@ def test_masked_mode_is_exact_and_hides_values() -> None:
 
     def observe(rnd: int, src: int, dst: int, push: Push, core: PushSum) -> None:
         if push.masked:
-            a, b = push.values - push.values.mean(), core.values - core.values.mean()
+            sent = decode(push.values, dim)
+            a, b = sent - sent.mean(), core.values - core.values.mean()
             corr.append(abs(float(a @ b / np.linalg.norm(a) / np.linalg.norm(b))))
 
     models = random_models(16, dim, np.random.default_rng(4))
-    sim = Simulation(models, seed=4, privacy="masked", on_send=observe, unmask_after=30)
+    sim = Simulation(models, seed=4, privacy="masked", on_send=observe, unmask_after=30,
+                     encoding="f64")
     sim.run(120)
     sim.quiesce()
     assert len(corr) == 16 * 3
@@ -104,3 +106,65 @@ def test_masked_crash_residual_is_bounded_and_shrinks_later() -> None:
     # a crash costs what it costs without masking
     assert early < 100.0 * 3 / 16
     assert late < 0.05 < early or late < early
+
+
+def test_default_exchange_agrees_to_float32_precision_with_exact_sums() -> None:
+    # push-pull, float32 pushes, int8 replies: rounding stays with whoever
+    # encoded, so the sums stay exact and the holders agree to float32 precision
+    sim = Simulation(random_models(32, 4, np.random.default_rng(0)), seed=0)
+    rounds = sim.run_until("G", 1e-6, 200, worst_coordinate=True)
+    assert rounds is not None and rounds < 60
+    sim.drain()
+    assert abs(sim.total_weight("G") - 32.0) < 1e-9 * 32
+    np.testing.assert_allclose(sim.total_mass("G"), sim.models["G"].initial.sum(axis=0),
+                               rtol=1e-12)
+    replies = sum(c.counters.replies_received for c in sim.cores.values())
+    assert replies > 32 * (rounds - 2)  # nearly every exchange was two-way
+
+
+def test_push_pull_mixes_in_fewer_rounds_than_push() -> None:
+    def rounds(exchange: str) -> float:
+        out = []
+        for seed in range(2):
+            sim = Simulation(random_models(16, 4, np.random.default_rng(seed)), seed=seed,
+                             exchange=exchange, encoding="f64")
+            r = sim.run_until("G", 1e-6, 300)
+            assert r is not None
+            out.append(r)
+        return float(np.median(out))
+
+    assert rounds("push-pull") < 0.85 * rounds("push")
+
+
+def test_push_pull_under_loss_and_pipelining_neither_drains_nor_inflates() -> None:
+    for max_in_flight in (1, 3):
+        sim = Simulation(random_models(16, 4, np.random.default_rng(1)), seed=1,
+                         faults=Faults(loss=0.1, max_delay=0.5), max_in_flight=max_in_flight)
+        sim.run(50)
+        sim.quiesce()
+        assert abs(sim.total_weight("G") / 16 - 1.0) < 0.1
+        assert sim.errors("G").max() < 0.05
+
+
+def test_coarse_requests_do_not_stall_and_references_save_bytes() -> None:
+    # int8 pushes of absolute values round relative to the values and stall
+    # above 1e-4 (one-way pushes measure no disagreement, so they never widen);
+    # push-pull requests as deltas against the pair's reference (widened while
+    # too coarse) reach it in about as many rounds as float32 requests, with
+    # about half the bytes
+    def run(**kw) -> tuple[int | None, float]:
+        sim = Simulation(random_models(16, 256, np.random.default_rng(2)), seed=2, **kw)
+        r = sim.run_until("G", 1e-4, 60, worst_coordinate=True)
+        sim.drain()
+        np.testing.assert_allclose(sim.total_mass("G"), sim.models["G"].initial.sum(axis=0),
+                                   rtol=1e-12)
+        return r, float(np.mean(sim.bytes_sent("G")))
+
+    assert run(exchange="push", encoding="int8")[0] is None  # the floor of absolute int8
+    f32_r, f32_bytes = run(reference_store_bytes=0)
+    int8_r, int8_bytes = run(encoding="int8", reference_store_bytes=0)  # widened, no deltas
+    assert f32_r is not None and int8_r is not None
+    for encoding in ("int8", "f16"):
+        r, sent = run(encoding=encoding)
+        assert r is not None and r <= f32_r + 3
+        assert sent < 0.6 * f32_bytes and sent < 0.8 * int8_bytes

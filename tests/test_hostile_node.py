@@ -20,12 +20,13 @@ import numpy as np
 import pytest
 import trio
 
-from gossip import PushAck
+from gossip import INT8_BLOCK, PushAck, encode
 from p2p.config import LimitsConfig
 from p2p.runtime.node import Node
 from p2p.testing import (
     admin_request,
     ask,
+    encoded_vector_fields,
     fast_spec,
     open_session,
     push_payload,
@@ -146,7 +147,8 @@ async def test_silent_connection_is_closed_after_connect_timeout(
 
 def _bad_push(v: Running, kind: str) -> bytes:
     good = np.random.default_rng(2).normal(size=v.length)
-    values = good.copy()
+    values: np.ndarray | dict[str, object] = good.copy()
+    encoding, scales = "f64", None
     if kind == "nan":
         values[3] = np.nan
     elif kind == "inf":
@@ -163,20 +165,48 @@ def _bad_push(v: Running, kind: str) -> bytes:
         values = good[:-1]
     elif kind == "long vector":
         values = np.concatenate([good, good[:5]])
-    elif kind == "float32 vector":
+    elif kind == "data shorter than its length":
+        values = encoded_vector_fields(good[:-1], "f64", length=v.length)
+    elif kind == "float32 data declared f64":
         values = good.astype(np.float32)
+    elif kind == "unknown encoding":
+        encoding = "f8"
+    elif kind == "bf16 infinity":
+        values, encoding = np.full(v.length, 0x7F80, dtype="<u2"), "bf16"
+    elif kind == "f16 nan":
+        values, encoding = np.full(v.length, np.nan, dtype="<f2"), "f16"
+    elif kind == "scales on a float vector":
+        encoding, scales = "f64", np.ones(1, dtype=np.float32)
+    elif kind.startswith("int8 "):
+        values, encoding = np.ones(v.length, dtype=np.int8), "int8"
+        blocks = -(-v.length // INT8_BLOCK)
+        scales = np.full(blocks, 0.5, dtype=np.float32)
+        if kind == "int8 negative scale":
+            scales[-1] = -0.5
+        elif kind == "int8 nan scale":
+            scales[0] = np.nan
+        elif kind == "int8 missing scale":
+            scales = scales[:-1]
     elif kind.startswith("weight "):
         weight = float(kind.split()[1])
     push_id = -4 if kind == "negative push_id" else 9
-    return push_payload(model, values, weight, push_id=push_id)
+    return push_payload(model, values, weight, push_id=push_id, encoding=encoding, scales=scales)
 
 
 BAD_PUSHES = {
-    "nan": "non-finite", "inf": "non-finite", "-inf": "non-finite",
+    "nan": "is not finite", "inf": "is not finite", "-inf": "is not finite",
     "huge values": "exceeds the bound",
     "wrong fingerprint": "does not hold",
-    "short vector": "expected shape", "long vector": "expected shape",
-    "float32 vector": "float64",
+    "short vector": "declares length", "long vector": "declares length",
+    "data shorter than its length": "f64 data has",
+    "float32 data declared f64": "must have dtype <f8, got <f4",
+    "unknown encoding": "unknown encoding 'f8'",
+    "bf16 infinity": "bf16 value inf at index 0 is not finite",
+    "f16 nan": "f16 value nan at index 0 is not finite",
+    "scales on a float vector": "f64 scales has 1 items, expected 0",
+    "int8 negative scale": "is negative",
+    "int8 nan scale": "of block 0 is not finite",
+    "int8 missing scale": "int8 scales has",
     "weight 0": "weight", "weight -1": "weight", "weight inf": "weight",
     "weight nan": "weight", "weight 1e300": "weight",
     "negative push_id": "push_id",
@@ -231,9 +261,17 @@ WRONG = {
     "wrong field type": (lambda v: push_payload(v.model, np.zeros(v.length), "0.5"),
                          "close:invalid push message"),
     "array length lies": (
-        lambda v: _raw("push", model=v.model, push_id=1, weight=0.1, masked=False, noisy=False,
-                       noise_age=0, values={"dtype": "<f8", "n": v.length, "data": b"\0" * 8}),
+        lambda v: push_payload(v.model, {**encoded_vector_fields(np.zeros(v.length)), "data": {
+            "dtype": "<f8", "n": v.length, "data": b"\0" * 8}}, 0.1),
         "close:array data"),
+    "array dtype off the list": (
+        lambda v: push_payload(v.model, np.zeros(v.length, dtype=np.int64), 0.1),
+        "close:not allowed"),
+    "values not an encoded vector": (
+        lambda v: _raw("push", model=v.model, push_id=1, values=[1.0], weight=0.1, masked=False,
+                       noisy=False, noise_age=0, want_reply=False, base=0,
+                       base_by_sender=False),
+        "close:expected a map for EncodedVector"),
     "not a map": (lambda v: msgpack.packb([1, 2, 3]), "close:expected a map"),
 }
 
@@ -362,7 +400,8 @@ async def test_flood_of_invalid_pushes_keeps_memory_of_senders_bounded(victim: R
         ms, _ = await open_session(victim.address)
         for push_id in range(80):
             push = valid_push(victim.model, victim.length, weight=1e-6, push_id=push_id)
-            push = type(push)(push.model, push.push_id, rng.normal(size=victim.length), 1e-6)
+            push = type(push)(push.model, push.push_id,
+                              encode(rng.normal(size=victim.length), "f32"), 1e-6)
             assert isinstance(await ask(ms, codec.encode(push)), PushAck)
         await ms.aclose()
     seen = victim.node.cores["global"]._seen

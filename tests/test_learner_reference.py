@@ -20,7 +20,13 @@ from learner.reference import (
     average_shared_models,
     run_reference,
 )
-from learner.schemes import SEMI_LOCAL_SCHEMES, averaging_level, semi_local_scheme
+from learner.schemes import (
+    SEMI_LOCAL_LOCAL_SCHEMES,
+    SEMI_LOCAL_SCHEMES,
+    averaging_level,
+    semi_local_local_scheme,
+    semi_local_scheme,
+)
 from learner.spec import NetworkSpec, SpecError
 from learner.trainer import TrainConfig, Trainer
 
@@ -72,6 +78,32 @@ def test_semi_local_schemes() -> None:
         ModelLayout(NET, semi_local_scheme(NET, scheme, 1))
     with pytest.raises(SpecError, match="unknown"):
         semi_local_scheme(NET, "half", 0)
+
+
+def test_semi_local_local_schemes() -> None:
+    net = NetworkSpec.parse("64=40=20=10")
+    for node in range(4):
+        assert semi_local_local_scheme(net, "none", node) == []
+        assert semi_local_local_scheme(net, "group", node)[0].name == f"group{node // 2}"
+    glob, semi0 = semi_local_local_scheme(net, "global70+semi", 0)
+    assert glob.counts == (64, 28, 14, 10)
+    # the identical pair shares every remaining hidden neuron, the other pair half of it
+    assert semi0.name == "semi0" and semi0.counts == (0, 12, 6, 0)
+    assert semi0.depends_on == ("global",)
+    _, semi1 = semi_local_local_scheme(net, "global70+semi-nodep", 3)
+    assert semi1.name == "semi1" and semi1.counts == (0, 6, 3, 0) and semi1.depends_on == ()
+    layout = ModelLayout(net, semi_local_local_scheme(net, "global70+semi", 2))
+    assert layout.owned_parameter_count("local") > 0  # the differing pair keeps a local part
+    cnn = NetworkSpec.parse("1x8x8=c10k3=pool2=20=10")
+    for scheme in SEMI_LOCAL_LOCAL_SCHEMES:  # every scheme yields a valid layout, CNN too
+        for node in range(4):
+            ModelLayout(net, semi_local_local_scheme(net, scheme, node))
+            ModelLayout(cnn, semi_local_local_scheme(cnn, scheme, node))
+    assert semi_local_local_scheme(cnn, "global70+semi", 0)[0].counts == (1, 7, 14, 10)
+    with pytest.raises(SpecError, match="unknown"):
+        semi_local_local_scheme(net, "global80+semi20", 0)
+    with pytest.raises(SpecError, match="node must be 0..3"):
+        semi_local_local_scheme(net, "none", 4)
 
 
 # ---------------------------------------------------------------- averaging
@@ -165,3 +197,55 @@ def test_reproduce_script_tiny_run(tmp_path: Path, capsys,
         assert len(entry["per_seed"]) == 2
         assert entry["p40"] <= entry["median"] <= entry["p60"]
     assert "80 global + 20 semi-local" in capsys.readouterr().out
+
+
+def _reproduce_module(monkeypatch: pytest.MonkeyPatch):
+    path = Path(__file__).resolve().parents[1] / "scripts" / "reproduce_paper.py"
+    spec = importlib.util.spec_from_file_location("reproduce_paper", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "reproduce_paper", module)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_reproduce_script_cnn_json_to_stdout(capsys, monkeypatch: pytest.MonkeyPatch) -> None:
+    reproduce_paper = _reproduce_module(monkeypatch)
+    code = reproduce_paper.main(["semi-local-local", "--network", "1x8x8=c6k3=pool2=12=10",
+                                 "--seeds", "2", "--rounds", "3", "--batch-sizes", "8",
+                                 "--variants", "none,global70+semi", "--workers", "1",
+                                 "--eval-every", "1", "--json"])
+    assert code == 0
+    captured = capsys.readouterr()
+    payload = json.loads(captured.out)  # stdout holds the JSON alone; tables on stderr
+    assert "70 global + 30/15 semi-local per pair" in captured.err
+    assert payload["settings"]["network"] == "1x8x8=c6k3=pool2=12=10"
+    assert payload["settings"]["task"] == "digits"
+    for entry in payload["results"]:
+        assert len(entry["per_seed"]) == 2
+        assert entry["curve_rounds"] == [1, 2, 3] and len(entry["curve_median"]) == 3
+        assert "rounds_to_target" in entry
+    assert payload["checks"] == []  # only averaging-level checks level 80
+
+
+def test_reproduce_script_quick_levels_and_checks(monkeypatch: pytest.MonkeyPatch) -> None:
+    reproduce_paper = _reproduce_module(monkeypatch)
+    args = reproduce_paper.parse_args(["averaging-level", "--quick", "--task", "mnist5k",
+                                       "--network", "cnn"])
+    settings = reproduce_paper.settings_from(args)
+    assert settings.variants == ("0", "80", "100")
+    assert settings.network == "1x28x28=c16k5=pool2=c32k5=pool2=100=10"
+    assert len(settings.seeds) == 3 and settings.public_size == 0
+    with pytest.raises(SystemExit, match="--network"):
+        reproduce_paper.settings_from(reproduce_paper.parse_args(
+            ["averaging-level", "--network", "1x8x8=c4k3=bn=10"]))
+    settings = reproduce_paper.settings_from(reproduce_paper.parse_args(
+        ["averaging-level", "--seeds", "2", "--batch-sizes", "8", "--variants", "0,80,100"]))
+    outcome = reproduce_paper.Outcome
+    values = {(v, 8): {0: outcome(a, [], [], []), 1: outcome(b, [], [], [])}
+              for v, a, b in (("0", 0.80, 0.82), ("80", 0.90, 0.91), ("100", 0.89, 0.93))}
+    (check,) = reproduce_paper.checks(settings, values)
+    assert check["vs_0"]["above"] and check["vs_0"]["beyond_spread"]
+    assert check["vs_0"]["margin"] == pytest.approx(0.905 - 0.81)
+    assert not check["vs_100"]["above"]  # medians 0.905 against 0.91
+    assert check["vs_100"]["paired"] == {"median": pytest.approx(-0.005), "wins": 1, "runs": 2}

@@ -21,7 +21,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gossip import PushAck, PushSum
+from gossip import PushAck, PushSum, decode
 from gossip.masking import MaskSource
 from gossip.validation import MAX_ABS_VALUE
 from p2p.swarm import SwarmSpec
@@ -66,7 +66,7 @@ def test_honest_masked_payloads_stay_within_the_mask_tail(
             peers = [bytes([p]) for p in ((j + d) % 4 for d in range(4)) if p != i]
             for peer, push in nodes[i].make_pushes(peers, 0.0):
                 bound = 1.0 + (masks_acked + 1) * MASK_TAIL * mask_std
-                assert np.abs(push.values).max() <= bound
+                assert np.abs(decode(push.values, DIM)).max() <= bound
                 in_flight.append((i, peer[0], push))
         elif op == "deliver" and in_flight:
             src, dst, push = in_flight.pop(k % len(in_flight))

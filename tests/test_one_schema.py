@@ -47,7 +47,8 @@ def test_torch_names_of_learner_still_resolve() -> None:
     import learner
 
     assert learner.Trainer.__name__ == "Trainer"
-    assert learner.PartialMLP.__name__ == "PartialMLP"
+    assert learner.PartialNetwork.__name__ == "PartialNetwork"  # MLPs and CNNs
+    assert learner.PartialMLP is learner.PartialNetwork  # the name before CNNs, kept
     with pytest.raises(AttributeError):
         learner.NoSuchThing  # noqa: B018
 

@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 import trio
 
-from gossip import Push
+from gossip import Push, PushAck, encode
 from gossip.errors import PushUndelivered
 from p2p.config import config_to_dict, load_config, push_frame_bytes
 from p2p.runtime.protocol import register_node_messages
@@ -99,10 +99,15 @@ def test_frame_size_too_small_for_a_push_is_refused(tmp_path: Path) -> None:
 @pytest.mark.parametrize("parameters", [1, 3936, 266_610])
 def test_the_frame_size_bound_covers_an_encoded_push(parameters: int) -> None:
     register_node_messages()
-    push = Push(model=b"f" * 32, push_id=2**63 - 1, values=np.full(parameters, np.pi),
-                weight=1e300, masked=True, noisy=True, noise_age=2**31)
+    # f64, the largest encoding, asking for a reply (the ack's reply is no larger)
+    push = Push(model=b"f" * 32, push_id=2**63 - 1, values=encode(np.full(parameters, np.pi),
+                                                                  "f64"),
+                weight=1e300, masked=True, noisy=True, noise_age=2**31, want_reply=True)
     sealing_overhead = 64  # AEAD tag and frame header, with room to spare
     assert len(codec.encode(push)) + sealing_overhead <= push_frame_bytes(parameters)
+    # a push-pull reply travels in the ack: the same bound covers it
+    ack = PushAck(model=b"f" * 32, push_id=2**63 - 1, reply=push.values, reply_weight=1e300)
+    assert len(codec.encode(ack)) + sealing_overhead <= push_frame_bytes(parameters)
 
 
 async def test_peers_failures_and_metrics_count_the_same_failed_pushes(

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 import gossip
 import peersampling
+from gossip.compression import ENCODINGS, EncodedVector, encode
 from gossip.messages import Push, PushAck
 from p2p.runtime.protocol import NODE_MESSAGES, register_node_messages
 from p2p.wire import codec
@@ -156,6 +157,113 @@ def test_p2p_messages_round_trip() -> None:
         assert codec.decode(codec.encode(msg)) == msg
 
 
+# --- encoded vectors (gossip.compression) -------------------------------------
+
+
+@dataclass(frozen=True, eq=False)
+class Carrier:
+    vec: EncodedVector
+    maybe: EncodedVector | None
+
+
+codec.register(Carrier, "test_carrier")
+_VEC_X = np.random.default_rng(0).normal(size=300)
+
+
+@pytest.mark.parametrize("encoding", ENCODINGS)
+def test_encoded_vectors_round_trip(encoding: str) -> None:
+    for maybe in (None, encode(_VEC_X[:7], "int8")):
+        msg = Carrier(encode(_VEC_X, encoding), maybe)
+        out = codec.decode(codec.encode(msg))
+        assert isinstance(out, Carrier) and out.vec == msg.vec and out.maybe == maybe
+        assert out.vec.data.dtype == msg.vec.data.dtype and out.vec.scales.dtype == np.float32
+        assert not out.vec.data.flags.writeable  # a read-only view of the received bytes
+        # the payload is the raw encoded bytes plus a small fixed overhead
+        vectors = 1 if maybe is None else 2
+        overhead = len(codec.encode(msg)) - msg.vec.nbytes - (maybe.nbytes if maybe else 0)
+        assert overhead < 100 * vectors + 30
+
+
+def test_encoded_vector_wire_layout() -> None:
+    fields = _fields_of(Carrier(encode(np.array([1.0, -2.0]), "bf16"), None))
+    assert fields == {
+        "vec": {"encoding": "bf16", "length": 2,
+                "data": {"dtype": "<u2", "n": 2, "data": bytes.fromhex("803f00c0")},
+                "scales": {"dtype": "<f4", "n": 0, "data": b""}},
+        "maybe": None,
+    }
+
+
+_WIRE_DTYPES = {"<f8": 8, "<f4": 4, "<f2": 2, "<u2": 2, "|i1": 1}
+
+
+@pytest.mark.parametrize(
+    "dtype", [*_WIRE_DTYPES, "<i8", "<u4", "<i2", "|u1", "|b1", ">f8", ">f2", "<c8", "|O", "f8",
+              "<i1", "<u1", "<f16", "<M8[s]"])
+def test_encoded_vector_data_accepts_exactly_the_encodings_dtypes(dtype: str) -> None:
+    fields = _fields_of(Carrier(encode(np.zeros(2), "f64"), None))
+    fields["vec"]["data"] = {"dtype": dtype, "n": 2, "data": b"\x00" * 2 * _WIRE_DTYPES.get(dtype, 8)}
+    payload = _raw(t="test_carrier", **fields)
+    if dtype in _WIRE_DTYPES:
+        out = codec.decode(payload)
+        assert isinstance(out, Carrier) and out.vec.data.dtype == np.dtype(dtype)
+    else:
+        with pytest.raises(DecodeError, match=r"Carrier.vec.data: array dtype .* not allowed"):
+            codec.decode(payload)
+
+
+@pytest.mark.parametrize("dtype", ["<f8", "<f2", "<u2", "|i1", ">f4"])
+def test_encoded_vector_scales_are_float32_only(dtype: str) -> None:
+    fields = _fields_of(Carrier(encode(np.zeros(2), "int8"), None))
+    fields["vec"]["scales"] = {"dtype": dtype, "n": 1, "data": b"\x00" * np.dtype(dtype).itemsize}
+    with pytest.raises(DecodeError, match=r"Carrier.vec.scales: array dtype .* not allowed"):
+        codec.decode(_raw(t="test_carrier", **fields))
+    with pytest.raises(EncodeError, match=r"Carrier.vec.scales: .*float32"):
+        codec.encode(Carrier(EncodedVector("int8", 2, np.zeros(2, np.int8),
+                                           np.zeros(1, np.float64)), None))  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [
+        ({"length": 2.0}, r"Carrier.vec.length: expected int, got float"),
+        ({"encoding": b"f64"}, r"Carrier.vec.encoding: expected str, got bytes"),
+        ({"data": {"dtype": "<f8", "n": 3, "data": b"\x00" * 16}},
+         "Carrier.vec.data: array data has 16 bytes, expected 3 x 8"),
+        ({"data": {"dtype": "<f8", "n": 2, "data": b"\x00" * 17}},
+         "Carrier.vec.data: array data has 17 bytes, expected 2 x 8"),
+        ({"data": [0.0, 0.0]}, r"Carrier.vec.data: expected an array map"),
+        ({"scales": None}, r"Carrier.vec.scales: expected an array map"),
+        ({"extra": 1}, r"Carrier.vec: unexpected fields \['extra'\]"),
+    ],
+)
+def test_malformed_encoded_vectors_are_decode_errors(change: dict, expected: str) -> None:
+    fields = _fields_of(Carrier(encode(np.zeros(2), "f64"), None))
+    fields["vec"].update(change)
+    with pytest.raises(DecodeError, match=r"invalid test_carrier message: " + expected):
+        codec.decode(_raw(t="test_carrier", **fields))
+    del fields["vec"]["encoding"]
+    with pytest.raises(DecodeError, match=r"Carrier.vec: missing fields \['encoding'\]"):
+        codec.decode(_raw(t="test_carrier", **fields))
+
+
+def test_optional_encoded_vector_names_both_alternatives() -> None:
+    fields = _fields_of(Carrier(encode(np.zeros(2), "f64"), None))
+    fields["maybe"] = {"encoding": "f64"}
+    with pytest.raises(DecodeError, match=r"Carrier.maybe: expected EncodedVector \| None; "
+                                          r"missing fields .*; expected None, got dict"):
+        codec.decode(_raw(t="test_carrier", **fields))
+
+
+def test_encode_names_a_wrong_array_inside_an_encoded_vector() -> None:
+    bad = EncodedVector("f64", 2, np.zeros(2, dtype=np.int64), np.zeros(0, np.float32))
+    with pytest.raises(EncodeError, match=r"Carrier.vec.data: expected 1-D numpy array of "
+                                          r"float64/float32/float16/uint16/int8, got dtype int64"):
+        codec.encode(Carrier(bad, None))
+    with pytest.raises(EncodeError, match=r"Carrier.vec: expected EncodedVector, got ndarray"):
+        codec.encode(Carrier(np.zeros(2), None))  # type: ignore[arg-type]
+
+
 # --- decode errors ----------------------------------------------------------
 
 
@@ -177,8 +285,11 @@ def test_unknown_type() -> None:
 
 
 def test_wrong_or_missing_version() -> None:
-    with pytest.raises(VersionMismatch, match="protocol version 2"):
-        codec.decode(msgpack.packb({"v": 2, "t": "ping", "nonce": 1}))
+    newer = codec.PROTOCOL_VERSION + 1
+    with pytest.raises(VersionMismatch, match=f"protocol version {newer}"):
+        codec.decode(msgpack.packb({"v": newer, "t": "ping", "nonce": 1}))
+    with pytest.raises(VersionMismatch, match="protocol version 1"):  # before encoded pushes
+        codec.decode(msgpack.packb({"v": 1, "t": "ping", "nonce": 1}))
     with pytest.raises(VersionMismatch):
         codec.decode(msgpack.packb({"t": "ping", "nonce": 1}))
     with pytest.raises(VersionMismatch):  # True == 1 in Python, but not on our wire
@@ -204,7 +315,8 @@ def test_extra_and_missing_fields() -> None:
         ("nothing", 0, "Sample.nothing: expected None"),
         ("numbers", [1, "2"], r"Sample.numbers\[1\]: expected int, got str"),
         ("pair", ["a"], "Sample.pair: expected tuple"),
-        ("items", [{"name": "x"}], r"Sample.items\[0\]Inner: missing fields \['tag'\]"),
+        ("items", [{"name": "x"}], r"Sample.items\[0\]: missing fields \['tag'\]"),
+        ("items", [{"name": 1, "tag": b""}], r"Sample.items\[0\].name: expected str, got int"),
         ("tags", [b"a", b"a"], "contains duplicates"),
         ("table", {"k": "v"}, "expected int"),
     ],
@@ -320,9 +432,12 @@ def test_node_messages_round_trip_push_and_shuffle() -> None:
     names = register_node_messages()
     assert {"push", "push_ack", "shuffle_request", "shuffle_reply", "hello"} <= set(names)
     assert register_node_messages() == names  # idempotent
-    push = Push(b"m" * 32, 5, np.arange(10, dtype=np.float64), 0.5, masked=True)
+    push = Push(b"m" * 32, 5, encode(np.arange(10, dtype=np.float64), "f64"), 0.5, masked=True)
     assert codec.decode(codec.encode(push)) == push
     assert codec.decode(codec.encode(PushAck(b"m" * 32, 5))) == PushAck(b"m" * 32, 5)
+    reply = encode(np.linspace(-1, 1, 10), "int8")
+    ack = PushAck(b"m" * 32, 5, reply, 0.25)
+    assert codec.decode(codec.encode(ack)) == ack != PushAck(b"m" * 32, 5)
     d = Descriptor(b"n" * 32, "10.0.0.1:4000", 3, frozenset({b"t" * 32}))
     for msg in (ShuffleRequest(d, (d,), b"v" * 32), ShuffleReply((d, d), None)):
         assert codec.decode(codec.encode(msg)) == msg
@@ -337,24 +452,43 @@ def test_each_package_brings_its_wire_surface() -> None:
     assert all(codec.is_registered(cls) for cls, _ in MESSAGES)
 
 
-# Payloads written by the codec before the wire surfaces moved into their
-# packages: the format on the wire must not change.
+# Payloads as the codec writes them: the format on the wire must not change by
+# accident. (Issue 13 changed it on purpose: pushes carry an EncodedVector and
+# may ask for a reply; acks may carry one.)
 _GOLDEN = {
-    "push": "89a56d6f64656cc4046d6d6d6da7707573685f696401a676616c75657383a56474797065a33c6638"
-            "a16e02a464617461c410000000000000f03f00000000000000c0a6776569676874cb3fe0000000000000"
-            "a66d61736b6564c2a56e6f697379c2a96e6f6973655f61676500a17601a174a470757368",
-    "push_ack": "84a56d6f64656cc4046d6d6d6da7707573685f696405a17601a174a8707573685f61636b",
+    "push": "8ca56d6f64656cc4046d6d6d6da7707573685f696401a676616c75657384a8656e636f64696e67a3"
+            "663634a66c656e67746802a46461746183a56474797065a33c6638a16e02a464617461c410000000"
+            "000000f03f00000000000000c0a67363616c657383a56474797065a33c6634a16e00a464617461c4"
+            "00a6776569676874cb3fe0000000000000a66d61736b6564c2a56e6f697379c2a96e6f6973655f61"
+            "676500aa77616e745f7265706c79c2a46261736500ae626173655f62795f73656e646572c2a17602"
+            "a174a470757368",
+    "push_int8": "8ca56d6f64656cc4046d6d6d6da7707573685f696401a676616c75657384a8656e636f64696e"
+                 "67a4696e7438a66c656e67746802a46461746183a56474797065a37c6931a16e02a464617461"
+                 "c4023f81a67363616c657383a56474797065a33c6634a16e01a464617461c4040502813ca677"
+                 "6569676874cb3fe0000000000000a66d61736b6564c2a56e6f697379c2a96e6f6973655f6167"
+                 "6500aa77616e745f7265706c79c3a46261736500ae626173655f62795f73656e646572c2a176"
+                 "02a174a470757368",
+    "push_ack": "86a56d6f64656cc4046d6d6d6da7707573685f696405a57265706c79c0ac7265706c795f776569"
+                "676874cb0000000000000000a17602a174a8707573685f61636b",
+    "push_ack_reply": "86a56d6f64656cc4046d6d6d6da7707573685f696405a57265706c7984a8656e636f6469"
+                      "6e67a462663136a66c656e67746802a46461746183a56474797065a33c7532a16e02a464"
+                      "617461c404003f80bea67363616c657383a56474797065a33c6634a16e00a464617461c4"
+                      "00ac7265706c795f776569676874cb3fd0000000000000a17602a174a8707573685f6163"
+                      "6b",
     "shuffle_request": "85a673656e64657284a76e6f64655f6964c4046e6e6e6ea761646472657373a3683a31a3"
-                       "61676502a47461677392c40161c40162a7656e747269657390a476696577c40176a17601"
+                       "61676502a47461677392c40161c40162a7656e747269657390a476696577c40176a17602"
                        "a174af73687566666c655f72657175657374",
 }
 
 
 def test_wire_format_of_subsystem_messages_is_unchanged() -> None:
     register_node_messages()
+    two = np.array([1.0, -2.0])
     samples = {
-        "push": Push(b"m" * 4, 1, np.array([1.0, -2.0]), 0.5),
+        "push": Push(b"m" * 4, 1, encode(two, "f64"), 0.5),
+        "push_int8": Push(b"m" * 4, 1, encode(two, "int8"), 0.5, want_reply=True),
         "push_ack": PushAck(b"m" * 4, 5),
+        "push_ack_reply": PushAck(b"m" * 4, 5, encode(np.array([0.5, -0.25]), "bf16"), 0.25),
         "shuffle_request": ShuffleRequest(
             Descriptor(b"n" * 4, "h:1", 2, frozenset({b"b", b"a"})), (), b"v"),
     }
@@ -393,7 +527,8 @@ _VALID_FIELDS = _fields_of(_sample())
 
 @settings(max_examples=150, deadline=None)
 @given(
-    t=st.sampled_from(["test_sample", "hello", "ping", "error", "push", "shuffle_request"]),
+    t=st.sampled_from(["test_sample", "test_carrier", "hello", "ping", "error", "push",
+                       "push_ack", "shuffle_request"]),
     fields=st.dictionaries(
         st.sampled_from(["count", "tags", "vector", "items", "nonce", "x"]) | st.text(max_size=6),
         _msgpack_values,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import struct
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from p2p.wire.framing import FrameDecoder, FrameTooLarge, encode_frame
@@ -72,7 +72,7 @@ def test_partial_frame_is_held_until_complete() -> None:
     decoder = FrameDecoder(max_frame_size=100)
     frame = encode_frame(b"abcdef")
     assert decoder.feed(frame[:6]) == []
-    assert decoder.in_frame and decoder.buffered == 2
+    assert decoder.in_frame and decoder.buffered == 6  # header included
     assert decoder.feed(frame[6:] + frame[:2]) == [b"abcdef"]
     assert decoder.in_frame
 
@@ -85,3 +85,98 @@ def test_encode_frame_refuses_oversized_payload() -> None:
 def test_invalid_limit_rejected() -> None:
     with pytest.raises(ValueError, match="max_frame_size"):
         FrameDecoder(0)
+
+
+# --- receiving into the decoder's buffers (get_buffer / buffer_updated) ---------------
+
+
+def _receive(decoder: FrameDecoder, data: bytes, read_size: int) -> list[bytes]:
+    """Deliver ``data`` the way a socket does: at most ``read_size`` bytes per read,
+    written into the view the decoder hands out."""
+    out: list[bytes] = []
+    pos = 0
+    while pos < len(data):
+        target = decoder.get_buffer(read_size)
+        take = min(len(target), len(data) - pos)
+        assert take > 0
+        target[:take] = data[pos : pos + take]
+        pos += take
+        out += [bytes(p) for p in decoder.buffer_updated(take)]
+    return out
+
+
+@settings(max_examples=50, deadline=None)
+@given(sizes=st.lists(st.integers(0, 200_000), min_size=1, max_size=4),
+       read_size=st.sampled_from([997, 4096, 65536, 1 << 20]))
+def test_reading_into_the_decoder_gives_the_same_frames(sizes: list[int], read_size: int) -> None:
+    payloads = [bytes([i + 1]) * n for i, n in enumerate(sizes)]
+    decoder = FrameDecoder(max_frame_size=200_000)
+    stream = b"".join(encode_frame(p) for p in payloads)
+    assert _receive(decoder, stream, read_size) == payloads
+    assert not decoder.in_frame and decoder.buffered == 0
+
+
+def test_large_body_is_read_straight_into_its_own_buffer() -> None:
+    decoder = FrameDecoder(max_frame_size=1 << 20)
+    body = bytes(range(256)) * 1024  # 256 KiB
+    frame = encode_frame(body)
+    first = decoder.get_buffer()
+    first[:100] = frame[:100]
+    assert decoder.buffer_updated(100) == []
+    assert decoder.buffered == 100 and decoder.wanted == len(body) - 96
+    rest = decoder.get_buffer()
+    assert len(rest) == len(body) - 96  # the whole remainder, nothing of the next frame
+    rest[:] = frame[100:]
+    (payload,) = decoder.buffer_updated(len(rest))
+    assert payload == body
+    # The payload is the buffer the socket wrote into (no copy), and it is writable
+    # (a sealed frame is opened in place).
+    assert payload.obj is rest.obj and not payload.readonly
+
+
+def test_small_payloads_survive_later_reads() -> None:
+    # Small frames are parsed out of a staging area that later reads reuse:
+    # a payload handed out must not change when more bytes arrive.
+    decoder = FrameDecoder(max_frame_size=100)
+    first = decoder.feed(encode_frame(b"first") + encode_frame(b"second"))
+    assert first == [b"first", b"second"]
+    decoder.feed(encode_frame(b"X" * 50) + encode_frame(b"Y" * 3)[:5])
+    assert first == [b"first", b"second"]
+    assert decoder.feed(b"YY") == [b"YYY"]
+
+
+def test_get_buffer_respects_the_limit_and_the_header() -> None:
+    decoder = FrameDecoder(max_frame_size=100)
+    assert len(decoder.get_buffer(3)) == 3
+    assert decoder.wanted == 4
+    decoder.feed(b"\x00\x00")
+    assert decoder.wanted == 2
+    assert len(decoder.get_buffer(decoder.wanted)) == 2
+
+
+def test_oversized_header_read_into_the_decoder_is_refused_for_good() -> None:
+    decoder = FrameDecoder(max_frame_size=1000)
+    target = decoder.get_buffer()
+    target[:4] = struct.pack(">I", 1001)
+    with pytest.raises(FrameTooLarge, match="1001 bytes exceeds the maximum frame size of 1000"):
+        decoder.buffer_updated(4)
+    assert decoder.buffered == 0
+    with pytest.raises(FrameTooLarge):
+        decoder.get_buffer()
+    with pytest.raises(FrameTooLarge):
+        decoder.buffer_updated(0)
+
+
+def test_truncated_frame_stays_incomplete() -> None:
+    decoder = FrameDecoder(max_frame_size=1 << 20)
+    frame = encode_frame(b"z" * 100_000)
+    assert decoder.feed(frame[:-1]) == []
+    assert decoder.in_frame and decoder.buffered == len(frame) - 1 and decoder.wanted == 1
+    assert decoder.feed(frame[-1:]) == [b"z" * 100_000]
+
+
+def test_feed_accepts_any_byte_buffer() -> None:
+    decoder = FrameDecoder(max_frame_size=100)
+    frame = encode_frame(b"abc")
+    assert decoder.feed(bytearray(frame)) == [b"abc"]
+    assert decoder.feed(memoryview(frame)) == [b"abc"]

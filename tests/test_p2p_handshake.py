@@ -162,8 +162,9 @@ def test_version_field_mismatch_inside_current_codec() -> None:
     a, b = _pair()
     hello = codec.decode(a.start()[0])
     b.start()
-    with pytest.raises(HandshakeError, match="version mismatch: peer speaks version 2"):
-        b.receive(codec.encode(dataclasses.replace(hello, version=2)))
+    other = codec.PROTOCOL_VERSION + 1
+    with pytest.raises(HandshakeError, match=f"version mismatch: peer speaks version {other}"):
+        b.receive(codec.encode(dataclasses.replace(hello, version=other)))
 
 
 def test_bad_signature() -> None:

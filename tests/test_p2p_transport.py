@@ -13,11 +13,19 @@ import trio.testing
 
 from p2p.testing import Tap, wait_until
 from p2p.wire import codec
-from p2p.wire.framing import encode_frame
+from p2p.wire.framing import encode_frame, uninitialized_buffer
 from p2p.wire.handshake import PeerInfo
 from p2p.wire.identity import Identity
 from p2p.wire.messages import ERROR_INTERNAL, ERROR_NO_REPLY, Error, Ping, Pong
-from p2p.wire.transport import PeerUnreachable, Rejected, RemoteError, Transport
+from p2p.wire.sealing import TAG_SIZE, Opener, Sealer, SealError
+from p2p.wire.transport import (
+    ConnectionFailure,
+    MessageStream,
+    PeerUnreachable,
+    Rejected,
+    RemoteError,
+    Transport,
+)
 
 SWARM = b"k" * 32
 MARKER = b"PLAINTEXT-MARKER-1234567890"
@@ -386,3 +394,126 @@ async def test_pooled_connection_is_not_used_for_another_identity() -> None:
             await client.request("mem:1", Ping(2), node_id=b"\x02" * 32)
         assert len(net.client_ends) == 2  # the pooled one was not trusted: a fresh handshake
         nursery.cancel_scope.cancel()
+
+
+# --- the lean hot path: big frames, sealing in place, one cancel scope per exchange ----
+
+
+@pytest.mark.parametrize("swarm_key", [None, SWARM])
+async def test_tcp_big_frames_arrive_intact_back_to_back(swarm_key: bytes | None) -> None:
+    # Over a real socket the payload goes out with one vectored write (clear) or
+    # is sealed into the outgoing buffer, and is received into its own buffer.
+    server = transport(swarm_key)
+    client = transport(swarm_key)
+    values = np.random.default_rng(3).standard_normal(300_000)
+    async with trio.open_nursery() as nursery:
+        address = await nursery.start(server.serve, echo_handler)
+        for i in range(3):
+            reply = await client.request(address, Echo(f"n{i}", MARKER, values * i))
+            assert reply == EchoReply(f"n{i}", client.identity.node_id, float((values * i).sum()))
+        await client.aclose()
+        await server.aclose()
+
+
+def test_encode_parts_concatenate_to_the_payload_and_reference_the_array() -> None:
+    values = np.random.default_rng(0).standard_normal(20_000)  # 160 KB: referenced
+    big = Echo("big", MARKER, values)
+    parts = codec.encode_parts(big)
+    assert b"".join(parts) == codec.encode(big)
+    assert any(isinstance(p, memoryview) and np.shares_memory(np.frombuffer(p), values)
+               for p in parts)
+    small = echo("small", 10)
+    assert codec.encode_parts(small) == [codec.encode(small)]
+
+
+@pytest.mark.parametrize("cipher", ["chacha20", "aes-gcm"])
+def test_sealing_in_place_matches_and_refuses_tampering(cipher: str) -> None:
+    key = b"s" * 32
+    sealer, opener = Sealer(key, cipher), Opener(key, cipher)
+    plain = bytes(range(256)) * 400
+    out = uninitialized_buffer(len(plain) + TAG_SIZE)
+    sealer.seal_into(plain, out)
+    assert bytes(out) == Sealer(key, cipher).seal(plain)  # same bytes as the one-shot seal
+    frame = bytearray(out)
+    assert opener.open_in_place(memoryview(frame)) == plain
+    assert bytes(frame[: len(plain)]) == plain  # decrypted over itself
+    with pytest.raises(ValueError, match="seal_into needs"):
+        sealer.seal_into(plain, uninitialized_buffer(len(plain)))
+    second, third = bytearray(sealer.seal(b"two")), bytearray(sealer.seal(b"three"))
+    with pytest.raises(SealError, match="frame 1 failed authentication"):
+        opener.open_in_place(memoryview(third))  # out of order
+    with pytest.raises(SealError, match="must be closed"):
+        opener.open_in_place(memoryview(second))  # the channel stays failed
+
+
+def test_sealing_in_place_refuses_a_flipped_bit_and_a_short_frame() -> None:
+    key = b"t" * 32
+    frame = bytearray(Sealer(key).seal(b"payload"))
+    frame[3] ^= 1
+    with pytest.raises(SealError, match="failed authentication"):
+        Opener(key).open_in_place(memoryview(frame))
+    with pytest.raises(SealError, match="shorter than the tag"):
+        Opener(key).open_in_place(memoryview(bytearray(5)))
+
+
+async def test_read_timeouts_name_the_step(autojump_clock: trio.testing.MockClock) -> None:
+    near, far = trio.testing.memory_stream_pair()
+    ms = MessageStream(near)
+    with pytest.raises(ConnectionFailure, match="after 7 s waiting for a message") as idle:
+        await ms.receive_payload(7, 1)
+    assert idle.value.kind == "idle"
+    await far.send_all(encode_frame(b"x" * 100)[:30])
+    with pytest.raises(ConnectionFailure, match="after 1 s waiting for rest of a frame") as cut:
+        await ms.receive_payload(7, 1)
+    assert cut.value.kind == "io"
+
+
+async def test_one_deadline_block_serves_a_whole_exchange(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    near, far = trio.testing.memory_stream_pair()
+    ms, peer = MessageStream(near, write_timeout=2), MessageStream(far)
+    with ms.deadlines():
+        await peer.send_payload(b"request")
+        assert await ms.receive_payload(5, 5) == b"request"
+        await trio.sleep(100)  # a slow handler between steps: no deadline runs
+        await ms.send_payload(b"reply")
+        assert await peer.receive_payload(5, 5) == b"reply"
+        with pytest.raises(RuntimeError, match="do not nest"):
+            with ms.deadlines():
+                pass
+    with pytest.raises(ConnectionFailure, match="after 3 s waiting for a message"):
+        with ms.deadlines():
+            await ms.receive_payload(3, 3)
+    assert trio.current_time() >= 103
+
+
+async def test_send_timeout_inside_a_deadline_block(autojump_clock: trio.testing.MockClock) -> None:
+    near, _far = trio.testing.lockstep_stream_pair()  # send_all waits for a reader: none comes
+    ms = MessageStream(near, write_timeout=2)
+    with pytest.raises(ConnectionFailure, match="send timed out after 2 s"):
+        with ms.deadlines():
+            await ms.send_payload(b"nobody reads this")
+
+
+async def test_a_concurrent_reader_does_not_use_the_writers_block(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    near, far = trio.testing.memory_stream_pair()
+    ms, peer = MessageStream(near), MessageStream(far)
+    received: list[bytes] = []
+
+    async def reader() -> None:
+        for _ in range(3):
+            received.append(bytes(await ms.receive_payload(50, 50)))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(reader)
+        with ms.deadlines():
+            for i in range(3):
+                await ms.send_payload(b"out%d" % i)
+                await peer.send_payload(b"in%d" % i)
+                await trio.sleep(10)
+        for i in range(3):
+            assert await peer.receive_payload(5, 5) == b"out%d" % i
+    assert received == [b"in0", b"in1", b"in2"]

@@ -103,9 +103,9 @@ async def _eavesdrop(tmp_path: Path, key: bytes | None) -> tuple[bytes, list[byt
                             **kwargs: object) -> object:
             reply = await _r(address, msg, *args, **kwargs)
             # recorded once answered: a push cancelled at shutdown never hit the wire
-            values = getattr(msg, "values", None)
+            values = getattr(msg, "values", None)  # an EncodedVector: its payload bytes
             if values is not None:
-                sent.append(values.tobytes()[:64])
+                sent.append(values.data.tobytes()[:64])
             return reply
 
         transport.request = recording  # type: ignore[method-assign]

@@ -36,6 +36,7 @@ from p2p.config.document import (
     render_config_toml,
 )
 from p2p.config.errors import ConfigError
+from p2p.config.kinds import LayerSizes, layer_sizes
 from p2p.config.schema import (
     CLI_OPTIONS,
     LOG_FORMATS,
@@ -78,6 +79,7 @@ __all__ = [
     "DataConfig",
     "GossipConfig",
     "HostPort",
+    "LayerSizes",
     "LimitsConfig",
     "NetworkConfig",
     "NodeConfig",
@@ -91,6 +93,7 @@ __all__ = [
     "config_to_dict",
     "encode_swarm_key",
     "generate_swarm_key",
+    "layer_sizes",
     "load_config",
     "load_swarm_key",
     "option_setting",

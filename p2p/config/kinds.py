@@ -23,7 +23,7 @@ from typing import Any, Protocol, TypeVar
 
 from learner.data_errors import DataError
 from learner.permutations import Cycles, format_cycles, parse_cycles
-from learner.spec import SpecError, parse_counts, parse_sizes
+from learner.spec import NetworkSpec, SpecError, parse_counts, parse_sizes
 from p2p.config.errors import ConfigError, did_you_mean, show
 from peersampling.address import AddressError, HostPort, parse_host_port
 
@@ -36,8 +36,11 @@ __all__ = [
     "COUNTS",
     "FilePath",
     "Integer",
+    "IntegerOrWord",
     "Kind",
     "LAYERS",
+    "LayerSizes",
+    "NetworkLayers",
     "Notation",
     "Number",
     "Permutation",
@@ -45,6 +48,7 @@ __all__ = [
     "StringList",
     "Text",
     "dump_table",
+    "layer_sizes",
     "parse_table",
     "setting",
     "settings_of",
@@ -232,6 +236,32 @@ class Choice:
 
 
 @dataclass(frozen=True)
+class IntegerOrWord:
+    """An :class:`Integer` within bounds, or the word ``word`` (e.g. ``"auto"``)."""
+
+    word: str
+    minimum: int | None = None
+    maximum: int | None = None
+
+    def parse(self, value: object, key: str, ctx: Context) -> int | str:
+        if isinstance(value, str):
+            # the command line gives every value as text: "3" is the integer 3
+            text = value.strip()
+            if text.lower() == self.word:
+                return self.word
+            if text.lstrip("+-").isdigit():
+                value = int(text)
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f'{key}: expected "{self.word}" or an integer'
+                              f"{_bound(self.minimum, self.maximum)}, got {show(value)}",
+                              key=key)
+        return Integer(self.minimum, self.maximum).parse(value, key, ctx)
+
+    def dump(self, value: int | str) -> int | str:
+        return value
+
+
+@dataclass(frozen=True)
 class StringList:
     def parse(self, value: object, key: str, ctx: Context) -> tuple[str, ...]:
         if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
@@ -317,8 +347,65 @@ class Notation:
         return self.sep.join(map(str, value))
 
 
-#: Layer sizes ``"64=48=32=10"`` (:class:`learner.NetworkSpec`'s notation).
-LAYERS = Notation(parse_sizes, "=")
+class LayerSizes(tuple[int, ...]):
+    """The sizes of a convolutional network (channels, then neurons) that remember the
+    whole network: image shape and convolutions, which the sizes alone do not say.
+
+    Only convolutional networks are read into one; an MLP's layers stay a plain
+    tuple. Equal to another LayerSizes of the same network, never to a plain tuple.
+    """
+
+    network: NetworkSpec
+
+    def __new__(cls, network: NetworkSpec) -> LayerSizes:
+        sizes = super().__new__(cls, network.sizes)
+        sizes.network = network
+        return sizes
+
+    def __getnewargs__(self) -> tuple[NetworkSpec]:  # copy and pickle rebuild from the network
+        return (self.network,)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, LayerSizes):
+            return self.network.notation() == other.network.notation()
+        return False
+
+    def __ne__(self, other: object) -> bool:
+        return not self == other
+
+    def __hash__(self) -> int:
+        return hash(self.network.notation())
+
+    def __repr__(self) -> str:
+        return f"LayerSizes({self.network.notation()!r})"
+
+
+def layer_sizes(network: NetworkSpec) -> tuple[int, ...]:
+    """``network.layers`` for ``network``: its sizes, remembering convolutions if it has any."""
+    return network.sizes if network.image_size is None else LayerSizes(network)
+
+
+@dataclass(frozen=True)
+class NetworkLayers:
+    """The network notation: ``"64=48=32=10"`` or ``"1x28x28=c16k5=pool2=c32k5=pool2=100=10"``
+    (:class:`learner.NetworkSpec`'s parser), read into :func:`layer_sizes`."""
+
+    def parse(self, value: object, key: str, ctx: Context) -> tuple[int, ...]:
+        try:
+            if isinstance(value, str):
+                return layer_sizes(NetworkSpec.parse(value))
+            return parse_sizes(value)  # type: ignore[arg-type]  # the reader checks the type
+        except SpecError as exc:
+            raise ConfigError(f"{key}: {exc}", key=key) from None
+
+    def dump(self, value: Sequence[int]) -> str:
+        if isinstance(value, LayerSizes):
+            return value.network.notation()
+        return "=".join(map(str, value))
+
+
+#: The network's layers ``"64=48=32=10"`` or a convolutional notation (see NetworkLayers).
+LAYERS = NetworkLayers()
 #: A partial model's neurons per layer ``"64-40-24-10"`` (:class:`learner.PartialModelSpec`'s).
 COUNTS = Notation(parse_counts, "-")
 

@@ -19,7 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gossip.pushsum import PRIVACY_MODES
+from gossip.compression import ENCODINGS
+from gossip.pushsum import EXCHANGES, PRIVACY_MODES
+from gossip.wave_rule import AUTO
 from learner.data import SCALINGS, DataSpec
 from learner.errors import FieldError
 from learner.layout import ModelLayout
@@ -38,6 +40,8 @@ from p2p.config.kinds import (
     Context,
     FilePath,
     Integer,
+    IntegerOrWord,
+    LayerSizes,
     Number,
     Permutation,
     Setting,
@@ -112,7 +116,9 @@ class NetworkConfig:
     """``[network]``: the node's MLP (a :class:`learner.NetworkSpec`) and how models combine."""
 
     layers: tuple[int, ...] = setting((64, 48, 32, 10), LAYERS,
-                                      'layer sizes, input to output, e.g. "64=48=32=10"')
+                                      'layer sizes, input to output, e.g. "64=48=32=10", or '
+                                      'a convolutional network, e.g. '
+                                      '"1x28x28=c16k5=pool2=c32k5=pool2=100=10"')
     activation: str = setting(NetworkSpec.activation, Choice(ACTIVATIONS),
                               "activation after every hidden layer")
     cross_models: bool = setting(False, Boolean(), "average the weights between unrelated "
@@ -125,6 +131,8 @@ class NetworkConfig:
     def spec(self) -> NetworkSpec:
         """The learner's declaration of this network."""
         try:
+            if isinstance(self.layers, LayerSizes):  # a convolutional network
+                return dataclasses.replace(self.layers.network, activation=self.activation)
             return NetworkSpec(self.layers, self.activation)
         except SpecError as exc:
             raise _learner_error(exc, "network", {"sizes": "layers"}) from None
@@ -177,8 +185,21 @@ class GossipConfig:
     """``[gossip]``: push-sum averaging of the shared models."""
 
     fanout: int = setting(1, Integer(minimum=1, maximum=64), "peers per push")
-    pushes_per_round: int = setting(1, Integer(minimum=1, maximum=64),
-                                    "push exchanges per shared model after each round")
+    pushes_per_round: int | str = setting(
+        AUTO, IntegerOrWord(AUTO, minimum=1, maximum=64),
+        'exchanges per shared model after each round: "auto" (until the partners\' gap '
+        "is within the drift of a round of training, 1 to 4) or a fixed count")
+    exchange: str = setting("push-pull", Choice(EXCHANGES),
+                            '"push-pull": both ends average in one round trip; "push": '
+                            "one-way pushes (always so with privacy \"masked\")")
+    encoding: str = setting("f16", Choice(ENCODINGS),
+                            "how absolute values travel (one-way pushes, a first request "
+                            "to a peer)")
+    delta_encoding: str = setting("int8", Choice(ENCODINGS),
+                                  "how deltas travel (push-pull replies, requests against "
+                                  "the reference a pair shares)")
+    max_in_flight: int = setting(1, Integer(minimum=1, maximum=16),
+                                 "pushes per shared model awaiting an ack at once")
     privacy: str = setting("none", Choice(PRIVACY_MODES), "mask the first pushes or not")
     masked_pushes: int = setting(4, Integer(minimum=1), "masked pushes per model")
     mask_std: float = setting(10.0, Number(above=0), "standard deviation of the masks")
@@ -207,7 +228,9 @@ class PeerSamplingConfig:
 class DataConfig:
     """``[data]``: where this node's training and test data come from (a :class:`learner.DataSpec`)."""
 
-    task: str = setting(DataSpec.task, Choice(TASKS), "built-in task, .npz file or IDX files")
+    task: str = setting(DataSpec.task, Choice(TASKS),
+                        "built-in task (digits, synthetic, mnist5k, mnist1d), .npz file or IDX "
+                        "files")
     path: Path | None = setting(None, FilePath(), "the .npz file or IDX directory")
     node_index: int = setting(DataSpec.node_index, Integer(),
                               "this node's shard of the training data, 0..num_nodes-1")
@@ -223,6 +246,13 @@ class DataConfig:
                          "of each feature over the whole file's training samples (the same on "
                          'every node); "none" uses them as stored. Built-in tasks and uint8 '
                          "images keep their scaling to [0, 1]")
+    num_samples: int | None = setting(DataSpec.num_samples, Integer(minimum=10),
+                                      "samples a generated task makes (synthetic 2000, mnist1d "
+                                      "5000 when absent); other tasks refuse it")
+    public_size: int | None = setting(DataSpec.public_size, Integer(minimum=0),
+                                      "samples of the public split every node holds alike "
+                                      "(absent: the task's own, 500 for mnist5k and mnist1d, "
+                                      "0 for digits, npz and idx)")
 
     def __post_init__(self) -> None:
         self.spec()
@@ -233,7 +263,8 @@ class DataConfig:
             return DataSpec(task=self.task, path=None if self.path is None else str(self.path),
                             node_index=self.node_index, num_nodes=self.num_nodes,
                             permutation=self.permutation_text, seed=self.seed,
-                            test_fraction=self.test_fraction, scale=self.scale)
+                            test_fraction=self.test_fraction, scale=self.scale,
+                            num_samples=self.num_samples, public_size=self.public_size)
         except FieldError as exc:
             raise _learner_error(exc, "data", {}) from None
 

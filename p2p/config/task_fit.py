@@ -23,12 +23,27 @@ def _source(config: NodeConfig) -> str | None:
 
 
 def task_mismatch(config: NodeConfig, shape: TaskShape) -> ConfigError | None:
-    """The error to raise if ``config``'s network does not fit ``shape`` (None if it does)."""
+    """The error to raise if ``config``'s network does not fit ``shape`` (None if it does).
+
+    A convolutional network's input (channels x height x width) must be the
+    task's sample shape (:attr:`learner.tasks.TaskShape.sample_shape`).
+    """
     sizes = config.network.layers
-    if (sizes[0], sizes[-1]) == (shape.num_features, shape.num_classes):
-        return None
+    network = config.network.spec
     d = config.data
     what = f"{d.task!r}" if d.path is None else f"{d.task!r} ({d.path})"
+    if network.image_size is not None:
+        image = (sizes[0], *network.image_size)
+        if image == tuple(shape.sample_shape) and sizes[-1] == shape.num_classes:
+            return None
+        stored = "x".join(map(str, shape.sample_shape)) or str(shape.num_features)
+        return ConfigError(
+            f"network.layers: the task {what} has samples of shape {stored} and "
+            f"{shape.num_classes} classes, so a convolutional network must start with {stored} "
+            f"and end with {shape.num_classes}; got {network.notation()}",
+            key="network.layers", source=_source(config))
+    if (sizes[0], sizes[-1]) == (shape.num_features, shape.num_classes):
+        return None
     return ConfigError(
         f"network.layers: the task {what} has {shape.num_features} features and "
         f"{shape.num_classes} classes, so layers must start with {shape.num_features} and end "

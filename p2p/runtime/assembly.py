@@ -44,7 +44,8 @@ def build_learning(config: NodeConfig) -> LearningSetup:
     """Network, data and trainer for ``config``; errors name the config key."""
     layout = config.layout()
     data = load_node_data(config.data.spec())
-    mismatch = task_mismatch(config, TaskShape(data.num_features, data.num_classes))
+    mismatch = task_mismatch(config, TaskShape(data.num_features, data.num_classes,
+                                               data.sample_shape))
     if mismatch is not None:
         raise mismatch
     torch.manual_seed(config.node.seed)

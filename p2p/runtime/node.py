@@ -19,7 +19,7 @@ import random
 import signal
 import time
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import TypeVar
 
@@ -31,9 +31,7 @@ from gossip import (
     ModelSync,
     Push,
     PushAck,
-    PushRefused,
     PushSum,
-    PushUndelivered,
     RejectedPush,
 )
 from p2p.config import ConfigError, NodeConfig, load_swarm_key
@@ -47,19 +45,19 @@ from p2p.runtime.collaboration import (
     assess,
 )
 from p2p.runtime.node_admin import NodeAdmin
-from p2p.runtime.node_transport import NodeTransport, Requester
+from p2p.runtime.node_transport import NodeTransport
 from p2p.runtime.protocol import register_node_messages
 from p2p.runtime.state import COUNTER_SEP, resume_from, snapshot_state
 from p2p.runtime.timing import TimingStats
 from p2p.runtime.training_record import training_record
+from p2p.runtime.transport_adapters import PushOverTransport, ShuffleOverTransport
 from p2p.wire.codec import Message
 from p2p.wire.dispatch import RequestDispatcher
 from p2p.wire.handshake import PeerInfo
 from p2p.wire.identity import Identity
 from p2p.wire.messages import ERROR_BAD_REQUEST, ERROR_REJECTED, Error
-from p2p.wire.transport import PeerUnreachable, RemoteError, Transport, TransportError
+from p2p.wire.transport import Transport
 from peersampling import Descriptor, PeerSampler, ShuffleReply, ShuffleRequest, run_peer_sampling
-from peersampling import PeerUnreachable as ShuffleFailed
 
 logger = logging.getLogger(__name__)
 
@@ -148,8 +146,8 @@ class Node:
         g = config.gossip
         self.gossip = GossipDriver(
             self.cores,
-            _PushOverTransport(self.transport, self._addresses, self._on_unreachable,
-                               timeout=g.push_timeout),
+            PushOverTransport(self.transport, self._addresses, timeout=g.push_timeout,
+                              on_unreachable=self._on_unreachable),
             self._holders,
             push_timeout=g.push_timeout,
             pushes_per_round=g.pushes_per_round,
@@ -177,6 +175,10 @@ class Node:
                 masked_pushes=g.masked_pushes,
                 mask_std=g.mask_std,
                 unmask_after=g.unmask_after,
+                exchange=g.exchange,
+                encoding=g.encoding,
+                delta_encoding=g.delta_encoding,
+                max_in_flight=g.max_in_flight,
             )
             for name, fp in self.learning.fingerprints.items()
         }
@@ -219,6 +221,8 @@ class Node:
         counters = asdict(self.cores[name].counters)
         # sends that got no answer: what `p2p peers` counts per peer as failures
         counters["undelivered"] = self.gossip.undelivered.get(name, 0)
+        # exchange waves made after rounds: how often "auto" chose to mix
+        counters["waves"] = self.gossip.waves.get(name, 0)
         return {k: v + base.get(k, 0) for k, v in counters.items()}
 
     def flat_model_counters(self) -> dict[str, int]:
@@ -330,7 +334,7 @@ class Node:
                 self.request_stop()
 
     async def _peer_sampling(self) -> None:
-        shuffles = _ShuffleOverTransport(self.transport, self.contacts)
+        shuffles = ShuffleOverTransport(self.transport, self.contacts)
         await run_peer_sampling(self.sampler, shuffles,
                                 period=self.config.peer_sampling.period,
                                 timeout=self.shuffle_timeout)
@@ -366,7 +370,8 @@ class Node:
                 if t.rounds and self.progress.round >= t.rounds:
                     if not self.progress.finished:
                         self.progress.finished = True
-                        self._evaluate()
+                        async with self._model_lock:
+                            await self._evaluate()
                         logger.info("finished %d rounds; still serving peers", t.rounds)
                     # Keep averaging after the last round so late peers still
                     # find partners; the model only changes through merges now.
@@ -384,7 +389,7 @@ class Node:
                     self.progress.loss = loss if math.isfinite(loss) else None
                     self.sync.sync()
                     if self.progress.round % t.eval_every == 0:
-                        self._evaluate()
+                        await self._evaluate()
                 self.gossip.signal_round()
                 await self._pause(t.round_interval)
         finally:
@@ -407,9 +412,15 @@ class Node:
             logger.warning("only %d of %d peers known after %.0fs; training anyway",
                            len(self.sampler.view()), t.min_peers, t.peer_wait)
 
-    def _evaluate(self) -> None:
+    async def _evaluate(self) -> None:
+        """Evaluate on the test part in a worker thread (caller holds the model lock).
+
+        A CNN's evaluation takes long enough to stall admin requests and
+        pushes if it ran on the event loop.
+        """
         data = self.learning.data
-        ev = self.learning.trainer.evaluate(data.test_x, data.test_y)
+        ev = await trio.to_thread.run_sync(
+            self.learning.trainer.evaluate, data.test_x, data.test_y)
         self.progress.accuracy = ev.accuracy
         self.progress.test_loss = ev.loss
         self.progress.history.append((time.time(), self.progress.round, ev.accuracy))
@@ -506,83 +517,6 @@ class Node:
         self.counters["rejected_messages"] += 1
         logger.warning("unexpected %s from %s", type(msg).__name__, _short(peer))
         return Error(code=ERROR_BAD_REQUEST, reason=f"{type(msg).__name__} is not a request")
-
-
-class _ShuffleOverTransport:
-    """Peer sampling's request/reply transport over the node's connections.
-
-    Each outcome is noted in a :class:`ContactLog` (the evidence behind an
-    isolation reason) before the reply or the error is passed on.
-    """
-
-    def __init__(self, transport: Requester, contacts: ContactLog) -> None:
-        self._transport = transport
-        self._contacts = contacts
-
-    async def request(self, address: str, req: ShuffleRequest) -> ShuffleReply:
-        try:
-            reply = await self._transport.request(address, req)
-        except RemoteError as exc:
-            self._contacts.failed(address, str(exc))
-            raise ShuffleFailed(address, f"refused the shuffle: {exc.reason}") from exc
-        except PeerUnreachable as exc:
-            # the transport's reasons for a connection made but not admitted
-            # start with "handshake" (failed, timed out, refused by the peer)
-            self._contacts.failed(address, exc.reason,
-                                  handshake=exc.reason.startswith("handshake"))
-            # exc's own text starts "peer <address> unreachable": not twice
-            raise ShuffleFailed(address, f"unreachable: {exc.reason}") from exc
-        except TransportError as exc:
-            self._contacts.failed(address, str(exc))
-            raise ShuffleFailed(address, str(exc)) from exc
-        except trio.Cancelled:
-            # peer sampling gives each exchange the shuffle timeout (or the node stops)
-            self._contacts.failed(address, "no answer within the shuffle timeout")
-            raise
-        if not isinstance(reply, ShuffleReply):
-            reason = f"answered a shuffle with {type(reply).__name__}"
-            self._contacts.failed(address, reason)
-            raise ShuffleFailed(address, reason)
-        self._contacts.answered(address)
-        return reply
-
-
-class _PushOverTransport:
-    """Gossip's push transport over the node's connections.
-
-    Peers are node ids; their addresses come from the descriptors peer
-    sampling handed out (``addresses``). Transport errors become the gossip
-    driver's: a refusal or a wrong reply is :class:`PushRefused`, a delivery
-    failure :class:`PushUndelivered` (``maybe_delivered`` as the transport
-    saw it); ``on_unreachable(address)`` hears of pushes that surely did not
-    arrive (a slow but live holder, whose push may have arrived, stays in the
-    views).
-    """
-
-    def __init__(self, transport: Requester, addresses: Mapping[bytes, str],
-                 on_unreachable: Callable[[str], None], *, timeout: float) -> None:
-        self._transport = transport
-        self._addresses = addresses
-        self._on_unreachable = on_unreachable
-        self._timeout = timeout
-
-    async def push(self, peer: bytes, push: Push) -> PushAck:
-        address = self._addresses.get(peer)
-        if address is None:
-            raise PushUndelivered("no known address", maybe_delivered=False)
-        try:
-            reply = await self._transport.request(address, push, node_id=peer,
-                                                  timeout=self._timeout)
-        except RemoteError as exc:
-            raise PushRefused(f"{address}: {exc.reason}") from exc
-        except PeerUnreachable as exc:
-            if not exc.maybe_delivered:
-                self._on_unreachable(address)
-            raise PushUndelivered(str(exc), maybe_delivered=exc.maybe_delivered) from exc
-        if not isinstance(reply, PushAck):
-            logger.warning("push to %s answered with %s", address, type(reply).__name__)
-            raise PushRefused(f"{address} answered with {type(reply).__name__}")
-        return reply
 
 
 K = TypeVar("K")

@@ -26,6 +26,7 @@ from p2p.runtime.admin_server import (
     StatusReport,
     StopReport,
 )
+from p2p.wire.transport import ByteCount
 
 if TYPE_CHECKING:
     from gossip import PushSum
@@ -208,6 +209,9 @@ class NodeAdmin:
             counters[f"peer_sampling.{key}"] = value
         counters["round"] = n.progress.round
         counters["steps"] = n.progress.steps
+        wire = getattr(n.transport, "bytes_sent", None)  # a TCP transport counts; a test one may not
+        if isinstance(wire, ByteCount):
+            counters["transport.bytes_sent"] = wire.total
         if n.progress.test_loss is not None:
             counters["test_loss"] = n.progress.test_loss
         return MetricsReport(counters=counters,

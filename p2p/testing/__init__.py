@@ -34,7 +34,14 @@ from p2p.testing.memnet import (
     TransportTuning,
 )
 from p2p.testing.waiting import DEFAULT_WAIT, wait_until
-from p2p.testing.wire_client import ask, open_session, push_payload, raw_exchange, valid_push
+from p2p.testing.wire_client import (
+    ask,
+    encoded_vector_fields,
+    open_session,
+    push_payload,
+    raw_exchange,
+    valid_push,
+)
 
 if TYPE_CHECKING:
     from p2p.testing.faults import FaultRunReport, lossy_swarm, run_with_faults
@@ -80,6 +87,7 @@ __all__ = [
     "TransportTuning",
     "admin_request",
     "ask",
+    "encoded_vector_fields",
     "fast_spec",
     "lossy_swarm",
     "memory_addresses",

@@ -3,21 +3,24 @@
 For hostile-peer tests and benchmarks against a node listening on TCP:
 raw bytes before any handshake, an authenticated session on which any payload
 can be sent, and pushes encoded by hand so that values the codec would refuse
-can still be sent.
+can still be sent (vectors as hand-built encoded-vector maps).
 """
 
 from __future__ import annotations
+
+import dataclasses
 
 import msgpack
 import numpy as np
 import trio
 
-from gossip import Push
+from gossip import EncodedVector, Push, encode
 from p2p.wire import codec
 from p2p.wire.identity import Identity
 from p2p.wire.transport import MessageStream, Transport, parse_address
 
-__all__ = ["ask", "open_session", "push_payload", "raw_exchange", "valid_push"]
+__all__ = ["ask", "encoded_vector_fields", "open_session", "push_payload", "raw_exchange",
+           "valid_push"]
 
 # Any value the msgpack encoder takes (a hand-built message field).
 WireValue = None | bool | int | float | str | bytes | list[object] | dict[str, object]
@@ -69,25 +72,61 @@ async def ask(ms: MessageStream, payload: bytes, timeout: float = 5.0) -> object
     return codec.decode(await ms.receive_payload(timeout, timeout))
 
 
-def push_payload(model: bytes, values: np.ndarray, weight: WireValue, push_id: int = 1,
+def encoded_vector_fields(values: np.ndarray, encoding: str = "f64", *,
+                          length: WireValue = None, scales: np.ndarray | None = None,
+                          ) -> dict[str, object]:
+    """The wire map of an :class:`~gossip.EncodedVector` built by hand, unchecked.
+
+    ``values`` is sent as ``data`` with its own dtype (``values.dtype.str``),
+    whatever ``encoding`` says; ``length`` defaults to ``values.size`` and may
+    be any value (to send a lie); ``scales`` defaults to none (float32).
+    """
+    scales = np.zeros(0, dtype=np.float32) if scales is None else scales
+    return {
+        "encoding": encoding,
+        "length": int(values.size) if length is None else length,
+        "data": _array_fields(values),
+        "scales": _array_fields(scales),
+    }
+
+
+def _array_fields(a: np.ndarray) -> dict[str, object]:
+    return {"dtype": a.dtype.str, "n": int(a.size), "data": a.tobytes()}
+
+
+def push_payload(model: bytes, values: np.ndarray | EncodedVector | dict[str, object],
+                 weight: WireValue,
+                 push_id: int = 1, *, encoding: str = "f64", scales: np.ndarray | None = None,
                  **fields: WireValue) -> bytes:
     """A push encoded by hand, bypassing the codec's checks.
 
-    ``weight`` may be of any type (to send a wrong one); ``fields`` replace or
-    add raw fields of the message.
+    ``values`` is an :class:`~gossip.EncodedVector` (sent as it is), a raw
+    array sent as the ``data`` of an encoded vector declared as ``encoding``
+    with ``scales`` (see :func:`encoded_vector_fields`: any dtype, any
+    mismatch), or a hand-built map sent verbatim. ``weight`` may be of any type (to send a wrong one);
+    ``fields`` replace or add raw fields of the message (the other fields take
+    the defaults of :class:`~gossip.Push`).
     """
-    raw: dict[str, object] = {
-        "v": codec.PROTOCOL_VERSION, "t": "push", "model": model, "push_id": push_id,
-        "values": {"dtype": values.dtype.str, "n": int(values.size), "data": values.tobytes()},
-        "weight": weight, "masked": False, "noisy": False, "noise_age": 0,
-    }
+    vector: dict[str, object]
+    if isinstance(values, dict):
+        vector = values
+    elif isinstance(values, EncodedVector):
+        vector = encoded_vector_fields(values.data, values.encoding, length=values.length,
+                                       scales=values.scales)
+    else:
+        vector = encoded_vector_fields(values, encoding, scales=scales)
+    raw: dict[str, object] = {"v": codec.PROTOCOL_VERSION, "t": "push"}
+    for f in dataclasses.fields(Push):
+        if f.default is not dataclasses.MISSING:
+            raw[f.name] = f.default
+    raw.update(model=model, push_id=push_id, values=vector, weight=weight)
     raw.update(fields)
     packed: bytes = msgpack.packb(raw, use_bin_type=True)
     return packed
 
 
 def valid_push(model: bytes, length: int, weight: float = 0.25, push_id: int = 1,
-               seed: int = 0) -> Push:
-    """A well-formed push for ``model``: ``length`` normal random values (seeded)."""
+               seed: int = 0, encoding: str = "f32") -> Push:
+    """A well-formed push for ``model``: ``length`` normal random values (seeded), encoded."""
     values = np.random.default_rng(seed).normal(size=length)
-    return Push(model, push_id, values, weight)
+    return Push(model, push_id, encode(values, encoding), weight)

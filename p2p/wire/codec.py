@@ -9,10 +9,14 @@ Fields are encoded by their annotated type:
 - ``tuple[X, ...]``, ``tuple[X, Y]``, ``list[X]``, ``frozenset[X]`` (sets are
   encoded sorted so that encoding is deterministic), ``dict[K, V]``;
 - nested frozen dataclasses (a map of their fields, no ``v``/``t``);
-- 1-D numpy arrays (annotation ``np.ndarray`` or ``numpy.typing.NDArray[...]``)
-  as a map ``{"dtype": "<f8", "n": length, "data": raw little-endian bytes}``.
-  Only float64 and float32 are accepted; nothing is ever unpickled. Decoded
-  arrays are read-only views of the received bytes (copy them to modify).
+- 1-D numpy arrays as a map ``{"dtype": "<f8", "n": length, "data": raw
+  little-endian bytes}``. The dtypes are those the gossip encodings need
+  (:mod:`gossip.compression`): ``<f8``, ``<f4``, ``<f2``, ``<u2`` (bfloat16
+  bits) and ``|i1`` (int8); nothing else, and nothing is ever unpickled. An
+  annotation ``np.ndarray`` accepts all five; ``numpy.typing.NDArray[np.float32]``
+  (or another of the five) exactly one. The payload must hold exactly ``n``
+  items. Decoded arrays are read-only views of the received bytes (copy them to
+  modify); the receiver checks the values themselves (finite, in range).
 
 There is no central list of message types: each package exports its wire
 surface as ``(class, wire name)`` pairs (:data:`WireMessage`), and whoever
@@ -52,6 +56,7 @@ __all__ = [
     "WireMessage",
     "decode",
     "encode",
+    "encode_parts",
     "is_registered",
     "register",
     "register_messages",
@@ -61,7 +66,8 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-PROTOCOL_VERSION = 1
+# 2: pushes carry encoded vectors (issue 13): push-pull replies, delta requests
+PROTOCOL_VERSION = 2
 
 
 class Message(Protocol):
@@ -73,8 +79,11 @@ class Message(Protocol):
 #: One entry of a package's wire surface: a frozen dataclass and its wire type name.
 WireMessage = tuple[type, str]
 _RESERVED_KEYS = frozenset({"v", "t"})
-# dtype name on the wire -> numpy dtype; little-endian only.
-_ARRAY_DTYPES: dict[str, np.dtype] = {"<f8": np.dtype("<f8"), "<f4": np.dtype("<f4")}
+# dtype name on the wire -> numpy dtype; little-endian only. The float formats and
+# the integer carriers of gossip's compact encodings (bfloat16 bits, int8).
+_ARRAY_DTYPES: dict[str, np.dtype] = {
+    name: np.dtype(name) for name in ("<f8", "<f4", "<f2", "<u2", "|i1")
+}
 
 
 class CodecError(Exception):
@@ -345,15 +354,26 @@ def _dataclass_codec(cls: type) -> _FieldCodec:
     codec = _class_codec(cls)
     label = cls.__name__
 
+    def nested(exc: _Invalid) -> _Invalid:
+        # Errors inside are located as "Label.field"; nested, they read "Outer.field.field".
+        path = exc.path[len(label):] if exc.path.startswith(label) else exc.path
+        return _Invalid(exc.reason, path)
+
     def enc(value: object) -> dict[str, object]:
         if type(value) is not cls:
             raise _Invalid(f"expected {label}, got {type(value).__name__}")
-        return _encode_fields(codec, value)
+        try:
+            return _encode_fields(codec, value)
+        except _Invalid as exc:
+            raise nested(exc) from None
 
     def dec(value: object) -> object:
         if type(value) is not dict:
             raise _Invalid(f"expected a map for {label}, got {type(value).__name__}")
-        return _decode_fields(codec, value)
+        try:
+            return _decode_fields(codec, value)
+        except _Invalid as exc:
+            raise nested(exc) from None
 
     return _FieldCodec(label, enc, dec)
 
@@ -515,6 +535,46 @@ def registered_types() -> dict[str, type]:
 
 def encode(msg: Message) -> bytes:
     """Encode registered message ``msg`` to a msgpack payload (no framing)."""
+    return msgpack.packb(_encode_body(msg), use_bin_type=True)
+
+
+# Binary values at least this large (array data) are referenced by encode_parts,
+# not copied; msgpack writes them as bin32 (its format for >= 64 KiB).
+_SCATTER_ABOVE = 64 * 1024
+
+
+def encode_parts(msg: Message) -> list[bytes | memoryview]:
+    """:func:`encode` as consecutive pieces whose concatenation is the payload.
+
+    Large array data is not copied: its piece is a view of the array, so a
+    vectored write (or one copy into a frame buffer) is the only pass over it.
+    """
+    parts: list[bytes | memoryview] = []
+    small: list[bytes] = []
+    _scatter(_encode_body(msg), msgpack.Packer(use_bin_type=True), parts, small)
+    parts.append(b"".join(small))
+    return parts
+
+
+def _scatter(value: object, packer: msgpack.Packer, parts: list[bytes | memoryview],
+             small: list[bytes]) -> None:
+    # Only maps are walked (arrays sit in maps: fields, nested dataclasses); any
+    # other value is packed whole, exactly as packb would.
+    if type(value) is dict:
+        small.append(packer.pack_map_header(len(value)))
+        for key, item in value.items():
+            small.append(packer.pack(key))
+            _scatter(item, packer, parts, small)
+    elif type(value) is memoryview and value.nbytes >= _SCATTER_ABOVE:
+        small.append(b"\xc6" + value.nbytes.to_bytes(4, "big"))
+        parts.append(b"".join(small))
+        small.clear()
+        parts.append(value)
+    else:
+        small.append(packer.pack(value))
+
+
+def _encode_body(msg: Message) -> dict[str, object]:
     cls = type(msg)
     name = _BY_CLASS.get(cls)
     if name is None:
@@ -525,10 +585,10 @@ def encode(msg: Message) -> bytes:
         raise EncodeError(f"cannot encode {name}: {exc.path}: {exc.reason}") from None
     body["v"] = PROTOCOL_VERSION
     body["t"] = name
-    return msgpack.packb(body, use_bin_type=True)
+    return body
 
 
-def decode(payload: bytes) -> Message:
+def decode(payload: bytes | bytearray | memoryview) -> Message:
     """Decode one payload into its registered dataclass, validating every field."""
     try:
         data = msgpack.unpackb(

@@ -2,12 +2,21 @@
 
 The decoder checks a frame's announced length against the limit as soon as the
 4 header bytes are known, before buffering any of its payload, so a peer cannot
-make us allocate more than ``max_frame_size`` bytes per connection.
+make us hold more than ``max_frame_size`` bytes per connection.
+
+Receiving is zero-copy for large frames: :meth:`FrameDecoder.get_buffer` hands
+out the place where the next bytes belong (the body of the frame in progress,
+or a small staging area while a header is awaited), the caller reads into it
+(``socket.recv_into``) and reports how many bytes arrived with
+:meth:`FrameDecoder.buffer_updated`. :meth:`FrameDecoder.feed` does the same
+for callers that already hold the bytes.
 """
 
 from __future__ import annotations
 
 import struct
+
+import numpy as np
 
 __all__ = [
     "DEFAULT_MAX_FRAME_SIZE",
@@ -18,6 +27,7 @@ __all__ = [
     "encode_frame",
     "foreign_protocol",
     "frame_header",
+    "uninitialized_buffer",
 ]
 
 HEADER_SIZE = 4
@@ -25,6 +35,9 @@ HEADER_SIZE = 4
 DEFAULT_MAX_FRAME_SIZE = 16 * 1024 * 1024
 _MAX_REPRESENTABLE = 2**32 - 1
 _HEADER = struct.Struct(">I")
+# Staging area for headers and small frames: one read usually brings a whole
+# small message (an ack, a shuffle) together with its header.
+_STAGE_SIZE = 64 * 1024
 
 
 class FramingError(Exception):
@@ -81,7 +94,8 @@ def frame_header(size: int, max_frame_size: int = _MAX_REPRESENTABLE) -> bytes:
     return _HEADER.pack(size)
 
 
-def encode_frame(payload: bytes, max_frame_size: int = _MAX_REPRESENTABLE) -> bytes:
+def encode_frame(payload: bytes | bytearray | memoryview,
+                 max_frame_size: int = _MAX_REPRESENTABLE) -> bytes:
     """Return ``payload`` prefixed with its 4-byte big-endian length.
 
     Raises :class:`FrameTooLarge` if the payload exceeds ``max_frame_size``.
@@ -89,12 +103,23 @@ def encode_frame(payload: bytes, max_frame_size: int = _MAX_REPRESENTABLE) -> by
     return frame_header(len(payload), max_frame_size) + payload
 
 
-class FrameDecoder:
-    """Incremental frame decoder: feed it bytes as they arrive, get whole payloads.
+def uninitialized_buffer(size: int) -> memoryview:
+    """A writable ``size``-byte buffer whose content is undefined.
 
-    Works with any chunking, down to one byte at a time. After a
-    :class:`FrameTooLarge` the decoder is unusable (the stream cannot be
-    resynchronised) and every further :meth:`feed` raises again.
+    Unlike ``bytearray(size)`` it is not zero-filled first, so a buffer about
+    to be overwritten (by a socket read or a cipher) costs no extra pass, and
+    its pages are only backed by memory as they are written.
+    """
+    return np.empty(size, dtype=np.uint8).data.cast("B")
+
+
+class FrameDecoder:
+    """Incremental frame decoder: give it bytes as they arrive, get whole payloads.
+
+    Works with any chunking, down to one byte at a time. Payloads are writable
+    memoryviews owned by the caller (a sealed frame can be opened in place).
+    After a :class:`FrameTooLarge` the decoder is unusable (the stream cannot
+    be resynchronised) and every further call raises again.
     """
 
     def __init__(self, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE) -> None:
@@ -103,70 +128,110 @@ class FrameDecoder:
                 f"max_frame_size must be in 1..{_MAX_REPRESENTABLE}, got {max_frame_size}"
             )
         self.max_frame_size = max_frame_size
-        self._header = bytearray()
-        # Pieces of the current payload, joined once complete: one copy per frame
-        # and memory proportional to what actually arrived (never preallocated).
-        self._chunks: list[bytes] = []
+        # Bytes received but not yet parsed live in _stage[_start:_end]; only a
+        # partial header (< 4 bytes) ever stays there between reads.
+        self._stage = bytearray(_STAGE_SIZE)
+        self._start = 0
+        self._end = 0
+        # The frame in progress once its header is known and its body did not
+        # arrive with it: received straight into its final buffer.
+        self._body: memoryview | None = None
         self._have = 0
-        self._expected: int | None = None  # payload length once the header is complete
         self._failed: FrameTooLarge | None = None
 
     @property
     def buffered(self) -> int:
-        """Bytes of an incomplete frame currently held (header included)."""
-        return len(self._header) + self._have
+        """Bytes of an incomplete frame currently held (its header included)."""
+        if self._body is not None:
+            return HEADER_SIZE + self._have
+        return self._end - self._start
 
     @property
     def wanted(self) -> int:
         """Bytes that complete the current header or frame: reading at most this
         many never consumes any of the next frame."""
-        if self._expected is None:
-            return HEADER_SIZE - len(self._header)
-        return max(1, self._expected - self._have)
+        if self._body is None:
+            return HEADER_SIZE - (self._end - self._start)
+        return len(self._body) - self._have
 
     @property
     def in_frame(self) -> bool:
         """True when part of a frame has been received but not all of it."""
-        return self.buffered > 0 or self._expected is not None
+        return self._body is not None or self._end > self._start
 
-    def feed(self, data: bytes | bytearray) -> list[bytes]:
-        """Consume ``data`` and return the payloads of all frames it completed."""
+    def get_buffer(self, limit: int | None = None) -> memoryview:
+        """Where the next received bytes go: a writable view of at most ``limit``
+        bytes (and never more than :attr:`wanted` while a frame body is read).
+
+        Write into it, then call :meth:`buffer_updated` with the count written.
+        """
         if self._failed is not None:
             raise self._failed
-        frames: list[bytes] = []
-        end = len(data)
-        pos = 0
+        if self._body is not None:
+            size = len(self._body) - self._have
+            if limit is not None:
+                size = min(size, limit)
+            return self._body[self._have : self._have + size]
+        if self._start:
+            # Keep the partial header (if any) at the front of the stage.
+            pending = self._end - self._start
+            self._stage[:pending] = self._stage[self._start : self._end]
+            self._start, self._end = 0, pending
+        size = _STAGE_SIZE - self._end
+        if limit is not None:
+            size = min(size, limit)
+        return memoryview(self._stage)[self._end : self._end + size]
+
+    def buffer_updated(self, nbytes: int) -> list[memoryview]:
+        """Account for ``nbytes`` written into the last :meth:`get_buffer` view;
+        return the payloads of the frames this completed."""
+        if self._failed is not None:
+            raise self._failed
+        if self._body is not None:
+            self._have += nbytes
+            if self._have < len(self._body):
+                return []
+            body, self._body, self._have = self._body, None, 0
+            return [body]
+        self._end += nbytes
+        return self._parse_stage()
+
+    def feed(self, data: bytes | bytearray | memoryview) -> list[memoryview]:
+        """Consume ``data`` and return the payloads of all frames it completed."""
+        frames: list[memoryview] = []
+        view = memoryview(data).cast("B")
+        pos, end = 0, len(view)
         while True:
-            if self._expected is None:
-                take = min(HEADER_SIZE - len(self._header), end - pos)
-                self._header += data[pos : pos + take]
-                pos += take
-                if len(self._header) < HEADER_SIZE:
-                    break
-                (size,) = _HEADER.unpack(self._header)
-                self._header.clear()
-                if size > self.max_frame_size:
-                    self._failed = FrameTooLarge(size, self.max_frame_size, _HEADER.pack(size))
-                    raise self._failed
-                self._expected = size
-            need = self._expected - self._have
-            if need and pos >= end:
-                break
-            take = min(need, end - pos)
-            # bytes(data) is free when data is already bytes and wholly consumed.
-            piece = bytes(data) if pos == 0 and take == end else bytes(data[pos : pos + take])
+            target = self.get_buffer(end - pos)
+            take = len(target)
+            target[:] = view[pos : pos + take]
             pos += take
-            if take < need:
-                self._chunks.append(piece)
-                self._have += take
-                break
-            if self._chunks:
-                self._chunks.append(piece)
-                piece = b"".join(self._chunks)
-                self._chunks = []
-                self._have = 0
-            frames.append(piece)
-            self._expected = None
+            frames += self.buffer_updated(take)
             if pos >= end:
-                break
+                return frames
+
+    def _parse_stage(self) -> list[memoryview]:
+        frames: list[memoryview] = []
+        stage = self._stage
+        while self._end - self._start >= HEADER_SIZE:
+            (size,) = _HEADER.unpack_from(stage, self._start)
+            if size > self.max_frame_size:
+                self._start = self._end = 0
+                self._failed = FrameTooLarge(size, self.max_frame_size, _HEADER.pack(size))
+                raise self._failed
+            body_start = self._start + HEADER_SIZE
+            available = self._end - body_start
+            if available >= size:
+                # Whole small frame: copied out so that the stage can be reused.
+                frames.append(memoryview(stage[body_start : body_start + size]))
+                self._start = body_start + size
+                continue
+            # The body arrives later, straight into a buffer of its final size.
+            self._body = uninitialized_buffer(size)
+            self._body[:available] = stage[body_start : self._end]
+            self._have = available
+            self._start = self._end = 0
+            break
+        if self._start == self._end:
+            self._start = self._end = 0
         return frames

@@ -32,6 +32,8 @@ TAG_SIZE = 16
 _NONCE = struct.Struct(">4xQ")
 _MAX_COUNTER = 2**64 - 1
 _AAD = b"p2p-gossip frame v1"
+#: What the ciphers accept as input.
+Buffer = bytes | bytearray | memoryview
 
 
 class SealError(Exception):
@@ -60,13 +62,24 @@ class Sealer:
         self.cipher = cipher
         self._counter = 0
 
-    def seal(self, plaintext: bytes) -> bytes:
+    def seal(self, plaintext: Buffer) -> bytes:
         """Ciphertext + 16-byte tag of ``plaintext`` under the next counter."""
+        return self._aead.encrypt(self._next_nonce(), plaintext, _AAD)
+
+    def seal_into(self, plaintext: Buffer, out: memoryview) -> None:
+        """Write ciphertext + tag of ``plaintext`` into ``out`` (exactly
+        ``len(plaintext) + TAG_SIZE`` bytes), avoiding a separate output copy."""
+        if len(out) != len(memoryview(plaintext)) + TAG_SIZE:
+            raise ValueError(f"seal_into needs {len(memoryview(plaintext)) + TAG_SIZE} bytes "
+                             f"of output, got {len(out)}")
+        self._aead.encrypt_into(self._next_nonce(), plaintext, _AAD, out)
+
+    def _next_nonce(self) -> bytes:
         if self._counter > _MAX_COUNTER:
             raise SealError("frame counter exhausted; reconnect to rekey")
         nonce = _NONCE.pack(self._counter)
         self._counter += 1
-        return self._aead.encrypt(nonce, plaintext, _AAD)
+        return nonce
 
 
 class Opener:
@@ -78,23 +91,44 @@ class Opener:
         self._counter = 0
         self._broken = False
 
-    def open(self, ciphertext: bytes) -> bytes:
+    def open(self, ciphertext: Buffer) -> bytes:
         """Plaintext of ``ciphertext``; raises :class:`SealError` on any failure."""
-        if self._broken:
-            raise SealError("channel already failed to decrypt; it must be closed")
-        if len(ciphertext) < TAG_SIZE:
-            self._broken = True
-            raise SealError(f"sealed frame of {len(ciphertext)} bytes is shorter than the tag")
-        if self._counter > _MAX_COUNTER:
-            self._broken = True
-            raise SealError("frame counter exhausted")
+        self._check(len(memoryview(ciphertext)))
         try:
             plaintext = self._aead.decrypt(_NONCE.pack(self._counter), ciphertext, _AAD)
         except InvalidTag:
-            self._broken = True
-            raise SealError(
-                f"frame {self._counter} failed authentication "
-                "(wrong swarm key, tampering, replay or reordering)"
-            ) from None
+            raise self._failure() from None
         self._counter += 1
         return plaintext
+
+    def open_in_place(self, frame: memoryview) -> memoryview:
+        """Decrypt the writable ``frame`` (ciphertext + tag) over itself and return
+        the view of its plaintext; raises :class:`SealError` on any failure.
+
+        After a failure the buffer holds unauthenticated bytes: discard it.
+        """
+        self._check(len(frame))
+        plaintext = frame[: len(frame) - TAG_SIZE]
+        try:
+            self._aead.decrypt_into(_NONCE.pack(self._counter), frame, _AAD, plaintext)
+        except InvalidTag:
+            raise self._failure() from None
+        self._counter += 1
+        return plaintext
+
+    def _check(self, size: int) -> None:
+        if self._broken:
+            raise SealError("channel already failed to decrypt; it must be closed")
+        if size < TAG_SIZE:
+            self._broken = True
+            raise SealError(f"sealed frame of {size} bytes is shorter than the tag")
+        if self._counter > _MAX_COUNTER:
+            self._broken = True
+            raise SealError("frame counter exhausted")
+
+    def _failure(self) -> SealError:
+        self._broken = True
+        return SealError(
+            f"frame {self._counter} failed authentication "
+            "(wrong swarm key, tampering, replay or reordering)"
+        )

@@ -20,8 +20,10 @@ from __future__ import annotations
 
 import collections
 import logging
+import math
 import socket
-from collections.abc import Awaitable, Callable
+import types
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
 import trio
@@ -30,11 +32,13 @@ from p2p.wire import codec
 from p2p.wire.codec import Message
 from p2p.wire.framing import (
     DEFAULT_MAX_FRAME_SIZE,
+    HEADER_SIZE,
     FrameDecoder,
     FrameTooLarge,
     FramingError,
     foreign_protocol,
     frame_header,
+    uninitialized_buffer,
 )
 from p2p.wire.handshake import Handshake, HandshakeError, PeerInfo, SessionKeys
 from p2p.wire.identity import Identity
@@ -50,13 +54,21 @@ from p2p.wire.messages import (
     Ping,
     Pong,
 )
-from p2p.wire.sealing import DEFAULT_CIPHER, Opener, Sealer, SealError, check_cipher
+from p2p.wire.sealing import (
+    DEFAULT_CIPHER,
+    TAG_SIZE,
+    Opener,
+    Sealer,
+    SealError,
+    check_cipher,
+)
 from peersampling.address import HostPort, parse_host_port
 
 __all__ = [
     "DEFAULT_CONNECT_TIMEOUT",
     "DEFAULT_MAX_CONNECTIONS",
     "DEFAULT_READ_TIMEOUT",
+    "ByteCount",
     "Connector",
     "Handler",
     "MessageStream",
@@ -79,8 +91,9 @@ DEFAULT_READ_TIMEOUT = 30.0
 #: Answers one request from an authenticated peer (``None``: answered with an ``Error``).
 Handler = Callable[[PeerInfo, Message], Awaitable[Message | None]]
 Connector = Callable[[str], Awaitable[trio.abc.Stream]]
+#: Bytes the transport sends without copying them first.
+Buffer = bytes | bytearray | memoryview
 
-_RECEIVE_CHUNK = 256 * 1024
 _SEPARATE_HEADER_ABOVE = 64 * 1024
 # Frames accepted before the peer has proved its identity (and swarm key): a HELLO
 # with the maximum 4096 tags is ~140 KB. Bounds what unauthenticated connections
@@ -165,6 +178,13 @@ async def _tcp_connect(address: str) -> trio.abc.Stream:
     return await trio.open_tcp_stream(host, port)
 
 
+@dataclass(eq=False)
+class ByteCount:
+    """Bytes written to sockets (every frame: header, payload, AEAD tag), summed."""
+
+    total: int = 0
+
+
 class MessageStream:
     """Frames, optional AEAD sealing and codec on top of one trio stream."""
 
@@ -174,16 +194,19 @@ class MessageStream:
         *,
         max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
         write_timeout: float = 10.0,
+        sent: ByteCount | None = None,
     ) -> None:
         self.stream = stream
+        self.sent = sent if sent is not None else ByteCount()  # shared by a transport's streams
         self.max_frame_size = max_frame_size
         self.write_timeout = write_timeout
         self._decoder = FrameDecoder(max_frame_size)
-        self._pending: collections.deque[bytes] = collections.deque()
+        self._pending: collections.deque[memoryview] = collections.deque()
         self._sealer: Sealer | None = None
         self._opener: Opener | None = None
         self._exact_reads = False
         self._frames_received = 0
+        self._block: _Deadlines | None = None  # the enclosing deadlines() block
 
     @property
     def sealed(self) -> bool:
@@ -204,67 +227,150 @@ class MessageStream:
         self._sealer = keys.sealer()
         self._opener = keys.opener()
 
-    async def send_payload(self, payload: bytes) -> None:
+    async def send_payload(self, payload: Buffer) -> None:
         """Send one payload as a (sealed) frame."""
-        if self._sealer is not None:
-            payload = self._sealer.seal(payload)
+        await self.send_parts([payload])
+
+    async def send_parts(self, parts: Sequence[Buffer]) -> None:
+        """Send the concatenation of ``parts`` (see :func:`codec.encode_parts`) as
+        one (sealed) frame.
+
+        Clear, the parts go out behind the header in one vectored write, not
+        copied; sealed, they are gathered once into the outgoing frame buffer
+        and encrypted there in place.
+        """
+        views = [memoryview(part).cast("B") for part in parts]
+        size = sum(len(view) for view in views)
+        sealed_size = size if self._sealer is None else size + TAG_SIZE
         try:
-            header = frame_header(len(payload), self.max_frame_size)
+            header = frame_header(sealed_size, self.max_frame_size)
         except FramingError as exc:
             raise ConnectionFailure(f"cannot send: {exc}", "protocol") from None
-        # A large payload is sent after its header rather than copied behind it.
-        chunks = [header + payload] if len(payload) < _SEPARATE_HEADER_ABOVE else [header, payload]
-        with trio.move_on_after(self.write_timeout) as scope:
-            try:
-                for chunk in chunks:
-                    await self.stream.send_all(chunk)
-            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
-                raise ConnectionFailure(
-                    f"send failed: {exc or type(exc).__name__}", "broken"
-                ) from None
-        if scope.cancelled_caught:
-            raise ConnectionFailure(f"send timed out after {self.write_timeout:g} s", "io")
+        out: list[Buffer]
+        if self._sealer is not None:
+            frame = uninitialized_buffer(HEADER_SIZE + sealed_size)
+            frame[:HEADER_SIZE] = header
+            pos = HEADER_SIZE
+            for view in views:
+                frame[pos : pos + len(view)] = view
+                pos += len(view)
+            self._sealer.seal_into(frame[HEADER_SIZE:pos], frame[HEADER_SIZE:])
+            out = [frame]
+        elif size < _SEPARATE_HEADER_ABOVE:
+            out = [b"".join([header, *views])]
+        else:
+            out = [header, *views]
+        block = self._current_block()
+        if block is None:
+            with _Deadlines(None) as own:
+                await self._write_frame(out, own)
+        else:
+            await self._write_frame(out, block)
+        self.sent.total += HEADER_SIZE + sealed_size
 
-    async def receive_payload(self, first_timeout: float, read_timeout: float) -> bytes:
-        """Next payload (opened if sealed).
+    async def _write_frame(self, out: list[Buffer], block: _Deadlines) -> None:
+        block.arm(self.write_timeout, f"send timed out after {self.write_timeout:g} s", "io")
+        try:
+            await self._write(out)
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+            raise ConnectionFailure(f"send failed: {exc or type(exc).__name__}", "broken") from None
+        block.disarm()
+
+    async def _write(self, parts: list[Buffer]) -> None:
+        stream = self.stream
+        if not isinstance(stream, trio.SocketStream):
+            for part in parts:
+                await stream.send_all(part)
+            return
+        # Straight to the socket (the stream wrapper costs more than a small send),
+        # header + payload in one sendmsg: no copy of the payload to glue them, and
+        # no tiny header segment of its own on the wire.
+        sock = stream.socket
+        views = [memoryview(part).cast("B") for part in parts]
+        while views:
+            sent = await (sock.send(views[0]) if len(views) == 1 else sock.sendmsg(views))
+            while views and sent >= len(views[0]):
+                sent -= len(views[0])
+                views.pop(0)
+            if sent:
+                views[0] = views[0][sent:]
+
+    async def receive_payload(self, first_timeout: float, read_timeout: float) -> memoryview:
+        """Next payload (opened if sealed), a view the caller owns.
 
         Waits up to ``first_timeout`` for a frame to start and ``read_timeout``
-        for each further chunk of it.
+        for each further chunk of it. Large frames are received straight into
+        their own buffer and opened in place: no copy after the socket read.
         """
-        while not self._pending:
-            in_frame = self._decoder.in_frame
-            timeout = read_timeout if in_frame else first_timeout
-            with trio.move_on_after(timeout) as scope:
-                try:
-                    chunk = (min(_RECEIVE_CHUNK, self._decoder.wanted) if self._exact_reads
-                             else _RECEIVE_CHUNK)
-                    data = await self.stream.receive_some(chunk)
-                except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
-                    raise ConnectionFailure(
-                        f"receive failed: {exc or type(exc).__name__}", "broken"
-                    ) from None
-            if scope.cancelled_caught:
-                what = "rest of a frame" if in_frame else "a message"
-                raise ConnectionFailure(
-                    f"timed out after {timeout:g} s waiting for {what}",
-                    "io" if in_frame else "idle",
-                )
-            if not data:
-                if in_frame:
-                    raise ConnectionFailure("connection closed in the middle of a frame", "io")
-                raise ConnectionFailure("connection closed by peer", "eof")
-            try:
-                self._pending.extend(self._decoder.feed(data))
-            except FramingError as exc:
-                raise ConnectionFailure(self._describe_bad_frame(exc)) from None
+        if not self._pending:
+            block = self._current_block()
+            if block is None:
+                with _Deadlines(None) as own:
+                    await self._read_frame(first_timeout, read_timeout, own)
+            else:
+                await self._read_frame(first_timeout, read_timeout, block)
         payload = self._pending.popleft()
         self._frames_received += 1
         if self._opener is not None:
             try:
-                payload = self._opener.open(payload)
+                payload = self._opener.open_in_place(payload)
             except SealError as exc:
                 raise ConnectionFailure(f"decrypt failure: {exc}") from None
         return payload
+
+    async def _read_frame(self, first_timeout: float, read_timeout: float,
+                          block: _Deadlines) -> None:
+        decoder = self._decoder
+        while not self._pending:
+            if decoder.in_frame:
+                block.arm(read_timeout, f"timed out after {read_timeout:g} s waiting for "
+                          "rest of a frame", "io")
+            else:
+                block.arm(first_timeout, f"timed out after {first_timeout:g} s waiting for "
+                          "a message", "idle")
+            target = decoder.get_buffer(decoder.wanted if self._exact_reads else None)
+            try:
+                received = await self._receive_into(target)
+            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+                raise ConnectionFailure(
+                    f"receive failed: {exc or type(exc).__name__}", "broken"
+                ) from None
+            if not received:
+                if decoder.in_frame:
+                    raise ConnectionFailure("connection closed in the middle of a frame", "io")
+                raise ConnectionFailure("connection closed by peer", "eof")
+            try:
+                self._pending.extend(decoder.buffer_updated(received))
+            except FramingError as exc:
+                raise ConnectionFailure(self._describe_bad_frame(exc)) from None
+        block.disarm()
+
+    def deadlines(self) -> _Deadlines:
+        """Context manager running several sends and receives under one cancel
+        scope (entering one per step costs more than the step on small frames).
+
+        Each step sets the scope's deadline for itself and clears it when done,
+        so code between steps (a request handler) runs without one. A step that
+        times out ends the block with :class:`ConnectionFailure` naming it.
+        Only steps of the task that entered the block use it; others (a
+        concurrent reader) get a scope of their own.
+        """
+        return _Deadlines(self)
+
+    def _current_block(self) -> _Deadlines | None:
+        block = self._block
+        if block is None or block.task is not trio.lowlevel.current_task():
+            return None
+        return block
+
+    async def _receive_into(self, target: memoryview) -> int:
+        """Read at most ``len(target)`` bytes into ``target``; 0 at end of stream."""
+        stream = self.stream
+        if isinstance(stream, trio.SocketStream):
+            return await stream.socket.recv_into(target)
+        data = await stream.receive_some(len(target))
+        target[: len(data)] = data
+        return len(data)
 
     def _describe_bad_frame(self, exc: FramingError) -> str:
         # A p2p node's first frame (its HELLO) is far below the handshake limit:
@@ -280,7 +386,7 @@ class MessageStream:
 
     async def send(self, msg: Message) -> None:
         """Encode and send one message."""
-        await self.send_payload(codec.encode(msg))
+        await self.send_parts(codec.encode_parts(msg))
 
     async def receive(self, first_timeout: float, read_timeout: float) -> Message:
         """Receive and decode one message."""
@@ -293,6 +399,44 @@ class MessageStream:
     async def aclose(self) -> None:
         """Close the underlying stream without waiting."""
         await trio.aclose_forcefully(self.stream)
+
+
+class _Deadlines:
+    """One cancel scope whose deadline each I/O step arms for itself.
+
+    Attached to a stream (:meth:`MessageStream.deadlines`) it serves every step
+    of the entering task until the block ends; unattached, one step.
+    """
+
+    def __init__(self, stream: MessageStream | None) -> None:
+        self._stream = stream
+        self._scope = trio.CancelScope()
+        self.task = trio.lowlevel.current_task()
+        self._timeout = ("", "io")  # what to report if the armed deadline strikes
+
+    def arm(self, seconds: float, reason: str, kind: str) -> None:
+        self._scope.deadline = trio.current_time() + seconds
+        self._timeout = (reason, kind)
+
+    def disarm(self) -> None:
+        self._scope.deadline = math.inf
+
+    def __enter__(self) -> _Deadlines:
+        if self._stream is not None:
+            if self._stream._block is not None:
+                raise RuntimeError("MessageStream.deadlines() blocks do not nest")
+            self._stream._block = self
+        self._scope.__enter__()
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: types.TracebackType | None) -> bool:
+        if self._stream is not None:
+            self._stream._block = None
+        handled = self._scope.__exit__(exc_type, exc, tb)
+        if self._scope.cancelled_caught:
+            raise ConnectionFailure(*self._timeout) from None
+        return handled
 
 
 @dataclass(eq=False)
@@ -354,6 +498,7 @@ class Transport:
         self._pool: dict[str, _Outgoing] = {}
         self._dial_locks: dict[str, trio.Lock] = {}
         self._open = 0  # open connections, incoming and outgoing (incl. handshaking)
+        self.bytes_sent = ByteCount()  # everything this transport's streams wrote
         self._serve_scope: trio.CancelScope | None = None
         self._bound_sockets: list[socket.socket] | None = None  # bound by bind(), not yet served
         self._closed = False
@@ -473,12 +618,13 @@ class Transport:
                 if self.max_messages_per_second is not None
                 else None
             )
-            while True:
-                msg = await ms.receive(self.idle_timeout * 2, self.read_timeout)
-                if limiter is not None:
-                    await limiter.wait()  # throttle a flooding peer: it waits for its replies
-                reply = await self._dispatch(handler, peer, msg, remote)
-                await ms.send_payload(self._encode_reply(reply, msg))
+            with ms.deadlines():  # one cancel scope for the connection, not one per step
+                while True:
+                    msg = await ms.receive(self.idle_timeout * 2, self.read_timeout)
+                    if limiter is not None:
+                        await limiter.wait()  # throttle a flooding peer: it waits for replies
+                    reply = await self._dispatch(handler, peer, msg, remote)
+                    await ms.send_parts(self._encode_reply(reply, msg))
         except ConnectionFailure as exc:
             if exc.quiet:
                 logger.debug("connection from %s ended: %s", remote, exc.reason)
@@ -490,12 +636,13 @@ class Transport:
             await ms.aclose()
 
     @staticmethod
-    def _encode_reply(reply: Message, request: Message) -> bytes:
+    def _encode_reply(reply: Message, request: Message) -> list[bytes | memoryview]:
         try:
-            return codec.encode(reply)
+            return codec.encode_parts(reply)
         except codec.EncodeError as exc:
             logger.error("cannot send reply to %s: %s", type(request).__name__, exc)
-            return codec.encode(Error(ERROR_INTERNAL, "handler returned an unsendable reply"))
+            return codec.encode_parts(
+                Error(ERROR_INTERNAL, "handler returned an unsendable reply"))
 
     async def _dispatch(self, handler: Handler, peer: PeerInfo, msg: Message,
                         remote: str) -> Message:
@@ -543,7 +690,9 @@ class Transport:
         :class:`RemoteError` (code, reason) when the peer answers with an
         ``Error``; both are :class:`TransportError`.
         """
-        payload = codec.encode(msg)  # EncodeError: a bug in the caller, not the peer
+        # EncodeError: a bug in the caller, not the peer. The parts reference the
+        # message's arrays (no copy): messages are immutable, and so are their arrays.
+        payload = codec.encode_parts(msg)
         reply_timeout = self.read_timeout if timeout is None else timeout
         for attempt in range(2):
             conn, fresh = await self._connection(address, node_id)
@@ -551,10 +700,11 @@ class Transport:
                 if conn.closed:
                     continue  # dropped while we waited for the lock
                 try:
-                    await conn.stream.send_payload(payload)
-                    reply_payload = await conn.stream.receive_payload(
-                        reply_timeout, self.read_timeout
-                    )
+                    with conn.stream.deadlines():
+                        await conn.stream.send_parts(payload)
+                        reply_payload = await conn.stream.receive_payload(
+                            reply_timeout, self.read_timeout
+                        )
                 except BaseException as exc:
                     if not isinstance(exc, ConnectionFailure):
                         # Cancelled mid-request: a late reply would be read as the answer
@@ -670,7 +820,8 @@ class Transport:
 
     def _message_stream(self, stream: trio.abc.Stream) -> MessageStream:
         return MessageStream(
-            stream, max_frame_size=self.max_frame_size, write_timeout=self.read_timeout
+            stream, max_frame_size=self.max_frame_size, write_timeout=self.read_timeout,
+            sent=self.bytes_sent,
         )
 
     async def _handshake(
@@ -689,11 +840,11 @@ class Transport:
         deadline_scope = trio.move_on_after(self.connect_timeout)
         with deadline_scope:
             try:
-                for payload in hs.start():
-                    await ms.send_payload(payload)
+                for first in hs.start():
+                    await ms.send_payload(first)
                 while not hs.done:
                     payload = await ms.receive_payload(self.read_timeout, self.read_timeout)
-                    for out in hs.receive(payload):
+                    for out in hs.receive(bytes(payload)):
                         await ms.send_payload(out)
             except HandshakeError as exc:
                 if not exc.remote:
