@@ -182,8 +182,12 @@ async def serve_peer(args: argparse.Namespace) -> None:
                 peer.join(cmd["bootstrap"])
                 await peer.wait_for_holders(args.peers - 1)
                 await peer.warm_up()
-                peer.stop_discovery()
                 reporter.emit("ready", settings=core_settings(peer.core), **reporter.state())
+            elif cmd["cmd"] == "quiet":
+                # only once every peer is ready: a peer that stopped shuffling
+                # early could leave a slower one without a way to learn the rest
+                peer.stop_discovery()
+                reporter.emit("quiet")
             elif cmd["cmd"] == "go":
                 mixing = True
                 reporter.emit("state", **reporter.state())
@@ -288,9 +292,14 @@ def _state_at(peer: _Peer, t: float) -> dict[str, Any]:
 
 
 async def _wait_all(peers: list[_Peer], event: str, timeout: float) -> None:
-    with trio.fail_after(timeout):
+    with trio.move_on_after(timeout):
         for p in peers:
             await p.event(event).wait()
+    late = [p for p in peers if not p.event(event).is_set()]
+    if late:
+        logs = "\n".join(f"peer {p.index}:\n{p.log_tail()}" for p in late)
+        raise PeerFailed(f"peers {[p.index for p in late]} not {event!r} after {timeout:g} s; "
+                         f"their logs:\n{logs}")
 
 
 async def run_once(args: argparse.Namespace, seed: int, workdir: Path) -> dict[str, Any]:
@@ -324,6 +333,9 @@ async def run_once(args: argparse.Namespace, seed: int, workdir: Path) -> dict[s
             for p in peers:
                 await p.send(cmd="join", bootstrap=[] if p.index == 0 else [peers[0].address])
             await _wait_all(peers, "ready", args.timeout)
+            for p in peers:
+                await p.send(cmd="quiet")
+            await _wait_all(peers, "quiet", args.timeout)
             start = time.monotonic()
             setup = {"start_seconds": listening - spawned, "discovery_seconds": start - listening}
             deadline = start + args.timeout

@@ -36,8 +36,8 @@ def test_bench_smallest_configuration_end_to_end(tmp_path: Path) -> None:
     out = tmp_path / "bench.json"
     proc = subprocess.run(
         [sys.executable, str(ROOT / "scripts" / "bench_averaging.py"), "--peers", "3",
-         "--length", "1000", "--runs", "1", "--timeout", "60", "--json", str(out)],
-        capture_output=True, text=True, timeout=180,
+         "--length", "1000", "--runs", "1", "--timeout", "120", "--json", str(out)],
+        capture_output=True, text=True, timeout=600,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     result = json.loads(out.read_text())
