@@ -34,6 +34,7 @@ from gossip import (
     PushSum,
     RejectedPush,
 )
+from learner.trainer import Evaluation
 from p2p.config import ConfigError, NodeConfig, load_swarm_key
 from p2p.runtime.admin_server import serve_admin
 from p2p.runtime.assembly import LearningSetup, build_learning
@@ -369,9 +370,11 @@ class Node:
             while not self._stop.is_set():
                 if t.rounds and self.progress.round >= t.rounds:
                     if not self.progress.finished:
-                        self.progress.finished = True
+                        # evaluate before saying finished: whoever waits for the
+                        # end reads the final accuracy
                         async with self._model_lock:
-                            await self._evaluate()
+                            self._record_evaluation(await self._evaluation())
+                        self.progress.finished = True
                         logger.info("finished %d rounds; still serving peers", t.rounds)
                     # Keep averaging after the last round so late peers still
                     # find partners; the model only changes through merges now.
@@ -384,12 +387,15 @@ class Node:
                 async with self._model_lock:
                     loss = await trio.to_thread.run_sync(trainer.train_steps, t.steps_per_round)
                     self.timings["train_round"].add(time.perf_counter() - t0)
-                    self.progress.round += 1
+                    self.sync.sync()
+                    done_rounds = self.progress.round + 1
+                    ev = (await self._evaluation()) if done_rounds % t.eval_every == 0 else None
+                    # the round and its evaluation become visible together
+                    self.progress.round = done_rounds
                     self.progress.steps += t.steps_per_round
                     self.progress.loss = loss if math.isfinite(loss) else None
-                    self.sync.sync()
-                    if self.progress.round % t.eval_every == 0:
-                        await self._evaluate()
+                    if ev is not None:
+                        self._record_evaluation(ev)
                 self.gossip.signal_round()
                 await self._pause(t.round_interval)
         finally:
@@ -412,15 +418,17 @@ class Node:
             logger.warning("only %d of %d peers known after %.0fs; training anyway",
                            len(self.sampler.view()), t.min_peers, t.peer_wait)
 
-    async def _evaluate(self) -> None:
+    async def _evaluation(self) -> Evaluation:
         """Evaluate on the test part in a worker thread (caller holds the model lock).
 
         A CNN's evaluation takes long enough to stall admin requests and
         pushes if it ran on the event loop.
         """
         data = self.learning.data
-        ev = await trio.to_thread.run_sync(
+        return await trio.to_thread.run_sync(
             self.learning.trainer.evaluate, data.test_x, data.test_y)
+
+    def _record_evaluation(self, ev: Evaluation) -> None:
         self.progress.accuracy = ev.accuracy
         self.progress.test_loss = ev.loss
         self.progress.history.append((time.time(), self.progress.round, ev.accuracy))
