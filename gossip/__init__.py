@@ -20,6 +20,7 @@ from gossip.compression import (
     encoded_nbytes,
 )
 from gossip.counters import PushSumCounters
+from gossip.dup_window import DupWindow, Seen
 from gossip.errors import (
     GossipError,
     InvalidValues,
@@ -30,6 +31,7 @@ from gossip.errors import (
     RejectedReply,
 )
 from gossip.masking import MaskSource, mask_source_from
+from gossip.merge_guard import GuardSettings, MergeGuard, RefusedByGuard
 from gossip.messages import FINGERPRINT_BYTES, WIRE_MESSAGES, Push, PushAck
 from gossip.model_sync import AveragingCore, ModelSync, VectorModel
 from gossip.pushsum import (
@@ -43,6 +45,7 @@ from gossip.pushsum import (
 )
 from gossip.references import PairReferences, ReferenceKey
 from gossip.simulator import (
+    Adversary,
     Faults,
     LeastRecentSampler,
     ModelSpec,
@@ -60,6 +63,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "AUTO",
+    "Adversary",
     "ENCODINGS",
     "EXCHANGES",
     "FINGERPRINT_BYTES",
@@ -67,15 +71,18 @@ __all__ = [
     "PRIVACY_MODES",
     "WIRE_MESSAGES",
     "AveragingCore",
+    "DupWindow",
     "DurationSink",
     "EncodedVector",
     "Faults",
     "GossipDriver",
     "GossipError",
+    "GuardSettings",
     "Holders",
     "InvalidValues",
     "LeastRecentSampler",
     "MaskSource",
+    "MergeGuard",
     "Next",
     "ModelSpec",
     "ModelSync",
@@ -91,10 +98,12 @@ __all__ = [
     "PushTransport",
     "PushUndelivered",
     "ReferenceKey",
+    "RefusedByGuard",
     "RejectedAck",
     "RejectedPush",
     "RejectedReply",
     "Sampler",
+    "Seen",
     "Simulation",
     "UndeliveredOutcome",
     "VectorModel",

@@ -32,3 +32,6 @@ class PushSumCounters:
     delta_pushes_sent: int = 0  # new requests sent as a delta against a pair's reference
     references_missing: int = 0  # delta requests refused: the named reference was not held
     requests_widened: int = 0  # push-pull requests re-encoded wider: too coarse (see PushSum)
+    guard_refused: int = 0  # pushes refused by a merge defence (gossip.merge_guard)
+    clipped: int = 0  # push-pull requests merged clipped (the excess handed back)
+    clipped_replies: int = 0  # replies merged clipped (the excess not merged)

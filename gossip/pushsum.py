@@ -50,6 +50,13 @@ have been delivered stays outstanding and :meth:`PushSum.expire` retransmits
 it; a push that was retransmitted is never forgotten on a failure report,
 since an earlier attempt may have been merged with only its ack lost.  The
 daemon's driver and the simulator both apply this one rule.
+
+Duplicates: the push ids merged per sender are a sliding window
+(:mod:`gossip.dup_window`, exported in :class:`PushSumSnapshot`).  Merge
+defences against a lying holder (``guard=``, :mod:`gossip.merge_guard`):
+bounded weight shares and budgets, masked flags honoured only by a masking
+node, and updates clipped with the clipped part handed back in the push-pull
+reply, so mass stays exact (see :meth:`PushSum._clip_factor`).
 """
 
 from __future__ import annotations
@@ -68,8 +75,10 @@ import numpy as np
 
 from gossip.compression import ENCODINGS, EncodedVector, decode, encode
 from gossip.counters import PushSumCounters
+from gossip.dup_window import DUP_SPAN, DupWindow, Seen
 from gossip.errors import InvalidValues, RejectedAck, RejectedPush, RejectedReply
 from gossip.masking import MaskSource, mask_source_from
+from gossip.merge_guard import GuardSettings, MergeGuard, RefusedByGuard
 from gossip.messages import FINGERPRINT_BYTES, Push, PushAck
 from gossip.references import (
     REFERENCE_STORE_BYTES,
@@ -79,6 +88,7 @@ from gossip.references import (
     reference_of,
 )
 from gossip.validation import (
+    MAX_ABS_VALUE,
     check_magnitude,
     check_vector,
     check_weight,
@@ -90,8 +100,6 @@ log = logging.getLogger(__name__)
 
 PRIVACY_MODES = ("none", "masked")
 EXCHANGES = ("push-pull", "push")
-_SEEN_IDS_PER_PEER = 64
-_SEEN_PEERS = 4096
 _RECENT_ACKS = 256
 #: Stored push-pull replies (for retransmitted requests): at most this many ...
 _STORED_REPLIES = 256
@@ -128,6 +136,8 @@ class PushSumTuning(TypedDict, total=False):
     max_in_flight: int
     reply_store_bytes: int
     reference_store_bytes: int
+    guard: GuardSettings | None
+    dup_span: int
 
 
 class PushSumOptions(PushSumTuning, total=False):
@@ -147,6 +157,8 @@ class PushSumSnapshot:
     weight: float
     noisy: bool
     noise_age: int
+    # merged push ids per sender (DupWindow.export); empty in checkpoints from before it
+    seen: tuple[tuple[bytes, int, int, int], ...] = ()
 
 
 class UndeliveredOutcome(Enum):
@@ -227,6 +239,8 @@ class PushSum:
         max_in_flight: int = 1,
         reply_store_bytes: int = REPLY_STORE_BYTES,
         reference_store_bytes: int = REFERENCE_STORE_BYTES,
+        guard: GuardSettings | None = None,
+        dup_span: int = DUP_SPAN,
     ) -> None:
         """Create the core.
 
@@ -239,7 +253,10 @@ class PushSum:
         :mod:`gossip.compression`; ``max_in_flight`` pushes may await acks
         before new ones wait; ``reply_store_bytes`` bounds the replies kept for
         retransmitted requests and ``reference_store_bytes`` the references
-        kept for delta requests (0: every request absolute).  ``rng`` only seeds
+        kept for delta requests (0: every request absolute).  ``guard`` turns
+        on the merge defences (:mod:`gossip.merge_guard`; None: off) and
+        ``dup_span`` is the sliding window of push ids remembered per sender
+        (:mod:`gossip.dup_window`).  ``rng`` only seeds
         push ids and, if no ``mask_source`` is given, the mask key (pass None in
         production so masks are keyed from os.urandom).
         """
@@ -270,6 +287,10 @@ class PushSum:
                            ("reference_store_bytes", reference_store_bytes)):
             if not _is_int(size) or size < 0:
                 raise InvalidValues(f"{name}: expected an int >= 0, got {size!r}")
+        if guard is not None and not isinstance(guard, GuardSettings):
+            raise InvalidValues(f"guard: expected GuardSettings or None, got {guard!r}")
+        if not _is_int(dup_span) or dup_span < 1:
+            raise InvalidValues(f"dup_span: expected an int >= 1, got {dup_span!r}")
         self.fingerprint = fingerprint
         z = check_vector(values, None, "values")
         self._n = int(z.shape[0])
@@ -301,8 +322,9 @@ class PushSum:
         self._next_id = start
         self._outstanding: dict[int, _Outstanding] = {}
         self._recent_acks: OrderedDict[int, None] = OrderedDict()
-        # sender -> push ids merged from it -> whether we answered with a reply
-        self._seen: OrderedDict[bytes, OrderedDict[int, bool]] = OrderedDict()
+        # push ids merged per sender, and whether we answered with a reply
+        self._seen = DupWindow(dup_span)
+        self._guard = MergeGuard(guard) if guard is not None else None
         self._replies: OrderedDict[tuple[bytes, int], PushAck] = OrderedDict()
         self._replies_bytes = 0
         self._references = PairReferences(reference_store_bytes)
@@ -439,6 +461,10 @@ class PushSum:
             return []
         busy = {o.peer for o in blocking}
         targets = [p for p in dict.fromkeys(peers) if p not in busy][: self.fanout]
+        if self._guard is not None:
+            # a peer that took more than it gave back (a sink) gets nothing more
+            guard = self._guard
+            targets = [p for p in targets if guard.may_push(p, now)]
         if not targets:
             return []
         # Noise ages with exchanges actually made, not with calls: a node that
@@ -586,35 +612,60 @@ class PushSum:
             y = validate_push(push, self.fingerprint, self._n, self.max_weight)
             if not isinstance(sender, bytes):
                 raise RejectedPush(f"sender: expected bytes, got {type(sender).__name__}")
-            seen = self._seen.get(sender)
-            if seen is not None and push.push_id in seen:
-                return self._answer_again(sender, push.push_id, seen[push.push_id])
+            seen = self._seen.lookup(sender, push.push_id)
+            if seen is Seen.MERGED or seen is Seen.REPLIED:
+                return self._answer_again(sender, push.push_id, seen is Seen.REPLIED)
+            if seen is Seen.TOO_OLD:
+                raise RejectedPush(
+                    f"push_id {push.push_id}: older than the {self._seen.span} ids remembered "
+                    "for this sender, so it may have been merged; refusing to merge it twice"
+                )
             if self._w + push.weight > self.max_weight:
                 raise RejectedPush(
                     f"weight: merging {push.weight:g} would raise the weight to "
                     f"{self._w + push.weight:g} > max_weight {self.max_weight:g}"
                 )
+            flagged = push.masked or push.noisy
+            replying = (push.want_reply and self.privacy == "none" and not self._noisy
+                        and not flagged)
+            r = self._reply_weight(push.weight) if replying else 0.0
+            if self._guard is not None:
+                self._guard.check_push(sender, push.weight, push.weight - r, self._w, flagged,
+                                       self.privacy == "masked", now)
             if push.base:
                 y = self._rebuild_request(sender, push, y)
+            clip = self._clip_factor(sender, y, push.weight, r, flagged)
+            # a clipped merge also costs the sender the part of its share that
+            # was clipped away, (1 - clip) r = s (1 - tau / |update|): small when
+            # honest nodes clip a little, the whole share for a liar's kick, which
+            # would otherwise be free (the reply gives it all back)
+            kept = push.weight - clip * r
+            if self._guard is not None and clip != 1.0:
+                self._guard.check_push(sender, push.weight, kept, self._w, flagged,
+                                       self.privacy == "masked", now)
         except _MissingReference:
             raise  # not an offence: counted and logged in _rebuild_request
         except RejectedPush as exc:
             self._c["rejected"] += 1
+            if isinstance(exc, RefusedByGuard):
+                self._c["guard_refused"] += 1
             log.warning("rejected push from %s for model %s: %s",
                         _short(sender) if isinstance(sender, bytes) else sender,
                         _short(self.fingerprint), exc.reason)
             raise
         self._c["pushes_received"] += 1
         self._c["bytes_received"] += push.nbytes
-        replying = (push.want_reply and self.privacy == "none" and not self._noisy
-                    and not (push.masked or push.noisy))
+        if self._guard is not None:
+            self._guard.merged(sender, kept, flagged, now)
+            if clip != 1.0:
+                self._c["clipped"] += 1
         if not replying:
-            self._merge(y, push.weight, noisy=push.masked or push.noisy,
+            self._merge(y, push.weight, noisy=flagged,
                         noise_age=0 if push.masked else push.noise_age)
-            self._remember(sender, push.push_id, False)
+            self._seen.record(sender, push.push_id, False)
             return PushAck(self.fingerprint, push.push_id)
-        ack = self._reply(sender, y, push)
-        self._remember(sender, push.push_id, True)
+        ack = self._reply(sender, y, push, r, clip)
+        self._seen.record(sender, push.push_id, True)
         self._store_reply((sender, push.push_id), ack)
         self._c["replies_sent"] += 1
         self._c["bytes_sent"] += ack.nbytes
@@ -683,6 +734,8 @@ class PushSum:
             self._last_gap = self._disagreement / max(_rms(o.sent), 1e-12)
             self._references.record(ReferenceKey(o.peer, ack.push_id, True),
                                     reference_of(o.sent, d, out=self._buffer()))
+            if self._guard is not None:
+                self._clip_reply(o, d)
             new_w = rest + r
             a, b = share / new_w, r / new_w
             if self._noisy:  # noise arrived meanwhile: the reply is a clean merge for z
@@ -698,6 +751,10 @@ class PushSum:
             self._c["replies_received"] += 1
             self._c["bytes_received"] += ack.nbytes
         self._c["acks"] += 1
+        if self._guard is not None:
+            self._guard.acked(o.peer, share - (reply[0] if reply is not None else 0.0), now,
+                              plain_to_request=(o.push.want_reply and ack.reply is None
+                                                and self.privacy == "none"))
         if bad is not None:
             self._c["rejected"] += 1
             self._c["bad_replies"] += 1
@@ -715,6 +772,7 @@ class PushSum:
             weight=self._w,
             noisy=self._noisy,
             noise_age=self._noise_age,
+            seen=tuple(self._seen.export()),
         )
 
     def restore(self, snapshot: PushSumSnapshot) -> None:
@@ -729,6 +787,11 @@ class PushSum:
             raise InvalidValues("snapshot: estimate must equal values when noisy is False")
         self._z, self._x, self._w = z, x if noisy else z, w
         self._noisy, self._noise_age = noisy, int(snapshot.noise_age)
+        if snapshot.seen:
+            try:
+                self._seen.load(list(snapshot.seen))
+            except ValueError as exc:
+                raise InvalidValues(f"snapshot.seen: {exc}") from None
         self._outstanding.clear()
         self._references.clear()  # not checkpointed, as after a restart
         self._masked_left = self.masked_pushes if self.privacy == "masked" else 0
@@ -821,27 +884,76 @@ class PushSum:
             raise RejectedPush(str(exc)) from None
         return q
 
-    def _reply(self, sender: bytes, q_a: np.ndarray, push: Push) -> PushAck:
-        """Merge a push-pull request and give away a share of our mass in the ack.
-
-        Precondition: privacy "none", no held-apart noise on either side, so
-        ``x == z`` before and after.
-        """
-        s = push.weight
+    def _reply_weight(self, s: float) -> float:
+        """The weight we give back to a push-pull request of share ``s``."""
         # The textbook symmetric rule gives r = a / (fanout + 1) (a: our weight
         # not promised to our own pushes in flight); we also never give back
         # more than the share we take: with equal weights (the usual case) the
         # two agree and both ends land on the pairwise average, and r <= s
         # makes a reply unable to raise the initiator's or the total weight, a
         # bound the initiator checks exactly (see _check_reply).
-        r = min(s, self.available_weight / (self.fanout + 1))
+        return min(s, self.available_weight / (self.fanout + 1))
+
+    def _clip_factor(self, sender: bytes, y: np.ndarray, s: float, r: float,
+                     flagged: bool) -> float:
+        """The reply's scale of ``x - q_A`` (1.0: no clipping) or RefusedByGuard.
+
+        ClippedGossip with exact mass (see docs/gossip.md, "Merge defences"):
+        the update ``y - x`` is clipped to the guard's radius tau.  A one-way
+        push whose update is longer is refused (the sender keeps its weight: a
+        rule exact for mass).  A push-pull responder merges the clipped
+        ``q_A' = x + clip(q_A - x)`` and hands the clipped-away part back in
+        its reply: the reply's values become ``x + (s / r) (q_A - q_A')``, i.e.
+        ``q_A + k (x - q_A)`` with ``k = 1 - (s / r) (1 - tau / |q_A - x|)``,
+        so the initiator, removing ``s q_A`` and adding ``r q_B``, keeps the
+        part we did not merge and the sums stay exact.  Updates carrying mask
+        noise (a flagged push, or this node holding noise apart) are not
+        clipped: masks are large by design.
+        """
+        if self._guard is None or not self._guard.settings.clipping or flagged or self._noisy:
+            return 1.0
+        diff = np.subtract(y, self._x, out=self._buffer())
+        norm = math.sqrt(float(np.einsum("i,i->", diff, diff)))
+        clip = self._guard.clip
+        tau = clip.radius(math.sqrt(float(np.einsum("i,i->", self._x, self._x))), sender)
+        clip.record(sender, norm)  # statistics only: also when refused
+        if norm <= tau:
+            return 1.0
+        if r <= 0.0:
+            raise RefusedByGuard("clip", f"update norm {norm:.3g} exceeds the radius {tau:.3g}")
+        k = 1.0 - (s / r) * (1.0 - tau / norm)
+        # the reply's values q_A + k (x - q_A) must stay within the magnitude bound
+        largest = float(np.abs(y).max()) + abs(k) * float(np.abs(diff).max())
+        if largest > MAX_ABS_VALUE:
+            raise RefusedByGuard(
+                "clip", f"update norm {norm:.3g} exceeds the radius {tau:.3g} and the part "
+                f"to hand back would exceed the magnitude bound ({largest:.3g})")
+        return k
+
+    def _reply(self, sender: bytes, q_a: np.ndarray, push: Push, r: float,
+               clip: float = 1.0) -> PushAck:
+        """Merge a push-pull request and give away a share ``r`` of our mass in the ack.
+
+        Precondition: privacy "none", no held-apart noise on either side, so
+        ``x == z`` before and after.  ``clip`` scales the reply's delta
+        against ``q_a`` (1.0 but when the update was clipped, see
+        :meth:`_clip_factor`).
+        """
+        s = push.weight
         # the reply is a delta against what the initiator sent: small once the
         # two agree, so a coarse encoding loses little; both ends use exactly
         # the decoded delta, so mass stays exact.
         delta = np.subtract(self._x, q_a, out=self._buffer())
-        encoded = _encode_fitting(delta, self.delta_encoding)
+        if clip != 1.0:
+            # f64: the part handed back may be as large as the poison it came
+            # from, and the encoder keeps the rounding residual (here: in x)
+            encoded = encode(delta * clip, "f64")
+            self._disagreement = _rms(delta)
+        else:
+            encoded = _encode_fitting(delta, self.delta_encoding)
         d = decode(encoded, self._n)
-        self._disagreement = _rms(d)
+        if clip == 1.0:
+            self._disagreement = _rms(d)
         # mass: w x + s q_A - r (q_A + d), weight w + s - r (> 0: r < available),
         # that is x - ((s - r) / new_w) (x - q_A) - (r / new_w) d, in place (x is z)
         new_w = self._w + s - r
@@ -854,6 +966,36 @@ class PushSum:
         self._x -= d
         self._w = new_w
         return PushAck(self.fingerprint, push.push_id, reply=encoded, reply_weight=r)
+
+    def _clip_reply(self, o: _Outstanding, d: np.ndarray) -> None:
+        """Clip a reply's update ``q_B - x`` in place of its delta ``d = q_B - q_A``.
+
+        The radius is ``reply_clip_factor`` times ours: an honest responder that
+        clipped our request hands the clipped-away part back, so its reply
+        may legitimately sit up to its own radius away.  The part clipped here
+        is not merged (the responder already gave it away): the only place the
+        defences lose mass, counted in ``clipped_replies``.
+        """
+        assert self._guard is not None
+        if not self._guard.settings.clipping or self._noisy:
+            return
+        v = np.add(o.sent, d, out=self._buffer())
+        v -= self._x
+        norm = math.sqrt(float(np.einsum("i,i->", v, v)))
+        clip = self._guard.clip
+        # no clipping before a first sender was seen: an honest first reply may
+        # legitimately be as far as the two initial models
+        tau = (self._guard.settings.reply_clip_factor
+               * clip.radius(math.sqrt(float(np.einsum("i,i->", self._x, self._x))), o.peer)
+               if clip.warmed_up else math.inf)
+        clip.record(o.peer, norm)
+        if norm <= tau:
+            return
+        # q_B' = x + (tau / norm) (q_B - x), so d' = q_B' - q_A
+        v *= tau / norm
+        np.subtract(self._x, o.sent, out=d)
+        d += v
+        self._c["clipped_replies"] += 1
 
     def _check_reply(self, o: _Outstanding, ack: PushAck) -> tuple[float, np.ndarray]:
         """The reply's weight and decoded delta (``q_B - q_A``), or InvalidValues naming what
@@ -911,18 +1053,6 @@ class PushSum:
         self._z = self._x  # one array again
         self._noisy = False
         self._c["unmasks"] += 1
-
-    def _remember(self, sender: bytes, push_id: int, replied: bool) -> None:
-        seen = self._seen.get(sender)
-        if seen is None:
-            seen = self._seen[sender] = OrderedDict()
-            if len(self._seen) > _SEEN_PEERS:
-                self._seen.popitem(last=False)
-        else:
-            self._seen.move_to_end(sender)
-        seen[push_id] = replied
-        if len(seen) > _SEEN_IDS_PER_PEER:
-            seen.popitem(last=False)
 
 
 def _is_int(value: object) -> bool:

@@ -12,6 +12,11 @@ lost push or ack is retransmitted by ``expire``, and a push refused by a
 crashed node (or by a receiver, ``RejectedPush``) is handed to
 ``PushSum.on_undelivered`` exactly as the daemon's driver does (a first attempt
 is forgotten with the weight kept; a retransmission is kept outstanding).
+
+Adversaries (``adversaries={node: Adversary}``): a lying holder keeps its core
+(so honest nodes see a normal holder) but its pushes and answers come from
+its :class:`Adversary`; ``honest()`` and ``total_weight(honest_only=True)``
+leave it out.  :mod:`gossip.attacks` holds the ones the benchmark uses.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ import hashlib
 import heapq
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Unpack
+from typing import Protocol, Unpack
 
 import numpy as np
 
@@ -33,6 +38,19 @@ from gossip.pushsum import PushSum, PushSumTuning
 Sampler = Callable[[int, Sequence[int], int, np.random.Generator], Sequence[int]]
 # (round, sender, receiver, push, sender core) for every new push sent
 SendObserver = Callable[[int, int, int, Push, PushSum], None]
+
+
+class Adversary(Protocol):
+    """How a lying holder behaves in the simulator (its core only holds its id's place)."""
+
+    def pushes(self, round: int, core: PushSum, peers: Sequence[int],
+               rng: np.random.Generator) -> list[tuple[int, Push]]:
+        """The pushes it sends this round: (receiver, push)."""
+        ...
+
+    def answer(self, core: PushSum, sender: int, push: Push) -> PushAck | None:
+        """Its answer to an honest push (None: no answer at all)."""
+        ...
 
 
 def uniform_sampler(
@@ -127,9 +145,11 @@ class Simulation:
         ack_timeout: float = 2.0,
         privacy: Mapping[int, str] | str = "none",
         on_send: SendObserver | None = None,
+        adversaries: Mapping[int, Adversary] | None = None,
         **pushsum_kwargs: Unpack[PushSumTuning],
     ) -> None:
         self.models = {m.name: m for m in models}
+        self.adversaries = dict(adversaries or {})
         self.faults = faults or Faults()
         self.sampler = sampler or uniform_sampler
         self.rng = np.random.default_rng(seed)
@@ -160,6 +180,10 @@ class Simulation:
     def survivors(self, model: str) -> list[int]:
         return [n for n in self.models[model].holders if self.alive(n)]
 
+    def honest(self, model: str) -> list[int]:
+        """The live holders of ``model`` that are not adversaries."""
+        return [n for n in self.survivors(model) if n not in self.adversaries]
+
     def target(self, model: str, survivors_only: bool = False) -> np.ndarray:
         """Mean of the initial values over the holders (or over the survivors)."""
         spec = self.models[model]
@@ -186,12 +210,15 @@ class Simulation:
         """Encoded bytes each live holder has sent for ``model`` (pushes and replies)."""
         return [self.cores[(n, model)].counters.bytes_sent for n in self.survivors(model)]
 
-    def total_weight(self, model: str) -> float:
-        return float(sum(self.cores[(n, model)].weight for n in self.survivors(model)))
+    def total_weight(self, model: str, honest_only: bool = False) -> float:
+        """Sum of the live holders' weights (``honest_only``: adversaries left out)."""
+        nodes = self.honest(model) if honest_only else self.survivors(model)
+        return float(sum(self.cores[(n, model)].weight for n in nodes))
 
-    def total_mass(self, model: str) -> np.ndarray:
-        mass: np.ndarray = np.sum([self.cores[(n, model)].mass for n in self.survivors(model)],
-                                  axis=0)
+    def total_mass(self, model: str, honest_only: bool = False) -> np.ndarray:
+        """Sum of the live holders' mass ``w * x`` (``honest_only``: adversaries left out)."""
+        nodes = self.honest(model) if honest_only else self.survivors(model)
+        mass: np.ndarray = np.sum([self.cores[(n, model)].mass for n in nodes], axis=0)
         return mass
 
     # ----------------------------------------------------------------- run
@@ -230,6 +257,12 @@ class Simulation:
                 core = self.cores.get((node, name))
                 if core is None:
                     continue
+                liar = self.adversaries.get(node)
+                if liar is not None:
+                    others = [p for p in self._candidates(name) if p != node]
+                    for dst, push in liar.pushes(r, core, others, self.rng):
+                        self._send(node, dst, name, push, now)
+                    continue
                 for peer, push in core.expire(now, self.ack_timeout):
                     self._send(node, int.from_bytes(peer, "big"), name, push, now)
                 candidates = self._candidates(name)
@@ -257,7 +290,7 @@ class Simulation:
             now += self.ack_timeout
             pending = False
             for (node, name), core in self.cores.items():
-                if not self.alive(node) or not core.outstanding:
+                if not self.alive(node) or not core.outstanding or node in self.adversaries:
                     continue
                 pending = True
                 for peer, push in core.expire(now, self.ack_timeout):
@@ -291,6 +324,19 @@ class Simulation:
             ev = heapq.heappop(self._queue)
             if isinstance(ev.message, Push):
                 sender_core = self.cores[(ev.src, ev.model)]
+                liar = self.adversaries.get(ev.dst)
+                if liar is not None and self.alive(ev.dst):
+                    answer = liar.answer(self.cores[(ev.dst, ev.model)], ev.src, ev.message)
+                    if answer is not None:
+                        self._send(ev.dst, ev.src, ev.model, answer, ev.time)
+                    continue
+                if ev.src in self.adversaries:
+                    try:  # the liar hears nothing back: its acks would go nowhere
+                        self.cores[(ev.dst, ev.model)].on_push(
+                            node_id(ev.src), ev.message, ev.time)
+                    except RejectedPush:
+                        pass
+                    continue
                 if not self.alive(ev.dst):
                     if self.alive(ev.src):  # connection refused: surely not merged
                         sender_core.on_undelivered(ev.message.push_id, maybe_delivered=False)
@@ -304,7 +350,7 @@ class Simulation:
                         sender_core.on_undelivered(ev.message.push_id, maybe_delivered=False)
                     continue
                 self._send(ev.dst, ev.src, ev.model, ack, ev.time)
-            elif self.alive(ev.dst):
+            elif self.alive(ev.dst) and ev.dst not in self.adversaries:
                 try:
                     self.cores[(ev.dst, ev.model)].on_ack(node_id(ev.src), ev.message, ev.time)
                 except RejectedAck:

@@ -12,8 +12,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from learner.augment import check_shift, random_shifts
 from learner.data import DataSpec, NodeData, load_node_data
 from learner.data_errors import DataError
+from learner.dp_accounting import PrivacyAccountant, PrivacySpent, noise_multiplier_for
+from learner.dp_config import DPConfig, DPConfigError
 from learner.errors import FieldError
 from learner.idx import read_idx, write_idx
 from learner.layout import ModelLayout
@@ -30,6 +33,7 @@ from learner.tasks import TASKS, Task, TaskData, TaskShape, get_task, load_task,
 from learner.train_config import OPTIMIZERS, TrainConfig, TrainConfigError
 
 if TYPE_CHECKING:
+    from learner.dp import PrivacyBudgetSpent, PrivateSGD
     from learner.network import PartialMLP, PartialNetwork, assign, extract
     from learner.reference import (
         NodeSetup,
@@ -43,6 +47,8 @@ if TYPE_CHECKING:
 __all__ = [
     "OPTIMIZERS",
     "SEMI_LOCAL_SCHEMES",
+    "DPConfig",
+    "DPConfigError",
     "DataError",
     "DataSpec",
     "Evaluation",
@@ -55,6 +61,10 @@ __all__ = [
     "PartialMLP",
     "PartialModelSpec",
     "PartialNetwork",
+    "PrivacyAccountant",
+    "PrivacyBudgetSpent",
+    "PrivacySpent",
+    "PrivateSGD",
     "ReferenceResult",
     "ReferenceSetupError",
     "SpecError",
@@ -64,6 +74,8 @@ __all__ = [
     "TaskShape",
     "TrainConfig",
     "TrainConfigError",
+    "check_shift",
+    "random_shifts",
     "Trainer",
     "assign",
     "average_shared_models",
@@ -75,6 +87,7 @@ __all__ = [
     "last_classes_permutations",
     "load_node_data",
     "load_task",
+    "noise_multiplier_for",
     "parse_cycles",
     "parse_permutation",
     "read_idx",
@@ -90,6 +103,8 @@ _TORCH_NAMES = {
     "PartialNetwork": "learner.network",
     "assign": "learner.network",
     "extract": "learner.network",
+    "PrivacyBudgetSpent": "learner.dp",
+    "PrivateSGD": "learner.dp",
     "NodeSetup": "learner.reference",
     "ReferenceResult": "learner.reference",
     "ReferenceSetupError": "learner.reference",

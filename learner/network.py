@@ -181,6 +181,14 @@ class PartialNetwork(nn.Module):
             outs.append(h)
         return outs
 
+    @property
+    def input_image(self) -> tuple[int, int, int] | None:
+        """``(channels, height, width)`` of an image input; None for a flat one."""
+        network = self.layout.network
+        if network.image_size is None:
+            return None
+        return (network.sizes[0], *network.image_size)
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Logits (no activation on the output layer)."""
         return self.activations(x)[-1]

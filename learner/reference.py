@@ -5,6 +5,11 @@ shard; then every shared partial model is replaced, on each of its holders,
 by the exact average of the holders' vectors. No networking, no asynchrony:
 this is the yardstick the gossiping daemons are compared with. Deterministic
 for given node seeds and `TrainConfig.seed`.
+
+With `dp`, every node trains with DP-SGD (:class:`learner.dp.PrivateSGD`;
+its Poisson sampling and noise are seeded from the node's training seed, so
+runs stay reproducible); a node whose next round would go past
+`dp.epsilon_budget` stops training and keeps averaging, as a daemon does.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from learner.data import NodeData
+from learner.dp_config import DPConfig
 from learner.layout import ModelLayout
 from learner.network import PartialNetwork
 from learner.spec import NetworkSpec, PartialModelSpec
@@ -63,6 +69,10 @@ class ReferenceResult:
     eval_rounds: tuple[int, ...]
     accuracy: tuple[tuple[float, ...], ...]
     loss: tuple[tuple[float, ...], ...]
+    #: with DP-SGD: each node's epsilon spent at the end (empty without)
+    epsilon: tuple[float, ...] = ()
+    #: with DP-SGD: each node's sample rate (expected batch / shard size)
+    sample_rate: tuple[float, ...] = ()
 
     @property
     def final_accuracy(self) -> tuple[float, ...]:
@@ -120,11 +130,13 @@ def run_reference(
     eval_every: int = 1,
     *,
     on_eval: Callable[[int, tuple[float, ...]], None] | None = None,
+    dp: DPConfig | None = None,
 ) -> ReferenceResult:
     """Run Algorithm 2 for `rounds` rounds and test every node on its own test set.
 
     Evaluates every `eval_every` rounds and after the last one. `on_eval`, if
     given, is called with (rounds done, per-node accuracies) at each evaluation.
+    `dp`: train every node with DP-SGD under these settings.
     """
     if not nodes:
         raise ReferenceSetupError("run_reference: no nodes given")
@@ -151,14 +163,16 @@ def run_reference(
         config = dataclasses.replace(train_config, seed=_node_train_seed(train_config.seed, node.seed))
         layouts.append(layout)
         networks.append(network)
-        trainers.append(Trainer(network, node.data.train_x, node.data.train_y, config))
+        trainers.append(Trainer(network, node.data.train_x, node.data.train_y, config, dp=dp,
+                                noise_seed=config.seed))
 
     eval_rounds: list[int] = []
     accuracy: list[tuple[float, ...]] = []
     loss: list[tuple[float, ...]] = []
     for done in range(1, rounds + 1):
         for trainer in trainers:
-            trainer.train_round()
+            if trainer.can_train():  # False once a DP budget is spent
+                trainer.train_round()
         average_shared_models(networks, layouts)
         if done % eval_every == 0 or done == rounds:
             results = [
@@ -170,4 +184,7 @@ def run_reference(
             loss.append(tuple(r.loss for r in results))
             if on_eval is not None:
                 on_eval(done, accuracy[-1])
-    return ReferenceResult(tuple(eval_rounds), tuple(accuracy), tuple(loss))
+    privacy = [t.privacy for t in trainers if t.privacy is not None]
+    return ReferenceResult(tuple(eval_rounds), tuple(accuracy), tuple(loss),
+                           epsilon=tuple(p.epsilon() for p in privacy),
+                           sample_rate=tuple(p.sample_rate for p in privacy))

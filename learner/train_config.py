@@ -26,7 +26,9 @@ class TrainConfig:
     lr: learning rate; batch_size: samples per mini-batch (capped at the shard
     size); steps_per_round: mini-batches per `train_round`; optimizer: "sgd"
     (plain), "momentum" (SGD with `momentum`) or "adam"; weight_decay: L2
-    penalty; seed: drives the mini-batch order.
+    penalty; shift: move each training image by up to this many pixels
+    (:mod:`learner.augment`; networks on images only, 0 = off); seed: drives
+    the mini-batch order (and the shifts).
 
     The defaults are the daemon's (``[training]`` of a node's config). The
     papers used plain SGD with learning rate 0.1, a sigmoid network and mean
@@ -39,6 +41,7 @@ class TrainConfig:
     optimizer: str = "sgd"
     momentum: float = 0.9
     weight_decay: float = 0.0
+    shift: int = 0
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -59,3 +62,6 @@ class TrainConfig:
         if not self.weight_decay >= 0.0:
             raise TrainConfigError(f"expected a number >= 0, got {self.weight_decay}",
                                    field="weight_decay")
+        if not (isinstance(self.shift, int) and self.shift >= 0):
+            raise TrainConfigError(f"expected an integer >= 0 (pixels), got {self.shift!r}",
+                                   field="shift")

@@ -33,6 +33,7 @@ from learner.tasks import resolve_network
 from p2p.cli.admin_client import AdminClient, AdminClientError
 from p2p.config import (
     ConfigError,
+    DPSection,
     GossipConfig,
     NodeConfig,
     generate_swarm_key,
@@ -62,7 +63,12 @@ class SwarmSpec:
     scheme: str = "partial"  # local | full | partial
     semi_local: bool = False  # add a semi-local model per permutation group
     permutations: tuple[str | None, ...] = ()
-    privacy: str = "none"
+    privacy: str = "none"  # gossip.privacy: none | masked | dp | masked+dp
+    # [dp] settings for privacy "dp"/"masked+dp"; None keeps the template's (or default)
+    dp_noise: float | None = None  # dp.noise_multiplier
+    dp_clip: float | None = None  # dp.clip_norm
+    dp_epsilon: float | None = None  # dp.target_epsilon (spent over `rounds`)
+    dp_budget: float | None = None  # dp.epsilon_budget
     swarm_key: bool = False
     seed: int = 0
     task: str = "digits"  # a name of learner.tasks.TASKS
@@ -72,6 +78,7 @@ class SwarmSpec:
     lr: float = 0.1
     batch_size: int = 16
     optimizer: str | None = None  # None: the node's default (or the template's)
+    shift: int = 0  # training.shift: pixels each training image may move (image networks)
     steps_per_round: int = 10
     round_interval: float = 0.05
     eval_every: int = 5
@@ -143,7 +150,7 @@ def spec_from_template(config: NodeConfig, **given: Any) -> SwarmSpec:
     values: dict[str, Any] = {
         "task": d.task, "data_path": None if d.path is None else str(d.path), "seed": d.seed,
         "layers": config.network.spec.notation(),
-        "lr": t.lr, "batch_size": t.batch_size, "optimizer": t.optimizer,
+        "lr": t.lr, "batch_size": t.batch_size, "optimizer": t.optimizer, "shift": t.shift,
         "steps_per_round": t.steps_per_round, "eval_every": t.eval_every,
         "round_interval": t.round_interval, "fanout": config.gossip.fanout,
         "privacy": config.gossip.privacy,
@@ -168,7 +175,7 @@ def node_config(spec: SwarmSpec, index: int, data_dir: Path,
     perm = spec.permutation(index)
     training: dict[str, Any] = {
         "lr": spec.lr, "batch_size": spec.batch_size, "steps_per_round": spec.steps_per_round,
-        "rounds": spec.rounds, "eval_every": spec.eval_every,
+        "shift": spec.shift, "rounds": spec.rounds, "eval_every": spec.eval_every,
         "round_interval": spec.round_interval,
         # start together: wait until (almost) everyone is known
         "min_peers": min(spec.nodes - 1, 20) if spec.start_together else 0,
@@ -184,6 +191,7 @@ def node_config(spec: SwarmSpec, index: int, data_dir: Path,
             models=node_models(spec, index),
             training=dataclasses.replace(base.training, **training),
             gossip=gossip_config(spec, base.gossip),
+            dp=dp_section(spec, base.dp),
             peer_sampling=dataclasses.replace(base.peer_sampling, period=spec.shuffle_period),
             data=dataclasses.replace(
                 base.data, task=spec.task,
@@ -208,6 +216,25 @@ def gossip_config(spec: SwarmSpec, base: GossipConfig | None = None) -> GossipCo
                                **{k: v for k, v in chosen.items() if v is not None})
 
 
+def dp_section(spec: SwarmSpec, base: DPSection | None = None) -> DPSection:
+    """The spec's DP-SGD settings over ``base`` (the template's ``[dp]``). A noise
+    multiplier and a target epsilon exclude each other: giving one drops the other's
+    value from the base."""
+    if spec.dp_noise is not None and spec.dp_epsilon is not None:
+        raise SwarmError("--dp-noise and --dp-epsilon: give one of them (the noise is derived "
+                         "from the target epsilon)")
+    changes: dict[str, Any] = {}
+    if spec.dp_clip is not None:
+        changes["clip_norm"] = spec.dp_clip
+    if spec.dp_budget is not None:
+        changes["epsilon_budget"] = spec.dp_budget
+    if spec.dp_noise is not None:
+        changes.update(noise_multiplier=spec.dp_noise, target_epsilon=None)
+    if spec.dp_epsilon is not None:
+        changes.update(target_epsilon=spec.dp_epsilon, noise_multiplier=None)
+    return dataclasses.replace(base or DPSection(), **changes)
+
+
 def rounds_per_second(history: Sequence[tuple[float, int, float | None]]) -> float | None:
     """Training rounds per second between a node's first and last poll that saw a round."""
     seen = [(t, r) for t, r, _ in history if r > 0]
@@ -223,6 +250,12 @@ def latency_summary(seconds: Sequence[float]) -> dict[str, float] | None:
     ms = np.asarray(seconds) * 1000.0
     return {"samples": float(ms.size), "median": float(np.median(ms)),
             "p95": float(np.percentile(ms, 95)), "max": float(ms.max())}
+
+
+def budget_spent(status: dict[str, Any]) -> bool:
+    """Whether a node's ``status`` says it stopped training for its epsilon budget."""
+    privacy = status.get("privacy")
+    return isinstance(privacy, dict) and privacy.get("budget_spent") is True
 
 
 @dataclass
@@ -379,7 +412,9 @@ class Swarm:
             d.history.append((now, int(d.status.get("round", 0)), d.status.get("accuracy")))
 
     def finished(self) -> bool:
-        return all(d.status.get("round", 0) >= self.spec.rounds
+        """Every live daemon trained its rounds (or stopped for its privacy budget) and
+        was evaluated."""
+        return all((d.status.get("round", 0) >= self.spec.rounds or budget_spent(d.status))
                    and d.status.get("accuracy") is not None for d in self.daemons if not d.down)
 
     def kill(self, index: int) -> None:
@@ -479,6 +514,9 @@ class Swarm:
                 "loss": d.status.get("loss"),
                 "round": d.status.get("round"),
                 "steps": d.status.get("steps"),
+                # DP-SGD: epsilon spent at status' privacy.delta (None without DP)
+                "epsilon": (d.status.get("privacy") or {}).get("epsilon"),
+                "privacy": d.status.get("privacy"),
                 "pushes_sent": sum(m.get("pushes_sent", 0) for m in shared),
                 "pushes_received": sum(m.get("pushes_received", 0) for m in shared),
                 "pushes_rejected": sum(m.get("pushes_rejected", 0) for m in shared),

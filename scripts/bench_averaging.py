@@ -17,15 +17,21 @@ payload bytes (the core's counters) each peer had sent by then.
 
     .venv/bin/python scripts/bench_averaging.py [--peers 4] [--length 1000000]
         [--encoding f32] [--delta-encoding int8] [--exchange push-pull]
-        [--max-in-flight 1] [--partners random|rotate|hypercube] [--runs 3]
-        [--json PATH] [--profile PATH]
+        [--max-in-flight 1] [--partners matched,random] [--round-timeout 5]
+        [--runs 3] [--json PATH] [--profile PATH]
 
-``--partners random`` picks partners as a node does (sampled from the holder
-view); ``hypercube`` pairs the peers in rounds, a perfect matching each round
-(see :class:`~p2p.runtime.averaging.AveragingPeer`), to show what partner
-choice alone is worth. ``--profile`` writes peer 0's cProfile statistics.
+``--partners`` names one schedule or several, comma-separated: ``matched``
+(the default) pairs the peers in rounds, a matching each round with a
+deadline per round (see :class:`~p2p.runtime.averaging.AveragingPeer`);
+``random`` picks partners as a training node does (sampled from the holder
+view); ``rotate`` cycles through the other peers. With several, run ``k`` of
+each schedule uses the same vectors and the runs alternate between the
+schedules, so that the machine's load weighs on them alike; one median row per
+schedule closes the output. ``--profile`` writes peer 0's cProfile statistics.
 Options left out take the PushSum core's defaults (a daemon's ``[gossip]``
-defaults differ in ``encoding``: f16 there, f32 in the core).
+defaults differ in ``encoding``: f16 there, f32 in the core; the matched
+schedule raises the core's default ``max_in_flight``, see
+:data:`~p2p.runtime.averaging.MATCHED_MAX_IN_FLIGHT`).
 """
 
 from __future__ import annotations
@@ -48,7 +54,7 @@ import numpy as np
 import trio
 
 from gossip import ENCODINGS, EXCHANGES, PushSum, PushSumOptions
-from p2p.runtime.averaging import PARTNER_CHOICES, AveragingPeer
+from p2p.runtime.averaging import DEFAULT_ROUND_TIMEOUT, PARTNER_CHOICES, AveragingPeer
 
 MODEL = hashlib.sha256(b"bench_averaging").digest()
 TARGET_MB = 40.0
@@ -163,7 +169,7 @@ async def serve_peer(args: argparse.Namespace) -> None:
     mixing = False
     peer = AveragingPeer(peer_vector(args.seed, index, args.length), MODEL,
                          core_options=core_options(args), on_change=changed,
-                         partners=args.partners)
+                         partners=args.partners, round_timeout=args.round_timeout)
     reporter = _Reporter(peer, mean, args.tolerance)
     stdin = trio.lowlevel.FdStream(os.dup(0))
     async with trio.open_nursery() as nursery:
@@ -302,11 +308,13 @@ async def _wait_all(peers: list[_Peer], event: str, timeout: float) -> None:
                          f"their logs:\n{logs}")
 
 
-async def run_once(args: argparse.Namespace, seed: int, workdir: Path) -> dict[str, Any]:
-    """Start the peers, average once, stop them; the figures of this run."""
+async def run_once(args: argparse.Namespace, partners: str, seed: int,
+                   workdir: Path) -> dict[str, Any]:
+    """Start the peers, average once with schedule ``partners``, stop them; the
+    figures of this run."""
     peers: list[_Peer] = []
     argv_common = ["--peers", str(args.peers), "--length", str(args.length), "--seed", str(seed),
-                   "--partners", args.partners]
+                   "--partners", partners, "--round-timeout", str(args.round_timeout)]
     if args.profile is not None:
         argv_common += ["--profile", str(args.profile)]
     for key in CORE_OPTIONS:
@@ -407,9 +415,14 @@ def main(argv: list[str] | None = None) -> int:
                         help="push-pull or push (the core's default if omitted)")
     parser.add_argument("--max-in-flight", type=int, help="pushes in flight per peer")
     parser.add_argument("--fanout", type=int, help="peers per push wave")
-    parser.add_argument("--partners", choices=PARTNER_CHOICES, default="random",
-                        help="random: sampled per wave, as a node does (default); rotate: "
-                        "each peer cycles through the others")
+    parser.add_argument("--partners", default="matched",
+                        help="schedule, or several comma-separated: matched (default; rounds "
+                        "of pairwise exchanges, each with a deadline), random (sampled per "
+                        "wave, as a training node does), rotate (each peer cycles through "
+                        "the others)")
+    parser.add_argument("--round-timeout", type=float, default=DEFAULT_ROUND_TIMEOUT,
+                        help="matched: seconds before a round without its exchange is skipped "
+                        f"(default {DEFAULT_ROUND_TIMEOUT:g})")
     parser.add_argument("--runs", type=int, default=3, help="runs, fresh processes each (default 3)")
     parser.add_argument("--tolerance", type=float, default=1e-4,
                         help="max|x - m| <= tolerance * max|m| at every peer (default 1e-4)")
@@ -425,6 +438,15 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--peers: at least 2")
     if args.length < 1 or args.runs < 1:
         parser.error("--length and --runs: at least 1")
+    if not args.round_timeout > 0:
+        parser.error("--round-timeout: seconds > 0")
+    schedules = [name.strip() for name in args.partners.split(",")]
+    unknown = [name for name in schedules if name not in PARTNER_CHOICES]
+    if unknown or len(set(schedules)) != len(schedules):
+        parser.error(f"--partners: comma-separated, each once, from {', '.join(PARTNER_CHOICES)}; "
+                     f"got {args.partners!r}")
+    if args.serve_peer is not None and len(schedules) != 1:
+        parser.error("--serve-peer: one schedule")
     if args.serve_peer is not None:
         if args.profile is not None and args.serve_peer == 0:
             import cProfile
@@ -435,19 +457,57 @@ def main(argv: list[str] | None = None) -> int:
             trio.run(serve_peer, args)
         return 0
 
-    runs = []
+    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in schedules}
     with tempfile.TemporaryDirectory(prefix="bench_averaging_") as tmp:
         for k in range(args.runs):
-            runs.append(trio.run(run_once, args, args.seed + k, Path(tmp)))
-    settings = runs[0]["settings"]
+            for name in schedules:  # alternating: the load changes while the runs go on
+                runs[name].append(trio.run(run_once, args, name, args.seed + k, Path(tmp)))
     vector_mb = args.length * 4 / 1e6
     print(f"averaging: {args.peers} peers x {args.length:,} float32 values until every peer "
-          f"is within {args.tolerance:g} x max|m| of the mean")
-    print("core: " + ", ".join(f"{k} {v}" for k, v in settings.items())
-          + f"; partners {args.partners}")
-    header = (f"{'run':>6} {'seconds':>8} {'MB payload/peer':>16} {'MB socket/peer':>15} "
-              f"{'exchanges/peer':>15} {'merges/peer':>12} {'max err':>9}")
-    print(header)
+          f"is within {args.tolerance:g} x max|m| of the mean; load average "
+          f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cpus at the end")
+    medians = {name: _print_schedule(name, runs[name], args) for name in schedules}
+    butterfly = 2 * (args.peers - 1) / args.peers * vector_mb
+    print(f"\n{'schedule':>8} {'seconds':>8} {'MB payload/peer':>16} "
+          f"{f'x all-reduce {butterfly:.3g} MB':>22} {'MB socket/peer':>15} {'converged':>10}")
+    for name in schedules:
+        median = medians[name]
+        payload = median.get("payload_MB_per_peer")
+        ratio = None if payload is None else payload / butterfly
+        done = sum(r["converged"] for r in runs[name])
+        print(f"{name:>8} {_fmt(median.get('seconds'), '8.3f')} {_fmt(payload, '16.4g')} "
+              f"{_fmt(ratio, '22.2f')} {_fmt(median.get('socket_MB_per_peer'), '15.4g')} "
+              f"{f'{done}/{len(runs[name])}':>10}")
+    print(f"exact all-reduce: each peer sends its vector at least once = {vector_mb:.4g} MB; "
+          f"butterfly/ring all-reduce 2(N-1)/N = {butterfly:.4g} MB "
+          f"(hivemind measured {HIVEMIND_MB} MB at N=4, 1M)")
+    check = max((m.get("check_seconds_per_peer", 0.0) for m in medians.values()), default=0.0)
+    print(f"targets (N=4, 1M): <= {TARGET_MB:g} MB payload per peer, <= {TARGET_SECONDS:g} s; "
+          f"error checks took up to {check:.3f} s per peer (inside the timed window)")
+    if args.json:
+        results = {
+            "peers": args.peers, "length": args.length, "tolerance": args.tolerance,
+            "seed": args.seed, "round_timeout": args.round_timeout,
+            "schedules": {name: {"settings": runs[name][0]["settings"], "runs": runs[name],
+                                 "median": medians[name]} for name in schedules},
+            "reference": {"vector_MB": vector_mb, "butterfly_MB": butterfly,
+                          "hivemind_MB": HIVEMIND_MB},
+            "targets": {"payload_MB_per_peer": TARGET_MB, "seconds": TARGET_SECONDS},
+            "load_average_1min": os.getloadavg()[0], "cpus": os.cpu_count(),
+        }
+        args.json.write_text(json.dumps(results, indent=2) + "\n")
+        print(f"wrote {args.json}")
+    converged = all(r["converged"] for name in schedules for r in runs[name])
+    return 0 if converged else 1
+
+
+def _print_schedule(name: str, runs: list[dict[str, Any]], args: argparse.Namespace
+                    ) -> dict[str, Any]:
+    """Print one schedule's runs; the medians over its converged runs."""
+    settings = runs[0]["settings"]
+    print(f"\npartners {name}; core: " + ", ".join(f"{k} {v}" for k, v in settings.items()))
+    print(f"{'run':>6} {'seconds':>8} {'MB payload/peer':>16} {'MB socket/peer':>15} "
+          f"{'exchanges/peer':>15} {'merges/peer':>12} {'max err':>9}")
     for k, r in enumerate(runs, 1):
         print(f"{k:>6} {_fmt(r['seconds'], '8.3f')} {r['payload_MB_per_peer']:16.4g} "
               f"{r['socket_MB_per_peer']:15.4g} {r['exchanges_per_peer']:15.1f} "
@@ -464,25 +524,7 @@ def main(argv: list[str] | None = None) -> int:
     if len(converged) < len(runs):
         print(f"{len(runs) - len(converged)} of {len(runs)} runs did not converge within "
               f"{args.timeout:g} s")
-    butterfly = 2 * (args.peers - 1) / args.peers * vector_mb
-    print(f"exact all-reduce: each peer sends its vector at least once = {vector_mb:.4g} MB; "
-          f"butterfly/ring all-reduce 2(N-1)/N = {butterfly:.4g} MB "
-          f"(hivemind measured {HIVEMIND_MB} MB at N=4, 1M)")
-    print(f"targets (N=4, 1M): <= {TARGET_MB:g} MB payload per peer, <= {TARGET_SECONDS:g} s; "
-          f"error checks took {median.get('check_seconds_per_peer', 0.0):.3f} s per peer "
-          "(inside the timed window)")
-    if args.json:
-        results = {
-            "peers": args.peers, "length": args.length, "tolerance": args.tolerance,
-            "seed": args.seed, "partners": args.partners, "settings": settings, "runs": runs, "median": median,
-            "reference": {"vector_MB": vector_mb, "butterfly_MB": butterfly,
-                          "hivemind_MB": HIVEMIND_MB},
-            "targets": {"payload_MB_per_peer": TARGET_MB, "seconds": TARGET_SECONDS},
-            "load_average_1min": os.getloadavg()[0], "cpus": os.cpu_count(),
-        }
-        args.json.write_text(json.dumps(results, indent=2) + "\n")
-        print(f"wrote {args.json}")
-    return 0 if len(converged) == len(runs) else 1
+    return median
 
 
 if __name__ == "__main__":

@@ -8,8 +8,22 @@ without a swarm key (``plain``) and sealed with ChaCha20-Poly1305 and AES-256-GC
 Every repeat measures, one after the other (so that load on a shared machine
 hits all of them alike):
 
-- ``raw``: the same number of bytes over a raw trio TCP stream (length-prefixed
-  frame out, 1-byte ack back): the socket's own throughput;
+- ``raw``: the same frame (4-byte length + the push's payload) over a raw trio
+  ``SocketStream``: ``send_all`` out, a 1-byte ack back. The receiver reads
+  with ``receive_some`` up to the end of the frame and drops what it reads: it
+  neither assembles the frame in one buffer nor decodes it, which the
+  transport must do; its ack is 1 byte, the transport's a ~90-byte frame.
+  Its sockets get the transport's socket option (``TCP_NOTSENT_LOWAT``
+  lifted: trio's 16 KiB default makes a 1 MB write take several calls and
+  the throughput swing with the congestion window). This is the baseline of
+  the targets. ``trio dflt`` is the same with trio's default (the baseline of
+  figures measured before the transport lifted the limit).
+- ``floor``: the same exchange with the calls the transport itself makes
+  (nonblocking ``writev``/``readv`` on the socket into a buffer reused for every
+  frame, waiting on trio only when the socket is not ready): the bound a
+  transport in this process cannot pass. Trio's stream costs ``raw`` its own
+  overhead (a scheduler round trip per call, a fresh ``bytes`` per receive),
+  so the transport may pass ``raw``, never ``floor``.
 - each cipher alone, in process, sealing and opening a frame of the push's size
   into preallocated buffers (the cheapest way to call it);
 - each transport mode.
@@ -20,6 +34,13 @@ sealing, sending and opening run one after the other:
 figures of the same repeat, then the median is reported. Targets (issue 13):
 plain >= 0.8x raw; each sealed mode >= 0.8x its serial ceiling.
 
+Also printed, for context: the codec's time per push in process, and whether
+the ciphers release the GIL (how long a Python thread is held up during one
+large seal). They do, but a frame is one AEAD message: it cannot go out before
+its seal completes nor be opened before it has all arrived, and request/reply
+keeps one frame in flight, so a worker thread would have nothing to overlap
+with here; the transport seals inline.
+
     .venv/bin/python scripts/bench_transport.py [--quick] [--json PATH]
 """
 
@@ -29,7 +50,9 @@ import argparse
 import dataclasses
 import json
 import os
+import socket
 import statistics
+import threading
 import time
 from functools import partial
 from pathlib import Path
@@ -97,31 +120,37 @@ async def run_transport(mode: str, sends: int, push: Push) -> float:
     return elapsed
 
 
-async def run_raw(sends: int, payload: bytes) -> float:
-    """Seconds for ``sends`` length-prefixed sends of ``payload`` + 1-byte ack, raw trio."""
+def lift_send_limit(stream: trio.SocketStream) -> None:
+    """The transport's socket option: no cap on bytes queued but not yet sent."""
+    option = getattr(socket, "TCP_NOTSENT_LOWAT", None)
+    if option is not None:
+        stream.setsockopt(socket.IPPROTO_TCP, option, 0)
+
+
+async def run_raw(sends: int, payload: bytes, lift: bool = True) -> float:
+    """Seconds for ``sends`` frames of ``payload`` + 1-byte acks over a trio
+    SocketStream (``lift``: with the transport's socket option, else trio's)."""
     frame = encode_frame(payload)
+    size = len(frame)
 
     async def serve(stream: trio.SocketStream) -> None:
-        buf = bytearray()
+        if lift:
+            lift_send_limit(stream)
         while True:
-            while len(buf) < 4:
-                chunk = await stream.receive_some(256 * 1024)
+            got = 0
+            while got < size:
+                chunk = await stream.receive_some(size - got)
                 if not chunk:
                     return
-                buf += chunk
-            size = int.from_bytes(buf[:4], "big")
-            while len(buf) < 4 + size:
-                chunk = await stream.receive_some(256 * 1024)
-                if not chunk:
-                    return
-                buf += chunk
-            del buf[: 4 + size]
+                got += len(chunk)
             await stream.send_all(b"\x01")
 
     async with trio.open_nursery() as nursery:
         listeners = await nursery.start(partial(trio.serve_tcp, serve, 0, host="127.0.0.1"))
         port = listeners[0].socket.getsockname()[1]
         stream = await trio.open_tcp_stream("127.0.0.1", port)
+        if lift:
+            lift_send_limit(stream)
         await stream.send_all(frame)
         await stream.receive_some(1)
         start = _clock()
@@ -134,14 +163,67 @@ async def run_raw(sends: int, payload: bytes) -> float:
     return elapsed
 
 
+async def _write_all(fd: int, data: memoryview) -> None:
+    while data:
+        try:
+            data = data[os.writev(fd, [data]) :]
+        except BlockingIOError:
+            await trio.lowlevel.wait_writable(fd)
+
+
+async def _read_into(fd: int, buffer: memoryview) -> bool:
+    got = 0
+    while got < len(buffer):
+        try:
+            received = os.readv(fd, [buffer[got:]])
+        except BlockingIOError:
+            await trio.lowlevel.wait_readable(fd)
+            continue
+        if not received:
+            return False
+        got += received
+    return True
+
+
+async def run_floor(sends: int, payload: bytes) -> float:
+    """Seconds for the exchange of :func:`run_raw` with direct nonblocking socket
+    calls, each frame read into one buffer reused for all (the socket's floor)."""
+    frame = memoryview(encode_frame(payload))
+    ack = memoryview(b"\x01")
+
+    async def serve(stream: trio.SocketStream) -> None:
+        lift_send_limit(stream)
+        fd = stream.socket.fileno()
+        buffer = memoryview(bytearray(len(frame)))
+        while await _read_into(fd, buffer):
+            await _write_all(fd, ack)
+
+    async with trio.open_nursery() as nursery:
+        listeners = await nursery.start(partial(trio.serve_tcp, serve, 0, host="127.0.0.1"))
+        port = listeners[0].socket.getsockname()[1]
+        stream = await trio.open_tcp_stream("127.0.0.1", port)
+        lift_send_limit(stream)
+        fd = stream.socket.fileno()
+        reply = memoryview(bytearray(1))
+        await _write_all(fd, frame)
+        await _read_into(fd, reply)
+        start = _clock()
+        for _ in range(sends):
+            await _write_all(fd, frame)
+            assert await _read_into(fd, reply) and reply[0] == 1
+        elapsed = _clock() - start
+        await stream.aclose()
+        nursery.cancel_scope.cancel()
+    return elapsed
+
+
 def cipher_seconds(cipher: str, payload: bytes, reps: int) -> tuple[float, float]:
     """Seconds for the cipher alone to seal and to open ``payload`` ``reps`` times.
 
     Calls the AEAD directly, into preallocated buffers: no allocation or
     framing, the least any transport must spend on it.
     """
-    key = os.urandom(32)
-    aead = ChaCha20Poly1305(key) if cipher == "chacha20" else AESGCM(key)
+    aead = _aead(cipher)
     nonces = [i.to_bytes(12, "big") for i in range(reps)]
     sealed = bytearray(len(payload) + TAG_SIZE)
     frames = []
@@ -160,18 +242,48 @@ def cipher_seconds(cipher: str, payload: bytes, reps: int) -> tuple[float, float
 
 
 def codec_figures(push: Push, reps: int) -> dict[str, float]:
-    """In-process MB/s of the codec on the push (for context)."""
-    payload = codec.encode(push)
-    mb = len(payload) / 1e6
+    """In-process microseconds per push of the codec's hot path (for context):
+    ``encode_parts`` as the sender calls it, ``decode`` of a read-only view as
+    the receiver does."""
+    payload = memoryview(codec.encode(push)).toreadonly()
     start = _clock()
     for _ in range(reps):
-        codec.encode(push)
-    encode = mb * reps / (_clock() - start)
+        codec.encode_parts(push)
+    encode = (_clock() - start) / reps
     start = _clock()
     for _ in range(reps):
         codec.decode(payload)
-    return {"codec_encode_MBps": encode,
-            "codec_decode_MBps": mb * reps / (_clock() - start)}
+    return {"codec_encode_us": encode * 1e6, "codec_decode_us": (_clock() - start) / reps * 1e6}
+
+
+def gil_pauses(cipher: str, megabytes: int = 32) -> tuple[float, float]:
+    """(seconds of one seal of ``megabytes`` MB, longest pause of a Python loop
+    running meanwhile in another thread): a pause as long as the seal means the
+    cipher holds the GIL, short pauses that it releases it."""
+    aead = _aead(cipher)
+    data = bytes(megabytes << 20)
+    out = bytearray(len(data) + TAG_SIZE)
+    start = time.perf_counter()
+    aead.encrypt_into(bytes(12), data, AAD, out)
+    alone = time.perf_counter() - start
+    done = threading.Event()
+
+    def seal() -> None:
+        aead.encrypt_into(b"\x01" * 12, data, AAD, out)
+        done.set()
+
+    stamps = [time.perf_counter()]
+    worker = threading.Thread(target=seal)
+    worker.start()
+    while not done.is_set():
+        stamps.append(time.perf_counter())
+    worker.join()
+    return alone, max(b - a for a, b in zip(stamps, stamps[1:], strict=False))
+
+
+def _aead(cipher: str) -> ChaCha20Poly1305 | AESGCM:
+    key = os.urandom(32)
+    return ChaCha20Poly1305(key) if cipher == "chacha20" else AESGCM(key)
 
 
 def _serial_ceiling(raw: float, seal: float, opening: float) -> float:
@@ -201,11 +313,15 @@ def main(argv: list[str] | None = None) -> int:
     payload = codec.encode(push)
     mb = len(payload) / 1e6
     raw_runs: list[float] = []
+    default_runs: list[float] = []
+    floor_runs: list[float] = []
     mode_runs: dict[str, list[float]] = {m: [] for m in MODES}
     seal_runs: dict[str, list[float]] = {c: [] for c in CIPHERS}
     open_runs: dict[str, list[float]] = {c: [] for c in CIPHERS}
     for _ in range(repeats):
         raw_runs.append(mb * sends / trio.run(run_raw, sends, payload))
+        default_runs.append(mb * sends / trio.run(run_raw, sends, payload, False))
+        floor_runs.append(mb * sends / trio.run(run_floor, sends, payload))
         for cipher in CIPHERS:
             seal, opening = cipher_seconds(cipher, payload, sends)
             seal_runs[cipher].append(mb * sends / seal)
@@ -218,8 +334,12 @@ def main(argv: list[str] | None = None) -> int:
           f"{sends} sends x {repeats} repeats; load {os.getloadavg()[0]:.1f} "
           f"on {os.cpu_count()} CPUs; {args.clock} clock; MB/s medians (min-max)")
     print(f"{'mode':<9} {'MB/s':>7} {'range':>11} {'seal':>6} {'open':>6} {'ceiling':>8} "
-          f"{'x raw':>6} {'x ceiling':>9}  target")
+          f"{'x raw':>6} {'x dflt':>6} {'x floor':>7} {'x ceiling':>9}  target")
     print(f"{'raw trio':<9} {raw:7.0f} {_span(raw_runs):>11}")
+    for label, runs in (("trio dflt", default_runs), ("floor", floor_runs)):
+        to_raw = statistics.median(f / r for f, r in zip(runs, raw_runs, strict=True))
+        print(f"{label:<9} {statistics.median(runs):7.0f} {_span(runs):>11} "
+              f"{'':>6} {'':>6} {'':>8} {to_raw:6.2f}")
     modes: dict[str, dict[str, object]] = {}
     failed = []
     for mode in MODES:
@@ -232,6 +352,8 @@ def main(argv: list[str] | None = None) -> int:
             ceilings = [_serial_ceiling(r, s, o)
                         for r, s, o in zip(raw_runs, seals, opens, strict=True)]
         to_raw = statistics.median(m / r for m, r in zip(runs, raw_runs, strict=True))
+        to_floor = statistics.median(m / f for m, f in zip(runs, floor_runs, strict=True))
+        to_default = statistics.median(m / d for m, d in zip(runs, default_runs, strict=True))
         to_ceiling = statistics.median(m / c for m, c in zip(runs, ceilings, strict=True))
         met = to_ceiling >= TARGET_RATIO
         if not met:
@@ -241,11 +363,14 @@ def main(argv: list[str] | None = None) -> int:
         open_text = "-" if mode == "plain" else f"{statistics.median(opens):.0f}"
         print(f"{mode:<9} {statistics.median(runs):7.0f} {_span(runs):>11} {seal_text:>6} "
               f"{open_text:>6} {statistics.median(ceilings):8.0f} {to_raw:6.2f} "
-              f"{to_ceiling:9.2f}  {target}: {'met' if met else 'NOT met'}")
+              f"{to_default:6.2f} {to_floor:7.2f} {to_ceiling:9.2f}  "
+              f"{target}: {'met' if met else 'NOT met'}")
         modes[mode] = {
             "MBps": statistics.median(runs),
             "MBps_range": [min(runs), max(runs)],
             "ratio_to_raw": to_raw,
+            "ratio_to_floor": to_floor,
+            "ratio_to_trio_default": to_default,
             "serial_ceiling_MBps": statistics.median(ceilings),
             "ratio_to_ceiling": to_ceiling,
             "target_met": met,
@@ -253,8 +378,14 @@ def main(argv: list[str] | None = None) -> int:
         if mode != "plain":
             modes[mode]["seal_MBps"] = statistics.median(seals)
             modes[mode]["open_MBps"] = statistics.median(opens)
-    parts = codec_figures(push, 10 if args.quick else 50)
-    print("codec in process (MB/s): " + ", ".join(f"{k[6:-5]} {v:.0f}" for k, v in parts.items()))
+    parts = codec_figures(push, 20 if args.quick else 100)
+    print(f"codec in process, per push: encode_parts {parts['codec_encode_us']:.0f} us, "
+          f"decode {parts['codec_decode_us']:.0f} us")
+    gil = {cipher: gil_pauses(cipher) for cipher in CIPHERS}
+    for cipher, (alone, pause) in gil.items():
+        verdict = "holds" if pause >= 0.8 * alone else "releases"
+        print(f"{cipher} {verdict} the GIL: a Python thread is held up for at most "
+              f"{pause * 1e3:.0f} ms during a 32 MB seal of {alone * 1e3:.0f} ms")
     if args.json:
         results = {
             "message": type(push).__name__,
@@ -265,6 +396,10 @@ def main(argv: list[str] | None = None) -> int:
             "cpus": os.cpu_count(),
             "raw_MBps": raw,
             "raw_MBps_range": [min(raw_runs), max(raw_runs)],
+            "trio_default_MBps": statistics.median(default_runs),
+            "floor_MBps": statistics.median(floor_runs),
+            "floor_MBps_range": [min(floor_runs), max(floor_runs)],
+            "gil_seal_and_longest_pause_s": gil,
             "modes": modes,
             "codec": parts,
             "targets_met": not failed,

@@ -53,6 +53,7 @@ from typing import Any
 
 import numpy as np
 
+from learner.augment import check_shift
 from learner.data import DataSpec, load_node_data
 from learner.data_errors import DataError
 from learner.permutations import last_classes_permutations
@@ -124,6 +125,7 @@ class Settings:
     steps_per_round: int
     lr: float
     optimizer: str
+    shift: int
     test_fraction: float
     samples_per_node: int | None
     public_size: int
@@ -199,6 +201,7 @@ def run_job(job: Job) -> tuple[Job, Outcome]:
         batch_size=job.batch_size,
         steps_per_round=s.steps_per_round,
         optimizer=s.optimizer,
+        shift=s.shift,
         seed=job.seed,
     )
     result = run_reference(_node_setups(s, job.variant, job.seed), s.rounds, config,
@@ -452,6 +455,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--lr", type=float, default=0.05, help="papers: 0.1 (plain SGD)")
     parser.add_argument("--optimizer", default="momentum", choices=OPTIMIZERS,
                         help="momentum 0.9 by default (papers: plain sgd)")
+    parser.add_argument("--shift", type=int, default=0,
+                        help="move each training image by up to N pixels (networks on images; "
+                             "default 0: no augmentation)")
     parser.add_argument("--test-fraction", type=float, default=0.2)
     parser.add_argument("--samples-per-node", type=int, default=None)
     parser.add_argument("--public-size", type=int, default=0,
@@ -484,9 +490,14 @@ def settings_from(args: argparse.Namespace) -> Settings:
             raise SystemExit(f"--variants: {v!r} is not one of {', '.join(defaults)}")
     try:
         network = resolve_network(args.task, args.network)
-        NetworkSpec.parse(network, args.activation)
+        spec = NetworkSpec.parse(network, args.activation)
     except (DataError, SpecError) as exc:
         raise SystemExit(f"--network: {exc}") from None
+    image = None if spec.image_size is None else (spec.sizes[0], *spec.image_size)
+    try:
+        check_shift(args.shift, image)
+    except ValueError as exc:
+        raise SystemExit(f"--shift: {exc}") from None
     task = TASK_DEFAULTS.get(args.task, _OTHER_TASKS)
     seeds = args.seeds or (3 if args.quick else 10)
     return Settings(
@@ -502,6 +513,7 @@ def settings_from(args: argparse.Namespace) -> Settings:
         steps_per_round=args.steps_per_round,
         lr=args.lr,
         optimizer=args.optimizer,
+        shift=args.shift,
         test_fraction=args.test_fraction,
         samples_per_node=args.samples_per_node,
         public_size=args.public_size,

@@ -12,6 +12,7 @@ sockets. At the end: a per-node table, a summary line, optional JSON and plot.
     python scripts/swarm.py --task mnist5k --network cnn --nodes 8
     python scripts/swarm.py --task mnist1d --network 40=100=100=10 --optimizer adam --lr 0.01
     python scripts/swarm.py --config node.toml --nodes 4   # every daemon starts from node.toml
+    python scripts/swarm.py --privacy dp --dp-noise 1.0 --dp-clip 1.0 --dp-budget 8
 
 With ``--config``, every daemon's config is that file's, except what differs
 per node (name, data directory, seed, shard, permutation, declared models
@@ -35,7 +36,7 @@ from gossip.wave_rule import AUTO
 from learner.tasks import TASKS
 from learner.train_config import OPTIMIZERS
 from p2p.cli.render import make_console, unclipped
-from p2p.config import ConfigError, check_task_fit, load_config
+from p2p.config import NODE_PRIVACY_MODES, ConfigError, check_task_fit, load_config
 from p2p.swarm import (
     Swarm,
     SwarmError,
@@ -79,7 +80,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--permuted", metavar="SPECS",
                    help='label permutation per node, cycled: "8:9,id" (default: every second '
                         'node has 8 and 9 swapped); items use "|" for several cycles: "7:8|2:3"')
-    p.add_argument("--privacy", choices=["none", "masked"], help="default none")
+    p.add_argument("--privacy", choices=NODE_PRIVACY_MODES,
+                   help='gossip.privacy (default none); "dp" and "masked+dp" train with DP-SGD')
+    p.add_argument("--dp-noise", type=float, metavar="SIGMA",
+                   help="dp.noise_multiplier (default 1.0 unless --dp-epsilon)")
+    p.add_argument("--dp-clip", type=float, metavar="C", help="dp.clip_norm (default 1.0)")
+    p.add_argument("--dp-epsilon", type=float, metavar="EPS",
+                   help="dp.target_epsilon: derive the noise that spends it over --rounds")
+    p.add_argument("--dp-budget", type=float, metavar="EPS",
+                   help="dp.epsilon_budget: a node stops training before going past it")
     p.add_argument("--swarm-key", action="store_true", help="seal all traffic with a swarm key")
     p.add_argument("--seed", type=int, help="data and node seeds (default 0)")
     p.add_argument("--task", choices=TASKS, help="data task (default digits)")
@@ -93,6 +102,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--optimizer", choices=OPTIMIZERS, help="default: the node's (sgd)")
     p.add_argument("--batch-size", type=int, help="mini-batch size (default 16)")
     p.add_argument("--steps-per-round", type=int, help="SGD steps per round (default 10)")
+    p.add_argument("--shift", type=int, metavar="PIXELS",
+                   help="move each training image by up to PIXELS (networks on images; "
+                        "default 0)")
     p.add_argument("--config", type=Path, metavar="FILE",
                    help="a node config every daemon's config starts from (see above)")
     p.add_argument("--exchange", choices=["push-pull", "push"],
@@ -112,19 +124,34 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def epsilon_cell(row: dict) -> str:
+    """A node's epsilon spent (``*``: it stopped training for its budget)."""
+    privacy = row.get("privacy") or {}
+    epsilon = privacy.get("epsilon")
+    if epsilon is None:
+        return "inf" if privacy else "-"
+    return f"{epsilon:.2f}" + ("*" if privacy.get("budget_spent") else "")
+
+
 def results_table(summary: dict) -> Table:
     t = Table(title="swarm results", title_justify="left")
-    for col in ("node", "perm", "test accuracy", "train loss", "rounds", "pushes sent",
-                "pushes recv", "rejected", "waves", "payload sent", "wire sent"):
+    dp = any(r.get("privacy") for r in summary["nodes"])
+    columns = ["node", "perm", "test accuracy", "train loss", "rounds", "pushes sent",
+               "pushes recv", "rejected", "waves", "payload sent", "wire sent"]
+    for col in columns + (["epsilon"] if dp else []):
         t.add_column(col, justify="right" if col not in ("perm",) else "left")
     for r in summary["nodes"]:
         acc = "-" if r["accuracy"] is None else f"{100 * r['accuracy']:.1f}%"
         loss = "-" if r["loss"] is None else f"{r['loss']:.3f}"
-        t.add_row(str(r["node"]), r["permutation"], acc, loss, str(r["round"]),
-                  str(r["pushes_sent"]), str(r["pushes_received"]), str(r["pushes_rejected"]),
-                  str(r.get("waves", "-")), f"{r['bytes_sent'] / 1e6:.2f} MB",
-                  "-" if r.get("wire_bytes_sent") is None
-                  else f"{r['wire_bytes_sent'] / 1e6:.2f} MB")
+        cells = [str(r["node"]), r["permutation"], acc, loss, str(r["round"]),
+                 str(r["pushes_sent"]), str(r["pushes_received"]), str(r["pushes_rejected"]),
+                 str(r.get("waves", "-")), f"{r['bytes_sent'] / 1e6:.2f} MB",
+                 "-" if r.get("wire_bytes_sent") is None
+                 else f"{r['wire_bytes_sent'] / 1e6:.2f} MB"]
+        t.add_row(*cells, *([epsilon_cell(r)] if dp else []))
+    if dp:
+        t.caption = "epsilon: spent at the node's dp.delta; * = budget spent, training stopped"
+        t.caption_justify = "left"
     return t
 
 
@@ -160,10 +187,12 @@ def spec_from_args(args: argparse.Namespace) -> SwarmSpec:
                   for p in parse_permuted(args.permuted, args.nodes))
     given = {"nodes": args.nodes, "rounds": args.rounds, "scheme": args.scheme,
              "semi_local": args.semi_local, "permutations": perms, "privacy": args.privacy,
+             "dp_noise": args.dp_noise, "dp_clip": args.dp_clip, "dp_epsilon": args.dp_epsilon,
+             "dp_budget": args.dp_budget,
              "swarm_key": args.swarm_key, "seed": args.seed, "task": args.task,
              "data_path": args.data_path, "layers": args.network, "lr": args.lr,
              "optimizer": args.optimizer, "batch_size": args.batch_size,
-             "steps_per_round": args.steps_per_round,
+             "steps_per_round": args.steps_per_round, "shift": args.shift,
              "pushes_per_round": args.pushes_per_round, "exchange": args.exchange,
              "encoding": args.encoding, "max_in_flight": args.max_in_flight}
     try:
@@ -244,6 +273,11 @@ def main(argv: list[str] | None = None) -> int:
     wire = summary.get("mean_wire_bytes_sent")
     out.print(f"sent per node: {summary['mean_bytes_sent'] / 1e6:.2f} MB of push-sum payload"
               + ("" if wire is None else f", {wire / 1e6:.2f} MB written to sockets"))
+    epsilons = [r["epsilon"] for r in summary["nodes"] if r.get("epsilon") is not None]
+    if epsilons:
+        delta = (summary["nodes"][0].get("privacy") or {}).get("delta")
+        out.print(f"DP-SGD: epsilon spent per node at delta {delta:g}: median "
+                  f"{sorted(epsilons)[len(epsilons) // 2]:.2f}, largest {max(epsilons):.2f}")
     bad = [i for i, c in enumerate(summary["exit_codes"]) if c != 0]
     for i in bad:
         code = summary["exit_codes"][i]

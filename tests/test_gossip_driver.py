@@ -413,8 +413,10 @@ async def test_auto_mixes_more_while_far_apart_and_less_once_close(
                                       strict=True)]
     # far apart (values N(1, 1), drift 0.1 %): several waves after the first round
     assert sum(first) >= 2.5 * len(cores)
-    # once they agree to within a round's drift: fewer than one wave per round
-    assert sum(late) < 12 * len(cores) * 0.75
+    # once they agree to within a round's drift: fewer than one wave per round (trio's
+    # scheduling order varies between runs: 41-56 of 72 node-rounds in 40 runs)
+    assert sum(late) < 12 * len(cores)
+    assert sum(late) / 12 < sum(first) / 3
     assert all(c.outstanding == 0 for c in cores)
     assert abs(net.total_weight() - len(cores)) <= 1e-9 * len(cores)
 

@@ -393,8 +393,8 @@ async def test_connection_flood_is_bounded_and_node_stays_responsive(
 
 
 async def test_flood_of_invalid_pushes_keeps_memory_of_senders_bounded(victim: Running) -> None:
-    # 40 identities x 80 pushes with distinct ids: the duplicate filter keeps at
-    # most 64 ids per sender (sender count is capped at 4096 by the core)
+    # 4 identities x 80 pushes with distinct ids: the duplicate filter keeps a
+    # window of at most `span` bits per sender (senders capped at 4096 by the core)
     rng = np.random.default_rng(3)
     for _ in range(4):
         ms, _ = await open_session(victim.address)
@@ -405,5 +405,9 @@ async def test_flood_of_invalid_pushes_keeps_memory_of_senders_bounded(victim: R
             assert isinstance(await ask(ms, codec.encode(push)), PushAck)
         await ms.aclose()
     seen = victim.node.cores["global"]._seen
-    assert len(seen) == 4 and all(len(ids) <= 64 for ids in seen.values())
+    rows = seen.export()
+    assert len(seen) == 4 and all(merged.bit_length() <= seen.span
+                                  and replied.bit_length() <= seen.span
+                                  for _, _, merged, replied in rows)
+    assert all(bin(merged).count("1") == 80 for _, _, merged, _ in rows)
     await still_healthy(victim)

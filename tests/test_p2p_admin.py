@@ -418,6 +418,9 @@ class _Source:
     def collaboration(self) -> CollaborationStatus:
         return assess({}, [], isolated=False)
 
+    def privacy_spent(self) -> None:
+        return None  # no DP-SGD
+
     async def save_checkpoint(self) -> int:
         return 123
 

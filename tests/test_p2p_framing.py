@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import struct
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -180,3 +181,24 @@ def test_feed_accepts_any_byte_buffer() -> None:
     frame = encode_frame(b"abc")
     assert decoder.feed(bytearray(frame)) == [b"abc"]
     assert decoder.feed(memoryview(frame)) == [b"abc"]
+
+
+def test_align_at_places_the_named_byte_of_a_large_body_on_a_64_byte_boundary() -> None:
+    decoder = FrameDecoder(max_frame_size=1 << 20)
+    asked: list[int] = []
+
+    def align_at(size: int) -> int | None:
+        asked.append(size)
+        return {200_000: 13, 150_000: None, 120_000: 10**9}.get(size)
+
+    decoder.align_at = align_at
+    for size in (200_000, 150_000, 120_000):  # aligned, no preference, out of range
+        body = bytes(range(256)) * (size // 256) + b"!" * (size % 256)
+        frames = decoder.feed(encode_frame(body))
+        assert frames == [body]
+        if size == 200_000:
+            address = np.frombuffer(frames[0], dtype=np.uint8).ctypes.data
+            assert (address + 13) % 64 == 0
+    assert asked == [200_000, 150_000, 120_000]
+    assert decoder.feed(encode_frame(b"small")) == [b"small"]  # whole in the stage: not asked
+    assert asked == [200_000, 150_000, 120_000]

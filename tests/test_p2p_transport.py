@@ -517,3 +517,119 @@ async def test_a_concurrent_reader_does_not_use_the_writers_block(
         for i in range(3):
             assert await peer.receive_payload(5, 5) == b"out%d" % i
     assert received == [b"in0", b"in1", b"in2"]
+
+
+# --- the socket path: direct nonblocking reads and writes -------------------------
+
+
+def socket_streams() -> tuple[trio.SocketStream, trio.SocketStream]:
+    """A connected pair of socket streams (the transport reads and writes their
+    file descriptors directly)."""
+    a, b = trio.socket.socketpair()
+    return trio.SocketStream(a), trio.SocketStream(b)
+
+
+async def test_socket_read_timeouts_name_the_step(autojump_clock: trio.testing.MockClock) -> None:
+    near, far = socket_streams()
+    ms = MessageStream(near)
+    with pytest.raises(ConnectionFailure, match="after 7 s waiting for a message") as idle:
+        await ms.receive_payload(7, 1)
+    assert idle.value.kind == "idle"
+    await far.send_all(encode_frame(b"x" * 100)[:30])
+    with pytest.raises(ConnectionFailure, match="after 1 s waiting for rest of a frame") as cut:
+        await ms.receive_payload(7, 1)
+    assert cut.value.kind == "io"
+
+
+async def test_socket_read_timeout_runs_from_the_last_chunk(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    near, far = socket_streams()
+    ms = MessageStream(near)
+    frame = encode_frame(b"y" * 300_000)
+    received: list[bytes] = []
+
+    async def slow_sender() -> None:
+        for start in range(0, len(frame), 100_000):
+            await far.send_all(frame[start : start + 100_000])
+            await trio.sleep(9)  # each pause under read_timeout, all of them over it
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(slow_sender)
+        received.append(bytes(await ms.receive_payload(10, 10)))
+    assert received == [b"y" * 300_000]
+    assert trio.current_time() >= 27
+
+
+async def test_socket_send_timeout_covers_the_whole_frame(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    near, _far = socket_streams()  # nobody reads: the socket fills up
+    ms = MessageStream(near, write_timeout=2)
+    with pytest.raises(ConnectionFailure, match="send timed out after 2 s") as failure:
+        await ms.send_payload(b"z" * (8 << 20))
+    assert failure.value.kind == "io"
+    assert 2 <= trio.current_time() < 3
+
+
+async def test_socket_steps_are_checkpoints() -> None:
+    near, far = socket_streams()
+    ms, peer = MessageStream(near), MessageStream(far)
+    with trio.testing.assert_checkpoints():  # neither step has to wait
+        await peer.send_payload(b"ready")
+    with trio.testing.assert_checkpoints():
+        assert await ms.receive_payload(5, 5) == b"ready"
+    await peer.send_payload(b"still there")
+    with trio.CancelScope() as scope:
+        scope.cancel()
+        await ms.receive_payload(5, 5)  # cancelled before reading anything
+    assert scope.cancelled_caught
+    assert await ms.receive_payload(5, 5) == b"still there"
+
+
+async def test_closing_a_socket_stream_wakes_its_reader() -> None:
+    near, _far = socket_streams()
+    ms = MessageStream(near)
+    failures: list[ConnectionFailure] = []
+
+    async def reader() -> None:
+        try:
+            await ms.receive_payload(60, 60)
+        except ConnectionFailure as exc:
+            failures.append(exc)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(reader)
+        await trio.testing.wait_all_tasks_blocked()
+        await ms.aclose()
+    assert [f.kind for f in failures] == ["broken"]
+    with pytest.raises(ConnectionFailure, match="receive failed") as again:
+        await ms.receive_payload(1, 1)  # and a closed stream fails at once
+    assert again.value.kind == "broken"
+    with pytest.raises(ConnectionFailure, match="send failed"):
+        await ms.send_payload(b"late")
+
+
+@pytest.mark.parametrize("swarm_key", [None, SWARM])
+async def test_received_arrays_view_their_frame(swarm_key: bytes | None) -> None:
+    # The receiver learns where array data lies in frames of a size and receives
+    # the next ones so that it starts aligned: decoded arrays view the frame.
+    server = transport(swarm_key)
+    client = transport(swarm_key)
+    seen: list[tuple[bool, bool]] = []
+
+    async def handler(peer: PeerInfo, msg: object) -> object:
+        assert isinstance(msg, Echo)
+        seen.append((isinstance(msg.values.base, memoryview), msg.values.flags.aligned))
+        return await echo_handler(peer, msg)
+
+    values = np.random.default_rng(4).standard_normal(30_000)
+    async with trio.open_nursery() as nursery:
+        address = await nursery.start(server.serve, handler)
+        for i in range(4):
+            reply = await client.request(address, Echo(f"v{i}", MARKER, values))
+            assert reply == EchoReply(f"v{i}", client.identity.node_id, float(values.sum()))
+        await client.aclose()
+        await server.aclose()
+    assert all(aligned for _, aligned in seen)
+    assert all(viewed for viewed, _ in seen[1:])

@@ -23,6 +23,7 @@ __all__ = [
     "fmt_age",
     "fmt_bytes",
     "fmt_duration",
+    "fmt_privacy",
     "make_console",
     "render_checkpoint",
     "render_metrics",
@@ -124,6 +125,25 @@ def _rows(value: object) -> list[Mapping[str, Any]]:
     return [v for v in value if isinstance(v, Mapping)]
 
 
+def fmt_privacy(value: object) -> str:
+    """``status``'s ``privacy``: ``dp: epsilon 2.31 of budget 4 at delta 1e-05, ...``."""
+    p = _mapping(value)
+    if not p:
+        return MISSING
+    epsilon = p.get("epsilon")
+    text = f"{p.get('mode', 'dp')}: epsilon "
+    text += f"{float(epsilon):.3g}" if _is_number(epsilon) else "infinite (no noise)"
+    if _is_number(p.get("budget")):
+        text += f" of budget {float(p['budget']):g}"
+        if p.get("budget_spent") is True:
+            text += " (spent: training stopped)"
+    text += (f" at delta {_fmt_float(p.get('delta'))}, noise multiplier "
+             f"{_fmt_float(p.get('noise_multiplier'))}, clip norm {_fmt_float(p.get('clip_norm'))}"
+             f", {_fmt_int(p.get('steps'))} DP-SGD steps at sample rate "
+             f"{_fmt_float(p.get('sample_rate'), 3)}")
+    return text
+
+
 # --------------------------------------------------------------------------- renderers
 
 _STATUS_FIELDS: tuple[tuple[str, str, Callable[[object], str]], ...] = (
@@ -138,6 +158,7 @@ _STATUS_FIELDS: tuple[tuple[str, str, Callable[[object], str]], ...] = (
     ("isolated", "isolated", _fmt_text),
     ("collaborating", "collaborating", _fmt_text),
     ("training", "training", _fmt_text),
+    ("privacy", "privacy", fmt_privacy),
     ("view_size", "peers in view", _fmt_int),
     ("connections", "connections", _fmt_int),
     ("pid", "pid", _fmt_text),
@@ -170,7 +191,7 @@ def render_status(result: Mapping[str, Any]) -> RenderableType:
     table.add_column("field", style="bold", no_wrap=True)
     table.add_column("value", overflow="fold")
     for key, label, fmt in _STATUS_FIELDS:
-        if key not in result:
+        if key not in result or (key == "privacy" and not result[key]):  # no DP-SGD: no row
             continue
         value = fmt(result[key])
         if key == "isolated" and result[key] is True:

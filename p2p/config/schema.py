@@ -20,9 +20,12 @@ from pathlib import Path
 from typing import Any
 
 from gossip.compression import ENCODINGS
+from gossip.merge_guard import GuardSettings
 from gossip.pushsum import EXCHANGES, PRIVACY_MODES
 from gossip.wave_rule import AUTO
+from learner.augment import check_shift
 from learner.data import SCALINGS, DataSpec
+from learner.dp_config import DEFAULT_CLIP_NORM, DEFAULT_DELTA, DPConfig
 from learner.errors import FieldError
 from learner.layout import ModelLayout
 from learner.permutations import Cycles, format_cycles, parse_permutation
@@ -64,7 +67,9 @@ __all__ = [
     "LOG_FORMATS",
     "LOG_LEVELS",
     "MODEL_KEYS",
+    "NODE_PRIVACY_MODES",
     "CheckpointConfig",
+    "DPSection",
     "DataConfig",
     "GossipConfig",
     "LimitsConfig",
@@ -159,6 +164,9 @@ class TrainingConfig:
     optimizer: str = setting(TrainConfig.optimizer, Choice(OPTIMIZERS), "the optimizer")
     momentum: float = setting(TrainConfig.momentum, Number(),
                               'momentum in [0, 1), used by "momentum"')
+    shift: int = setting(TrainConfig.shift, Integer(minimum=0),
+                         "move each training image by up to this many pixels (networks on "
+                         "images only; 0 = off)")
     rounds: int = setting(0, Integer(minimum=0),
                           "rounds to train in all, counting those of a resumed checkpoint; "
                           "0 = until stopped")
@@ -175,9 +183,24 @@ class TrainingConfig:
         try:
             return TrainConfig(lr=self.lr, batch_size=self.batch_size,
                                steps_per_round=self.steps_per_round, optimizer=self.optimizer,
-                               momentum=self.momentum, seed=seed)
+                               momentum=self.momentum, shift=self.shift, seed=seed)
         except FieldError as exc:
             raise _learner_error(exc, "training", {}) from None
+
+
+#: ``gossip.privacy`` for DP-SGD alone; a masking mode followed by DP_SUFFIX combines both.
+DP_MODE = "dp"
+DP_SUFFIX = "+dp"
+#: What ``gossip.privacy`` accepts: the push-sum core's modes, DP-SGD, and each masking
+#: mode combined with DP-SGD.
+NODE_PRIVACY_MODES: tuple[str, ...] = (
+    *PRIVACY_MODES, DP_MODE, *(f"{m}{DP_SUFFIX}" for m in PRIVACY_MODES if m != "none"))
+
+
+def _masking(privacy: str) -> str:
+    if privacy == DP_MODE:
+        return "none"
+    return privacy.removesuffix(DP_SUFFIX)
 
 
 @dataclass(frozen=True)
@@ -200,12 +223,91 @@ class GossipConfig:
                                   "the reference a pair shares)")
     max_in_flight: int = setting(1, Integer(minimum=1, maximum=16),
                                  "pushes per shared model awaiting an ack at once")
-    privacy: str = setting("none", Choice(PRIVACY_MODES), "mask the first pushes or not")
+    privacy: str = setting("none", Choice(NODE_PRIVACY_MODES),
+                           '"none"; "masked": mask the first pushes; "dp": train with DP-SGD '
+                           '(settings in [dp]); "masked+dp": both')
     masked_pushes: int = setting(4, Integer(minimum=1), "masked pushes per model")
     mask_std: float = setting(10.0, Number(above=0), "standard deviation of the masks")
     unmask_after: int = setting(40, Integer(minimum=1),
                                 "exchanges before held-apart noise is folded back")
     push_timeout: float = setting(5.0, Number(above=0), "seconds to wait for a push's ack")
+    merge_guard: bool = setting(False, Boolean(),
+                                "merge defences against a lying holder (weight share and "
+                                "budgets, clipping, masked flags; docs/gossip.md)")
+    share_ratio: float = setting(4.0, Number(above=0),
+                                 "with merge_guard: largest share a push may carry, times "
+                                 "max(own weight, 1)")
+    weight_budget: float = setting(2.0, Number(above=0),
+                                   "with merge_guard: net weight per peer and budget_period, "
+                                   "each way")
+    budget_period: float = setting(100.0, Number(above=0),
+                                   "with merge_guard: seconds to refill weight_budget")
+    clip_factor: float = setting(2.0, Number(minimum=0),
+                                 "with merge_guard: clipping radius, times the median of "
+                                 "recent senders' update norms (0: no clipping)")
+
+    @property
+    def guard(self) -> GuardSettings | None:
+        """The push-sum core's merge defences (None unless ``merge_guard``)."""
+        if not self.merge_guard:
+            return None
+        return GuardSettings(share_ratio=self.share_ratio, weight_budget=self.weight_budget,
+                             budget_period=self.budget_period, clip_factor=self.clip_factor)
+
+    @property
+    def masking(self) -> str:
+        """The push-sum core's privacy mode (:data:`gossip.PRIVACY_MODES`): the masking
+        part of ``privacy``, ``"none"`` for ``"dp"``."""
+        return _masking(self.privacy)
+
+    @property
+    def dp(self) -> bool:
+        """Whether the node trains with DP-SGD (``"dp"`` or ``"<masking>+dp"``)."""
+        return self.privacy == DP_MODE or self.privacy.endswith(DP_SUFFIX)
+
+
+@dataclass(frozen=True)
+class DPSection:
+    """``[dp]``: DP-SGD settings (a :class:`learner.dp_config.DPConfig`), used when
+    ``gossip.privacy`` is ``"dp"`` or ``"masked+dp"``."""
+
+    clip_norm: float = setting(DEFAULT_CLIP_NORM, Number(above=0),
+                               "largest L2 norm of one sample's gradient")
+    noise_multiplier: float | None = setting(
+        None, Number(above=0),
+        "noise standard deviation / clip_norm; absent: derived from target_epsilon, or 1.0 "
+        "when that is absent too")
+    target_epsilon: float | None = setting(
+        None, Number(above=0),
+        "derive noise_multiplier so that training.rounds rounds spend this epsilon")
+    delta: float = setting(DEFAULT_DELTA, Number(above=0, below=1),
+                           "delta at which epsilon is reported")
+    epsilon_budget: float | None = setting(
+        None, Number(above=0),
+        "epsilon after which the node stops training (absent: target_epsilon, or no cap)")
+
+    def __post_init__(self) -> None:
+        if self.noise_multiplier is not None and self.target_epsilon is not None:
+            raise ConfigError(
+                f"dp.noise_multiplier: {self.noise_multiplier} is given together with "
+                f"dp.target_epsilon {self.target_epsilon}; expected one of them (the noise is "
+                "derived from the target epsilon)", key="dp.noise_multiplier")
+        self.learner_config(self.noise_multiplier or 1.0)
+
+    @property
+    def budget(self) -> float | None:
+        """The epsilon the node may spend: ``epsilon_budget``, else ``target_epsilon``."""
+        return self.epsilon_budget if self.epsilon_budget is not None else self.target_epsilon
+
+    def learner_config(self, noise_multiplier: float) -> DPConfig:
+        """The learner's DP settings with this noise multiplier (given, or derived from
+        ``target_epsilon`` once the shard size is known)."""
+        try:
+            return DPConfig(clip_norm=self.clip_norm, noise_multiplier=noise_multiplier,
+                            delta=self.delta, epsilon_budget=self.budget)
+        except FieldError as exc:
+            raise _learner_error(exc, "dp", {}) from None
+
 
 
 @dataclass(frozen=True)
@@ -357,6 +459,7 @@ class NodeConfig:
     models: tuple[PartialModelSpec, ...] = ()
     training: TrainingConfig = field(default_factory=TrainingConfig)
     gossip: GossipConfig = field(default_factory=GossipConfig)
+    dp: DPSection = field(default_factory=DPSection)
     peer_sampling: PeerSamplingConfig = field(default_factory=PeerSamplingConfig)
     data: DataConfig = field(default_factory=DataConfig)
     security: SecurityConfig = field(default_factory=SecurityConfig)
@@ -368,6 +471,30 @@ class NodeConfig:
         object.__setattr__(self, "models", tuple(self.models))
         self._check_frame_size(self.layout())
         self.data.label_map(self.network.layers[-1])
+        self._check_dp_plan()
+        self._check_shift()
+
+    def _check_shift(self) -> None:
+        """``training.shift`` moves images: the network must take images, and not train with DP."""
+        spec = self.network.spec
+        image = None if spec.image_size is None else (spec.sizes[0], *spec.image_size)
+        try:
+            check_shift(self.training.shift, image)
+        except ValueError as exc:
+            raise ConfigError(f"training.shift: {exc}", key="training.shift") from None
+        if self.training.shift and self.gossip.dp:
+            raise ConfigError("training.shift: not supported with DP-SGD (gossip.privacy "
+                              f"{self.gossip.privacy!r}): its steps draw their own batches",
+                              key="training.shift")
+
+    def _check_dp_plan(self) -> None:
+        """A target epsilon is spread over a planned number of steps: training.rounds must say it."""
+        if self.gossip.dp and self.dp.target_epsilon is not None and not self.training.rounds:
+            raise ConfigError(
+                f"dp.target_epsilon: {self.dp.target_epsilon} needs a planned number of steps, "
+                "training.rounds x training.steps_per_round, but training.rounds is 0 (until "
+                "stopped); set training.rounds, or give dp.noise_multiplier instead",
+                key="dp.target_epsilon")
 
     def _check_frame_size(self, layout: ModelLayout) -> None:
         """Every shared model's push must fit in one frame, or the node can never share it."""

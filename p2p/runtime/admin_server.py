@@ -30,7 +30,11 @@ them; handlers may return those dataclasses or plain dicts):
     ``isolation_reason`` (while isolated: why, e.g. no bootstrap answered),
     ``rounds`` (``training.rounds``, 0 = until stopped), ``training`` (one
     line: training, finished, or already finished when resumed and how to
-    train further).
+    train further), ``privacy`` (null unless ``gossip.privacy`` includes
+    DP-SGD: ``mode``, ``epsilon`` spent so far at ``delta``,
+    ``noise_multiplier``, ``clip_norm``, ``sample_rate``, ``steps`` (DP-SGD
+    steps counted, across restarts), ``budget`` (epsilon budget or null) and
+    ``budget_spent`` (true once the node has stopped training for it)).
 ``peers``
     ``view``: list of peers, each ``id``, ``address``, ``age`` (shuffle periods
     since the descriptor was fresh), ``last_contact`` (seconds ago or null),
@@ -142,6 +146,7 @@ class StatusReport:
     isolation_reason: str | None = None
     rounds: int = 0
     training: str | None = None
+    privacy: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)

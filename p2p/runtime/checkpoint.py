@@ -52,7 +52,9 @@ __all__ = [
 
 CHECKPOINT_FILENAME = "checkpoint.pt"
 CHECKPOINT_FORMAT = "p2p-gossip-learning/checkpoint"
-CHECKPOINT_VERSION = 1
+CHECKPOINT_VERSION = 2
+#: Versions this program reads: 1 lacks the push-sum duplicate windows (``seen``).
+READABLE_VERSIONS = (1, 2)
 
 
 class CheckpointError(Exception):
@@ -147,6 +149,9 @@ class PushSumRecord:
     weight: float
     values: np.ndarray
     estimate: np.ndarray | None = None
+    # merged push ids per sender: (sender, highest id, merged bits, replied bits), as
+    # gossip.DupWindow.export gives them (empty from a version 1 checkpoint)
+    seen: tuple[tuple[bytes, int, int, int], ...] = ()
 
 
 @dataclass
@@ -159,6 +164,9 @@ class NodeState:
     (pushes sent, masked pushes done, ...); ``view`` is the peer-sampling view
     and ``model_views`` the per-model views keyed by model name. ``node_id`` (the
     public key) lets a loader refuse a checkpoint written by another identity.
+    ``privacy_history`` is the DP accountant's count, ``(noise multiplier, sample
+    rate, steps)`` runs (None when the node did not train with DP-SGD): a restart
+    resumes it, so the epsilon spent is never reset.
     """
 
     model_state: dict[str, torch.Tensor]
@@ -175,6 +183,7 @@ class NodeState:
     loss: float | None = None
     accuracy: float | None = None
     test_loss: float | None = None
+    privacy_history: list[tuple[float, float, int]] | None = None
 
 
 def _tag(tag: object) -> str | bytes:
@@ -204,7 +213,9 @@ def _state_to_plain(state: NodeState) -> dict[str, Any]:
                    # copy: the tensor must not share memory with a live array
                    "values": torch.from_numpy(np.array(rec.values, copy=True)),
                    "estimate": None if rec.estimate is None
-                   else torch.from_numpy(np.array(rec.estimate, copy=True))}
+                   else torch.from_numpy(np.array(rec.estimate, copy=True)),
+                   "seen": [(bytes(sender), int(high), _bits(merged), _bits(replied))
+                            for sender, high, merged, replied in rec.seen]}
             for name, rec in state.pushsum.items()
         },
         "view": _peers_to_plain(state.view),
@@ -212,7 +223,27 @@ def _state_to_plain(state: NodeState) -> dict[str, Any]:
         "trained_with": None if state.trained_with is None else dict(state.trained_with),
         "progress": {"loss": state.loss, "accuracy": state.accuracy,
                      "test_loss": state.test_loss},
+        "privacy_history": None if state.privacy_history is None
+        else [(float(s), float(q), int(n)) for s, q, n in state.privacy_history],
     }
+
+
+def _bits(value: int) -> bytes:
+    """A bit set as little-endian bytes (plain data for the safe loader).
+
+    At least one byte: the safe loader refuses an empty ``bytes`` (pickled as a call)."""
+    return value.to_bytes(max(1, (value.bit_length() + 7) // 8), "little")
+
+
+def _seen_from_plain(raw: object, path: Path, name: str
+                     ) -> tuple[tuple[bytes, int, int, int], ...]:
+    if not isinstance(raw, list | tuple) or not all(
+            isinstance(row, tuple | list) and len(row) == 4 and isinstance(row[0], bytes)
+            and isinstance(row[1], int) and row[1] >= 0
+            and isinstance(row[2], bytes) and isinstance(row[3], bytes) for row in raw):
+        raise _bad(path, f"push-sum duplicate window of model {name!r} is malformed")
+    return tuple((row[0], row[1], int.from_bytes(row[2], "little"),
+                  int.from_bytes(row[3], "little")) for row in raw)
 
 
 def _bad(path: Path, what: str) -> CheckpointError:
@@ -236,9 +267,9 @@ def _state_from_plain(raw: object, path: Path) -> NodeState:
     if not isinstance(raw, dict) or raw.get("format") != CHECKPOINT_FORMAT:
         raise _bad(path, "not a checkpoint of this program")
     version = raw.get("version")
-    if version != CHECKPOINT_VERSION:
-        raise _bad(path, f"format version {version!r}, this program reads version "
-                   f"{CHECKPOINT_VERSION}")
+    if version not in READABLE_VERSIONS:
+        raise _bad(path, f"format version {version!r}, this program reads versions "
+                   f"{', '.join(map(str, READABLE_VERSIONS))}")
     model_state = raw.get("model_state")
     if not isinstance(model_state, Mapping) or not all(
         isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in model_state.items()
@@ -258,6 +289,7 @@ def _state_from_plain(raw: object, path: Path) -> NodeState:
         pushsum[str(name)] = PushSumRecord(
             rec["weight"], rec["values"].numpy().copy(),
             None if estimate is None else estimate.numpy().copy(),
+            _seen_from_plain(rec.get("seen", []), path, str(name)),
         )
     counters = raw.get("counters", {})
     if not isinstance(counters, Mapping) or not all(
@@ -284,6 +316,7 @@ def _state_from_plain(raw: object, path: Path) -> NodeState:
     progress = raw.get("progress", {})
     if not isinstance(progress, Mapping):
         raise _bad(path, "progress is not a mapping")
+    privacy_history = _privacy_history(raw.get("privacy_history"), path)
     return NodeState(
         model_state=dict(model_state),
         pushsum=pushsum,
@@ -300,7 +333,27 @@ def _state_from_plain(raw: object, path: Path) -> NodeState:
         loss=_finite(progress.get("loss")),
         accuracy=_finite(progress.get("accuracy")),
         test_loss=_finite(progress.get("test_loss")),
+        privacy_history=privacy_history,
     )
+
+
+def _privacy_history(raw: object, path: Path) -> list[tuple[float, float, int]] | None:
+    """The DP accountant's runs as stored, checked entry by entry."""
+    if raw is None:
+        return None
+    if not isinstance(raw, list | tuple):
+        raise _bad(path, "privacy_history is not a list")
+    runs = []
+    for entry in raw:
+        if (not isinstance(entry, list | tuple) or len(entry) != 3
+                or not all(isinstance(v, int | float) and not isinstance(v, bool)
+                           for v in entry)
+                or not isinstance(entry[2], int) or entry[2] < 0
+                or not (entry[0] >= 0 and 0 < entry[1] <= 1)):
+            raise _bad(path, f"privacy_history holds a malformed run {entry!r}; expected "
+                       "(noise multiplier >= 0, sample rate in (0, 1], steps >= 0)")
+        runs.append((float(entry[0]), float(entry[1]), int(entry[2])))
+    return runs
 
 
 def _finite(value: object) -> float | None:

@@ -34,6 +34,7 @@ from gossip import (
     PushSum,
     RejectedPush,
 )
+from learner.dp_accounting import PrivacySpent
 from learner.trainer import Evaluation
 from p2p.config import ConfigError, NodeConfig, load_swarm_key
 from p2p.runtime.admin_server import serve_admin
@@ -172,7 +173,7 @@ class Node:
                 fp,
                 self.learning.network.extract(name),
                 fanout=g.fanout,
-                privacy=g.privacy,
+                privacy=g.masking,
                 masked_pushes=g.masked_pushes,
                 mask_std=g.mask_std,
                 unmask_after=g.unmask_after,
@@ -180,6 +181,7 @@ class Node:
                 encoding=g.encoding,
                 delta_encoding=g.delta_encoding,
                 max_in_flight=g.max_in_flight,
+                guard=g.guard,
             )
             for name, fp in self.learning.fingerprints.items()
         }
@@ -245,6 +247,10 @@ class Node:
 
     def request_stop(self) -> None:
         self._stop.set()
+
+    def privacy_spent(self) -> PrivacySpent | None:
+        """Epsilon spent by DP-SGD so far and its settings (None without ``"dp"``)."""
+        return self.learning.trainer.privacy_spent()
 
     def collaboration(self) -> CollaborationStatus:
         """Whether a known peer holds one of this node's models, and if not why."""
@@ -368,14 +374,18 @@ class Node:
         try:
             await self._wait_for_peers()
             while not self._stop.is_set():
-                if t.rounds and self.progress.round >= t.rounds:
+                budget_spent = not trainer.can_train(t.steps_per_round)
+                if (t.rounds and self.progress.round >= t.rounds) or budget_spent:
                     if not self.progress.finished:
                         # evaluate before saying finished: whoever waits for the
                         # end reads the final accuracy
                         async with self._model_lock:
                             self._record_evaluation(await self._evaluation())
                         self.progress.finished = True
-                        logger.info("finished %d rounds; still serving peers", t.rounds)
+                        if budget_spent:
+                            self._log_budget_spent()
+                        else:
+                            logger.info("finished %d rounds; still serving peers", t.rounds)
                     # Keep averaging after the last round so late peers still
                     # find partners; the model only changes through merges now.
                     async with self._model_lock:
@@ -400,6 +410,19 @@ class Node:
                 await self._pause(t.round_interval)
         finally:
             done.set()
+
+    def _log_budget_spent(self) -> None:
+        """Say once why a DP node stopped training while it keeps gossiping."""
+        spent = self.privacy_spent()
+        if spent is None:
+            return
+        logger.warning(
+            "privacy budget spent: epsilon %.4g of %g (delta %g) after %d DP-SGD steps; another "
+            "round would go past it, so training stops at round %d. The node keeps averaging "
+            "with its peers: pushing the model it holds reveals nothing new about its data",
+            spent.epsilon, spent.budget, spent.delta, spent.steps, self.progress.round,
+            extra={"epsilon": spent.epsilon, "epsilon_budget": spent.budget,
+                   "dp_steps": spent.steps, "round": self.progress.round})
 
     async def _pause(self, seconds: float) -> None:
         """Sleep between rounds, waking at once on a stop request."""

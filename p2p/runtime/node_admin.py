@@ -12,7 +12,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import asdict
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import trio
 
@@ -30,6 +30,7 @@ from p2p.wire.transport import ByteCount
 
 if TYPE_CHECKING:
     from gossip import PushSum
+    from learner.dp_accounting import PrivacySpent
     from p2p.config import NodeConfig
     from p2p.runtime.assembly import LearningSetup
     from p2p.runtime.checkpoint import CheckpointStore
@@ -97,6 +98,7 @@ class AdminSource(Protocol):
     def resumed_at(self) -> int | None: ...
 
     def collaboration(self) -> CollaborationStatus: ...
+    def privacy_spent(self) -> PrivacySpent | None: ...
     def model_counters(self, name: str) -> dict[str, int]: ...
     def flat_model_counters(self) -> dict[str, int]: ...
     async def save_checkpoint(self) -> int: ...
@@ -125,6 +127,23 @@ def training_summary(rounds: int, done: int, resumed_at: int | None) -> str:
     return f"round {done} of {rounds}"
 
 
+def budget_summary(spent: PrivacySpent, done: int) -> str:
+    """The ``training`` line of a DP node that stopped training for its epsilon budget."""
+    return (f"privacy budget spent: epsilon {spent.epsilon:.3g} of {spent.budget:g} after "
+            f"{spent.steps} DP-SGD steps (round {done}); no more SGD steps, still serving peers")
+
+
+def privacy_report(mode: str, spent: PrivacySpent) -> dict[str, Any]:
+    """``status``'s ``privacy`` field: the mode and what DP-SGD has spent."""
+    return {"mode": mode, **asdict(spent)}
+
+
+#: ``metrics`` counters of a DP node -> the :class:`PrivacySpent` field they show.
+PRIVACY_COUNTERS = {"privacy.epsilon": "epsilon", "privacy.delta": "delta",
+                    "privacy.noise_multiplier": "noise_multiplier",
+                    "privacy.clip_norm": "clip_norm", "privacy.dp_steps": "steps"}
+
+
 class NodeAdmin:
     """Implements :class:`p2p.runtime.admin_server.AdminHandler` over an :class:`AdminSource`."""
 
@@ -136,6 +155,10 @@ class NodeAdmin:
         p = n.progress
         collab = n.collaboration()
         rounds = n.config.training.rounds
+        spent = n.privacy_spent()
+        training = training_summary(rounds, p.round, n.resumed_at)
+        if spent is not None and spent.budget_spent:
+            training = budget_summary(spent, p.round)
         return StatusReport(
             id=n.identity.node_id.hex(),
             name=n.config.node.name,
@@ -154,7 +177,8 @@ class NodeAdmin:
             collaboration_reason=collab.reason,
             isolation_reason=collab.isolation,
             rounds=rounds,
-            training=training_summary(rounds, p.round, n.resumed_at),
+            training=training,
+            privacy=None if spent is None else privacy_report(n.config.gossip.privacy, spent),
         )
 
     def peers(self) -> PeersReport:
@@ -214,6 +238,13 @@ class NodeAdmin:
             counters["transport.bytes_sent"] = wire.total
         if n.progress.test_loss is not None:
             counters["test_loss"] = n.progress.test_loss
+        spent = n.privacy_spent()
+        if spent is not None:
+            for key, attr in PRIVACY_COUNTERS.items():
+                counters[key] = getattr(spent, attr)
+            if spent.budget is not None:
+                counters["privacy.epsilon_budget"] = spent.budget
+            counters["privacy.budget_spent"] = int(spent.budget_spent)
         return MetricsReport(counters=counters,
                              timings={k: v.report() for k, v in n.timings.items()})
 

@@ -83,7 +83,7 @@ def snapshot_state(node: StatefulNode) -> NodeState:
     pushsum = {}
     for name, core in node.cores.items():
         snap = core.snapshot()
-        pushsum[name] = PushSumRecord(snap.weight, snap.values, snap.estimate)
+        pushsum[name] = PushSumRecord(snap.weight, snap.values, snap.estimate, snap.seen)
     counters = {**node.counters, **node.flat_model_counters()}
     return NodeState(
         model_state={k: v.detach().clone() for k, v in node.learning.network.state_dict().items()},
@@ -102,7 +102,16 @@ def snapshot_state(node: StatefulNode) -> NodeState:
         loss=node.progress.loss,
         accuracy=node.progress.accuracy,
         test_loss=node.progress.test_loss,
+        privacy_history=_privacy_history(node),
     )
+
+
+def _privacy_history(node: StatefulNode) -> list[tuple[float, float, int]] | None:
+    """The DP accountant's count (None when the node does not train with DP-SGD)."""
+    privacy = node.learning.trainer.privacy
+    if privacy is not None:
+        return list(privacy.history)
+    return None
 
 
 def resume_from(node: StatefulNode, store: CheckpointStore) -> NodeState | None:
@@ -141,6 +150,21 @@ def resume_from(node: StatefulNode, store: CheckpointStore) -> NodeState | None:
     return state
 
 
+def _restore_privacy(node: StatefulNode, state: NodeState) -> None:
+    """Resume the DP accountant's count, so that a restart never resets the epsilon spent."""
+    privacy = node.learning.trainer.privacy
+    history = state.privacy_history or []
+    if privacy is not None:
+        privacy.accountant.resume(history)
+        if history:
+            logger.info("privacy: resumed the count of %d DP-SGD steps (epsilon %.4g at delta %g)",
+                        privacy.accountant.steps, privacy.epsilon(), privacy.config.delta)
+    elif any(steps for _, _, steps in history):
+        logger.warning("the checkpoint was trained with DP-SGD (%d steps) but gossip.privacy "
+                       "no longer asks for it: the rounds trained from now on have no "
+                       "differential-privacy guarantee", sum(n for _, _, n in history))
+
+
 def restore_state(node: StatefulNode, state: NodeState) -> None:
     """Load ``state`` into a freshly built ``node`` (before it starts running)."""
     node.learning.network.load_state_dict(state.model_state)
@@ -158,6 +182,7 @@ def restore_state(node: StatefulNode, state: NodeState) -> None:
         core.restore(PushSumSnapshot(
             fingerprint=core.fingerprint, values=rec.values, estimate=estimate,
             weight=rec.weight, noisy=bool((estimate != rec.values).any()), noise_age=0,
+            seen=rec.seen,
         ))
     for key, value in state.counters.items():
         name, sep, counter = key.rpartition(COUNTER_SEP)
@@ -165,6 +190,7 @@ def restore_state(node: StatefulNode, state: NodeState) -> None:
             node.counter_base.setdefault(name, {})[counter] = value
         elif key in node.counters:
             node.counters[key] = value
+    _restore_privacy(node, state)
     node.progress.round = state.round
     node.progress.steps = state.steps
     node.progress.loss = state.loss

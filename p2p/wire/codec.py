@@ -35,6 +35,8 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
+import threading
 import types
 import typing
 from collections.abc import Callable, Collection, Iterable
@@ -44,6 +46,7 @@ import msgpack
 import numpy as np
 
 from p2p.wire.messages import MESSAGES as _PROTOCOL_MESSAGES
+from p2p.wire.msgpack_views import LARGE_BIN, unpack_with_views
 
 __all__ = [
     "PROTOCOL_VERSION",
@@ -84,6 +87,12 @@ _RESERVED_KEYS = frozenset({"v", "t"})
 _ARRAY_DTYPES: dict[str, np.dtype] = {
     name: np.dtype(name) for name in ("<f8", "<f4", "<f2", "<u2", "|i1")
 }
+# Wire name of each allowed dtype in either byte order (the encoder's lookup).
+_WIRE_NAMES: dict[np.dtype, str] = {
+    **{dtype.newbyteorder("<"): name for name, dtype in _ARRAY_DTYPES.items()},
+    **{dtype.newbyteorder(">"): name for name, dtype in _ARRAY_DTYPES.items()},
+}
+_ARRAY_KEYS = frozenset({"dtype", "n", "data"})
 
 
 class CodecError(Exception):
@@ -186,6 +195,8 @@ def _bytes_codec() -> _FieldCodec:
         return bytes(value)
 
     def dec(value: object) -> bytes:
+        if type(value) is memoryview:  # a large value viewed in the payload (see decode)
+            return bytes(value)
         if type(value) is not bytes:
             raise _Invalid(f"expected bytes, got {type(value).__name__}")
         return value
@@ -211,23 +222,26 @@ def _array_codec(dtypes: tuple[str, ...]) -> _FieldCodec:
             raise _Invalid(f"expected {describe}, got {type(value).__name__}")
         if value.ndim != 1:
             raise _Invalid(f"expected a 1-D array, got shape {value.shape}")
-        wire = value.dtype.newbyteorder("<") if value.dtype.byteorder != "|" else value.dtype
-        name = wire.str
+        name = _WIRE_NAMES.get(value.dtype)
+        if name is None:
+            wire = value.dtype.newbyteorder("<") if value.dtype.byteorder != "|" else value.dtype
+            name = wire.str
         if name not in allowed:
             raise _Invalid(f"expected {describe}, got dtype {value.dtype}")
         # A byte view, not a copy: msgpack copies it once into the payload.
         data = np.ascontiguousarray(value, dtype=allowed[name]).data.cast("B")
-        return {"dtype": name, "n": int(value.shape[0]), "data": data}
+        return {"dtype": name, "n": int(value.shape[0]), "data": _array_data(data)}
 
     def dec(value: object) -> np.ndarray:
-        if type(value) is not dict or set(value) != {"dtype", "n", "data"}:
+        if type(value) is not dict or value.keys() != _ARRAY_KEYS:
             raise _Invalid(f"expected an array map with keys dtype, n, data for {describe}")
         name, n, data = value["dtype"], value["n"], value["data"]
         if type(name) is not str or name not in allowed:
             raise _Invalid(f"array dtype {name!r} not allowed (expected one of {sorted(allowed)})")
         if type(n) is not int or n < 0:
             raise _Invalid(f"array length must be a non-negative int, got {n!r}")
-        if type(data) is not bytes:
+        # A memoryview: large data viewed in the payload, not copied (see decode).
+        if type(data) is not bytes and type(data) is not memoryview:
             raise _Invalid(f"array data must be bytes, got {type(data).__name__}")
         dtype = allowed[name]
         if len(data) != n * dtype.itemsize:
@@ -238,6 +252,10 @@ def _array_codec(dtypes: tuple[str, ...]) -> _FieldCodec:
         # A read-only view of the received bytes (no copy), like the frozen message
         # holding it; converted only on a big-endian host.
         array = np.frombuffer(data, dtype=dtype)
+        if not array.flags.aligned:
+            # Viewed in a payload at an odd offset: numpy works more slowly (and
+            # sums in another order) on misaligned arrays, so copy it aligned.
+            array = np.frombuffer(bytes(data), dtype=dtype)
         return array if dtype.isnative else array.astype(dtype.newbyteorder("="))
 
     return _FieldCodec(describe, enc, dec)
@@ -327,14 +345,23 @@ def _dict_codec(key: _FieldCodec, val: _FieldCodec) -> _FieldCodec:
 
 def _union_codec(options: list[_FieldCodec]) -> _FieldCodec:
     describe = " | ".join(o.describe for o in options)
+    # None matches only the None option: take it without trying the others
+    # (an optional field is often None, and a failed try raises).
+    none_allowed = any(o.describe == "None" for o in options)
 
     def run(value: object, encoding: bool) -> object:
+        if value is None and none_allowed:
+            return None
         reasons = []
+        large = _collecting.large
+        collected = 0 if large is None else len(large)
         for option in options:
             try:
                 return option.encode(value) if encoding else option.decode(value)
             except _Invalid as exc:
                 reasons.append(exc.path + ": " + exc.reason if exc.path else exc.reason)
+                if large is not None:
+                    del large[collected:]  # arrays of an option that did not fit
         raise _Invalid(f"expected {describe}; " + "; ".join(reasons))
 
     return _FieldCodec(describe, lambda v: run(v, True), lambda v: run(v, False))
@@ -464,8 +491,8 @@ def _encode_fields(codec: _ClassCodec, msg: object) -> dict[str, object]:
 
 
 def _decode_fields(codec: _ClassCodec, data: dict[object, object]) -> Message:
-    keys = set(data)
-    if keys != codec.names:
+    if data.keys() != codec.names:
+        keys = set(data)
         missing = sorted(codec.names - keys)
         extra = ", ".join(sorted(f"{k!r:.40}" for k in keys - codec.names))
         parts = []
@@ -539,8 +566,9 @@ def encode(msg: Message) -> bytes:
 
 
 # Binary values at least this large (array data) are referenced by encode_parts,
-# not copied; msgpack writes them as bin32 (its format for >= 64 KiB).
-_SCATTER_ABOVE = 64 * 1024
+# not copied; msgpack writes them as bin32 (its format for >= 64 KiB). decode
+# views them in the same way.
+_SCATTER_ABOVE = LARGE_BIN
 
 
 def encode_parts(msg: Message) -> list[bytes | memoryview]:
@@ -549,6 +577,59 @@ def encode_parts(msg: Message) -> list[bytes | memoryview]:
     Large array data is not copied: its piece is a view of the array, so a
     vectored write (or one copy into a frame buffer) is the only pass over it.
     """
+    large: list[memoryview] = []
+    _collecting.large = large
+    try:
+        body = _encode_body(msg)
+    finally:
+        _collecting.large = None
+    # Packed in one call, with a marker where each large array's data belongs.
+    packed = msgpack.packb(body, use_bin_type=True)
+    if not large:
+        return [packed]
+    parts: list[bytes | memoryview] = []
+    pos = 0
+    for index, data in enumerate(large):
+        marker = _marker(index)
+        at = packed.find(marker, pos)
+        if at < 0 or packed.find(marker, at + 1) >= 0:
+            # The marker's bytes also occur in the message's own bytes (a chance
+            # of 2**-96): the slower walk cannot mistake one for the other.
+            return _encode_parts_walking(msg)
+        parts += (packed[pos:at] + b"\xc6" + data.nbytes.to_bytes(4, "big"), data)
+        pos = at + len(marker)
+    parts.append(packed[pos:])
+    return parts
+
+
+class _Collecting(threading.local):
+    """The large array data of the message :func:`encode_parts` is encoding
+    (None otherwise): the array codec puts a marker in their place."""
+
+    large: list[memoryview] | None = None
+
+
+_collecting = _Collecting()
+# Marker of the i-th large array: an ext value (never in an encoded message: no
+# field type produces one) holding a random token and i.
+_MARKER_TOKEN = os.urandom(12)
+
+
+def _marker(index: int) -> bytes:
+    return b"\xd8\x00" + _MARKER_TOKEN + index.to_bytes(4, "big")
+
+
+def _array_data(data: memoryview) -> object:
+    """What the array codec encodes as an array's data: the data itself, or
+    the marker of its place when :func:`encode_parts` takes it apart."""
+    large = _collecting.large
+    if large is None or data.nbytes < _SCATTER_ABOVE:
+        return data
+    large.append(data)
+    return msgpack.ExtType(0, _marker(len(large) - 1)[2:])
+
+
+def _encode_parts_walking(msg: Message) -> list[bytes | memoryview]:
     parts: list[bytes | memoryview] = []
     small: list[bytes] = []
     _scatter(_encode_body(msg), msgpack.Packer(use_bin_type=True), parts, small)
@@ -574,6 +655,15 @@ def _scatter(value: object, packer: msgpack.Packer, parts: list[bytes | memoryvi
         small.append(packer.pack(value))
 
 
+def _immutable_view(payload: object) -> memoryview | None:
+    """A byte view of ``payload`` when decoded values may keep referencing it."""
+    if type(payload) is bytes:
+        return memoryview(payload)
+    if type(payload) is memoryview and payload.readonly and payload.c_contiguous:
+        return payload.cast("B") if payload.format != "B" or payload.ndim != 1 else payload
+    return None
+
+
 def _encode_body(msg: Message) -> dict[str, object]:
     cls = type(msg)
     name = _BY_CLASS.get(cls)
@@ -589,15 +679,25 @@ def _encode_body(msg: Message) -> dict[str, object]:
 
 
 def decode(payload: bytes | bytearray | memoryview) -> Message:
-    """Decode one payload into its registered dataclass, validating every field."""
+    """Decode one payload into its registered dataclass, validating every field.
+
+    Array data of 64 KiB or more is not copied when the payload cannot change
+    under the decoded message: ``bytes``, or a read-only memoryview (by passing
+    one the caller promises that the bytes behind it stay as they are). The
+    arrays then view the payload; any other buffer is copied from.
+    """
+    view = _immutable_view(payload)
     try:
-        data = msgpack.unpackb(
-            payload,
-            raw=False,
-            use_list=True,
-            strict_map_key=False,
-            max_ext_len=0,
-        )
+        if view is None:
+            data = msgpack.unpackb(
+                payload,
+                raw=False,
+                use_list=True,
+                strict_map_key=False,
+                max_ext_len=0,
+            )
+        else:
+            data = unpack_with_views(view, raw=False, use_list=True, strict_map_key=False)
     except Exception as exc:
         raise DecodeError(f"malformed msgpack payload: {type(exc).__name__}: {exc}") from None
     if type(data) is not dict:

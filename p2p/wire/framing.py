@@ -15,6 +15,7 @@ for callers that already hold the bytes.
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 
 import numpy as np
 
@@ -38,6 +39,13 @@ _HEADER = struct.Struct(">I")
 # Staging area for headers and small frames: one read usually brings a whole
 # small message (an ack, a shuffle) together with its header.
 _STAGE_SIZE = 64 * 1024
+# Boundary to which FrameDecoder.align_at places a byte of a frame's body (a
+# cache line: more than any numpy dtype needs).
+_ALIGNMENT = 64
+
+#: Given the size of a frame's body, the offset in it of a byte worth aligning
+#: (where array data is expected to start), or None.
+AlignAt = Callable[[int], int | None]
 
 
 class FramingError(Exception):
@@ -123,6 +131,10 @@ class FrameDecoder:
     """
 
     def __init__(self, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE) -> None:
+        #: Consulted when a frame's buffer is allocated, with the frame's size:
+        #: the byte it names lands on a 64-byte boundary, so that arrays viewed
+        #: in the payload are aligned (see codec.decode).
+        self.align_at: AlignAt | None = None
         if not 0 < max_frame_size <= _MAX_REPRESENTABLE:
             raise ValueError(
                 f"max_frame_size must be in 1..{_MAX_REPRESENTABLE}, got {max_frame_size}"
@@ -210,6 +222,14 @@ class FrameDecoder:
             if pos >= end:
                 return frames
 
+    def _new_body(self, size: int) -> memoryview:
+        offset = self.align_at(size) if self.align_at is not None else None
+        if offset is None or not 0 <= offset < size:
+            return uninitialized_buffer(size)
+        raw = np.empty(size + _ALIGNMENT, dtype=np.uint8)
+        pad = -(raw.ctypes.data + offset) % _ALIGNMENT
+        return raw[pad : pad + size].data
+
     def _parse_stage(self) -> list[memoryview]:
         frames: list[memoryview] = []
         stage = self._stage
@@ -227,7 +247,7 @@ class FrameDecoder:
                 self._start = body_start + size
                 continue
             # The body arrives later, straight into a buffer of its final size.
-            self._body = uninitialized_buffer(size)
+            self._body = self._new_body(size)
             self._body[:available] = stage[body_start : self._end]
             self._have = available
             self._start = self._end = 0

@@ -13,14 +13,18 @@ server keeps running.
 
 The connection logic only needs a :class:`trio.abc.Stream`, so tests can run
 it over ``trio.testing.memory_stream_pair()`` via :meth:`Transport.serve_stream`
-and the ``connector`` argument.
+and the ``connector`` argument. On a :class:`trio.SocketStream` it reads and
+writes the socket's descriptor directly (nonblocking, waiting on trio only
+when the socket is not ready) and lets the kernel queue whole frames.
 """
 
 from __future__ import annotations
 
 import collections
+import contextlib
 import logging
 import math
+import os
 import socket
 import types
 from collections.abc import Awaitable, Callable, Sequence
@@ -54,6 +58,7 @@ from p2p.wire.messages import (
     Ping,
     Pong,
 )
+from p2p.wire.msgpack_views import LARGE_BIN, first_large_bin
 from p2p.wire.sealing import (
     DEFAULT_CIPHER,
     TAG_SIZE,
@@ -95,6 +100,10 @@ Connector = Callable[[str], Awaitable[trio.abc.Stream]]
 Buffer = bytes | bytearray | memoryview
 
 _SEPARATE_HEADER_ABOVE = 64 * 1024
+# Frame sizes whose layout a stream remembers (see MessageStream._learn_layout).
+_LAYOUTS_KEPT = 16
+# Sockets are file descriptors that readv/writev accept (not on Windows).
+_DIRECT_SOCKET_IO = hasattr(os, "readv") and hasattr(os, "writev") and os.name == "posix"
 # Frames accepted before the peer has proved its identity (and swarm key): a HELLO
 # with the maximum 4096 tags is ~140 KB. Bounds what unauthenticated connections
 # can make the node buffer to max_connections x this, not x max_frame_size.
@@ -201,12 +210,19 @@ class MessageStream:
         self.max_frame_size = max_frame_size
         self.write_timeout = write_timeout
         self._decoder = FrameDecoder(max_frame_size)
+        # Frame size -> where array data began in the last frame of that size:
+        # the next is received so that it starts aligned (then decoded arrays
+        # view it instead of being copied). Frames of one size share a layout.
+        self._data_offsets: dict[int, int | None] = {}
+        self._decoder.align_at = self._data_offsets.get
         self._pending: collections.deque[memoryview] = collections.deque()
         self._sealer: Sealer | None = None
         self._opener: Opener | None = None
         self._exact_reads = False
         self._frames_received = 0
         self._block: _Deadlines | None = None  # the enclosing deadlines() block
+        if isinstance(stream, trio.SocketStream):
+            _lift_send_limit(stream)
 
     @property
     def sealed(self) -> bool:
@@ -240,7 +256,7 @@ class MessageStream:
         and encrypted there in place.
         """
         views = [memoryview(part).cast("B") for part in parts]
-        size = sum(len(view) for view in views)
+        size = sum(map(len, views))
         sealed_size = size if self._sealer is None else size + TAG_SIZE
         try:
             header = frame_header(sealed_size, self.max_frame_size)
@@ -263,37 +279,65 @@ class MessageStream:
         block = self._current_block()
         if block is None:
             with _Deadlines(None) as own:
-                await self._write_frame(out, own)
+                await self._write_frame(out, HEADER_SIZE + sealed_size, own)
         else:
-            await self._write_frame(out, block)
+            await self._write_frame(out, HEADER_SIZE + sealed_size, block)
         self.sent.total += HEADER_SIZE + sealed_size
 
-    async def _write_frame(self, out: list[Buffer], block: _Deadlines) -> None:
-        block.arm(self.write_timeout, f"send timed out after {self.write_timeout:g} s", "io")
+    async def _write_frame(self, out: list[Buffer], total: int, block: _Deadlines) -> None:
+        fd = _socket_fd(self.stream)
         try:
-            await self._write(out)
+            if fd is not None:
+                await self._write_socket(fd, out, total, block)
+                return
+            self._arm_write(block, trio.current_time())
+            for part in out:
+                await self.stream.send_all(part)
+            block.disarm()
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
             raise ConnectionFailure(f"send failed: {exc or type(exc).__name__}", "broken") from None
-        block.disarm()
 
-    async def _write(self, parts: list[Buffer]) -> None:
-        stream = self.stream
-        if not isinstance(stream, trio.SocketStream):
-            for part in parts:
-                await stream.send_all(part)
+    async def _write_socket(self, fd: int, parts: list[Buffer], total: int,
+                            block: _Deadlines) -> None:
+        """Write the ``total`` bytes of ``parts`` to the socket: nonblocking
+        vectored writes (header and payload in one, no copy to glue them, no
+        tiny header segment of its own on the wire), waiting for the socket
+        only when it is full.
+
+        Bypasses trio's socket methods, which yield to the scheduler after every
+        call: a 1 MB frame takes several. Like them, a checkpoint: cancellation
+        is checked first, and the task yields once (waiting counts).
+        """
+        await trio.lowlevel.checkpoint_if_cancelled()
+        started = trio.current_time()
+        try:
+            sent = os.writev(fd, parts)
+        except BlockingIOError:
+            sent = 0
+        if sent == total:  # the common case: the socket took the whole frame
+            await trio.lowlevel.cancel_shielded_checkpoint()
             return
-        # Straight to the socket (the stream wrapper costs more than a small send),
-        # header + payload in one sendmsg: no copy of the payload to glue them, and
-        # no tiny header segment of its own on the wire.
-        sock = stream.socket
+        self._arm_write(block, started)
         views = [memoryview(part).cast("B") for part in parts]
-        while views:
-            sent = await (sock.send(views[0]) if len(views) == 1 else sock.sendmsg(views))
+        while True:
             while views and sent >= len(views[0]):
                 sent -= len(views[0])
                 views.pop(0)
+            if not views:
+                break
             if sent:
                 views[0] = views[0][sent:]
+            await trio.lowlevel.wait_writable(fd)
+            try:
+                sent = os.writev(fd, views)
+            except BlockingIOError:
+                sent = 0
+        block.disarm()
+
+    def _arm_write(self, block: _Deadlines, started: float) -> None:
+        # One time limit for the whole frame, from when it started to go out.
+        block.arm_at(started + self.write_timeout,
+                     f"send timed out after {self.write_timeout:g} s", "io")
 
     async def receive_payload(self, first_timeout: float, read_timeout: float) -> memoryview:
         """Next payload (opened if sealed), a view the caller owns.
@@ -311,26 +355,52 @@ class MessageStream:
                 await self._read_frame(first_timeout, read_timeout, block)
         payload = self._pending.popleft()
         self._frames_received += 1
+        size = len(payload)
         if self._opener is not None:
             try:
                 payload = self._opener.open_in_place(payload)
             except SealError as exc:
                 raise ConnectionFailure(f"decrypt failure: {exc}") from None
+        if size >= LARGE_BIN and size not in self._data_offsets:
+            self._learn_layout(size, payload)
         return payload
+
+    def _learn_layout(self, size: int, payload: memoryview) -> None:
+        """Remember where array data starts in a frame of ``size`` bytes."""
+        if len(self._data_offsets) >= _LAYOUTS_KEPT:
+            self._data_offsets.clear()
+        found = first_large_bin(payload)
+        self._data_offsets[size] = None if found is None else found[0]
 
     async def _read_frame(self, first_timeout: float, read_timeout: float,
                           block: _Deadlines) -> None:
+        """Receive until at least one whole frame is pending.
+
+        On a socket, reads are nonblocking and the deadline is only armed when
+        the socket has nothing to read: ``first_timeout`` from then while no
+        frame has started, else ``read_timeout`` (so ``read_timeout`` runs from
+        the last chunk received). Like trio's own calls, a checkpoint.
+        """
+        fd = _socket_fd(self.stream)
+        if fd is not None:
+            await trio.lowlevel.checkpoint_if_cancelled()
         decoder = self._decoder
+        waited = False
         while not self._pending:
-            if decoder.in_frame:
-                block.arm(read_timeout, f"timed out after {read_timeout:g} s waiting for "
-                          "rest of a frame", "io")
-            else:
-                block.arm(first_timeout, f"timed out after {first_timeout:g} s waiting for "
-                          "a message", "idle")
             target = decoder.get_buffer(decoder.wanted if self._exact_reads else None)
             try:
-                received = await self._receive_into(target)
+                if fd is None:
+                    self._arm_read(block, first_timeout, read_timeout)
+                    waited = True
+                    received = await self._receive_into(target)
+                else:
+                    try:
+                        received = os.readv(fd, [target])
+                    except BlockingIOError:
+                        self._arm_read(block, first_timeout, read_timeout)
+                        waited = True
+                        await trio.lowlevel.wait_readable(fd)
+                        continue
             except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
                 raise ConnectionFailure(
                     f"receive failed: {exc or type(exc).__name__}", "broken"
@@ -343,7 +413,18 @@ class MessageStream:
                 self._pending.extend(decoder.buffer_updated(received))
             except FramingError as exc:
                 raise ConnectionFailure(self._describe_bad_frame(exc)) from None
-        block.disarm()
+        if waited:
+            block.disarm()
+        else:
+            await trio.lowlevel.cancel_shielded_checkpoint()
+
+    def _arm_read(self, block: _Deadlines, first_timeout: float, read_timeout: float) -> None:
+        if self._decoder.in_frame:
+            block.arm(read_timeout, f"timed out after {read_timeout:g} s waiting for "
+                      "rest of a frame", "io")
+        else:
+            block.arm(first_timeout, f"timed out after {first_timeout:g} s waiting for "
+                      "a message", "idle")
 
     def deadlines(self) -> _Deadlines:
         """Context manager running several sends and receives under one cancel
@@ -364,11 +445,9 @@ class MessageStream:
         return block
 
     async def _receive_into(self, target: memoryview) -> int:
-        """Read at most ``len(target)`` bytes into ``target``; 0 at end of stream."""
-        stream = self.stream
-        if isinstance(stream, trio.SocketStream):
-            return await stream.socket.recv_into(target)
-        data = await stream.receive_some(len(target))
+        """Read at most ``len(target)`` bytes of a stream that is not a socket
+        into ``target``; 0 at end of stream."""
+        data = await self.stream.receive_some(len(target))
         target[: len(data)] = data
         return len(data)
 
@@ -392,7 +471,8 @@ class MessageStream:
         """Receive and decode one message."""
         payload = await self.receive_payload(first_timeout, read_timeout)
         try:
-            return codec.decode(payload)
+            # Read-only: the frame's buffer is handed over, arrays view it (no copy).
+            return codec.decode(payload.toreadonly())
         except codec.DecodeError as exc:
             raise ConnectionFailure(f"bad message: {exc}") from None
 
@@ -415,7 +495,10 @@ class _Deadlines:
         self._timeout = ("", "io")  # what to report if the armed deadline strikes
 
     def arm(self, seconds: float, reason: str, kind: str) -> None:
-        self._scope.deadline = trio.current_time() + seconds
+        self.arm_at(trio.current_time() + seconds, reason, kind)
+
+    def arm_at(self, deadline: float, reason: str, kind: str) -> None:
+        self._scope.deadline = deadline
         self._timeout = (reason, kind)
 
     def disarm(self) -> None:
@@ -696,7 +779,11 @@ class Transport:
         reply_timeout = self.read_timeout if timeout is None else timeout
         for attempt in range(2):
             conn, fresh = await self._connection(address, node_id)
-            async with conn.lock:
+            try:
+                conn.lock.acquire_nowait()  # free: no scheduler round trip (the I/O checkpoints)
+            except trio.WouldBlock:
+                await conn.lock.acquire()
+            try:
                 if conn.closed:
                     continue  # dropped while we waited for the lock
                 try:
@@ -719,8 +806,10 @@ class Transport:
                         logger.warning("closing connection to %s: %s", address, exc.reason)
                     raise PeerUnreachable(address, exc.reason, maybe_delivered=True) from None
                 conn.last_used = trio.current_time()
+            finally:
+                conn.lock.release()
             try:
-                reply = codec.decode(reply_payload)
+                reply = codec.decode(reply_payload.toreadonly())  # handed over: no copy
             except codec.DecodeError as exc:
                 await self._drop(conn)
                 logger.warning("closing connection to %s: bad reply: %s", address, exc)
@@ -885,6 +974,33 @@ class Transport:
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self.aclose()
+
+
+def _lift_send_limit(stream: trio.SocketStream) -> None:
+    """Let the kernel take a whole frame in one write.
+
+    Trio caps the bytes a socket stream may have queued but not yet sent at
+    16 KiB (``TCP_NOTSENT_LOWAT``, to keep latency low on interactive streams):
+    a 1 MB frame then goes out in several writes, each waiting for the peer's
+    acknowledgements, and how many depends on the congestion window of the
+    moment. The transport writes whole frames and then waits for a reply, so it
+    restores the system's setting (0: ``net.ipv4.tcp_notsent_lowat``, no limit
+    unless configured).
+    """
+    option = getattr(socket, "TCP_NOTSENT_LOWAT", None)
+    if option is not None:
+        with contextlib.suppress(OSError):  # not a TCP socket (a socketpair in tests)
+            stream.setsockopt(socket.IPPROTO_TCP, option, 0)
+
+
+def _socket_fd(stream: trio.abc.Stream) -> int | None:
+    """The file descriptor of a socket stream, read and written directly (see
+    :meth:`MessageStream._write_socket`); None for other streams, a closed
+    socket, or where sockets are not file descriptors (Windows)."""
+    if not _DIRECT_SOCKET_IO or not isinstance(stream, trio.SocketStream):
+        return None
+    fd = stream.socket.fileno()
+    return fd if fd >= 0 else None
 
 
 def _connect_failure(exc: BaseException) -> str:

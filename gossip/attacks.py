@@ -1,0 +1,118 @@
+"""Lying holders for the simulator (:class:`gossip.simulator.Adversary`).
+
+Each speaks the protocol well: valid messages, within every static bound the
+receiver checks (values within 1e6, weight within ``max_weight``).  Used by
+``scripts/bench_attacks.py`` and the merge-defence tests.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from gossip.compression import encode
+from gossip.messages import Push, PushAck
+from gossip.pushsum import PushSum
+from gossip.validation import MAX_ABS_VALUE
+
+
+@dataclass
+class _Ids:
+    next_id: int = 1
+
+    def take(self) -> int:
+        self.next_id += 1
+        return self.next_id
+
+
+@dataclass
+class HeavyPusher:
+    """Pushes zero values with ``weight`` to every other holder each round, asking no reply."""
+
+    weight: float
+    ids: _Ids = field(default_factory=_Ids)
+
+    def pushes(self, round: int, core: PushSum, peers: Sequence[int],
+               rng: np.random.Generator) -> list[tuple[int, Push]]:
+        zeros = encode(np.zeros(core.length), "f32")
+        return [(p, Push(core.fingerprint, self.ids.take(), zeros, self.weight)) for p in peers]
+
+    def answer(self, core: PushSum, sender: int, push: Push) -> PushAck | None:
+        return PushAck(core.fingerprint, push.push_id)  # takes the share, gives nothing
+
+
+@dataclass
+class WeightInjector:
+    """Pushes its own (plausible) estimate with ``weight`` to every other holder each round.
+
+    Its values pass any clipping (they are where the swarm is); what it adds is
+    weight, which dilutes the honest mass with its (stale) values.
+    """
+
+    weight: float = 1.0
+    ids: _Ids = field(default_factory=_Ids)
+
+    def pushes(self, round: int, core: PushSum, peers: Sequence[int],
+               rng: np.random.Generator) -> list[tuple[int, Push]]:
+        values = encode(core.estimate, "f64")
+        return [(p, Push(core.fingerprint, self.ids.take(), values, self.weight)) for p in peers]
+
+    def answer(self, core: PushSum, sender: int, push: Push) -> PushAck | None:
+        return PushAck(core.fingerprint, push.push_id)
+
+
+@dataclass
+class Poisoner:
+    """Push-pull requests of ``scale`` x N(0, 1) values (within the 1e6 bound), honest weight."""
+
+    scale: float = 1e5
+    weight: float = 0.5
+    ids: _Ids = field(default_factory=_Ids)
+
+    def pushes(self, round: int, core: PushSum, peers: Sequence[int],
+               rng: np.random.Generator) -> list[tuple[int, Push]]:
+        out = []
+        for p in peers:
+            v = np.clip(self.scale * rng.standard_normal(core.length), -MAX_ABS_VALUE,
+                        MAX_ABS_VALUE)
+            out.append((p, Push(core.fingerprint, self.ids.take(), encode(v, "f32"),
+                                self.weight, want_reply=True)))
+        return out
+
+    def answer(self, core: PushSum, sender: int, push: Push) -> PushAck | None:
+        return PushAck(core.fingerprint, push.push_id)
+
+
+@dataclass
+class MaskLookalike:
+    """Pushes ``scale`` x N(0, 1) values flagged ``masked`` (and ``noisy``) to every holder."""
+
+    scale: float = 10.0
+    weight: float = 0.5
+    ids: _Ids = field(default_factory=_Ids)
+
+    def pushes(self, round: int, core: PushSum, peers: Sequence[int],
+               rng: np.random.Generator) -> list[tuple[int, Push]]:
+        out = []
+        for p in peers:
+            v = self.scale * rng.standard_normal(core.length)
+            out.append((p, Push(core.fingerprint, self.ids.take(), encode(v, "f32"),
+                                self.weight, masked=True, noisy=True)))
+        return out
+
+    def answer(self, core: PushSum, sender: int, push: Push) -> PushAck | None:
+        return PushAck(core.fingerprint, push.push_id)
+
+
+@dataclass
+class Sink:
+    """Never pushes; acknowledges every push without a reply (takes weight, gives none)."""
+
+    def pushes(self, round: int, core: PushSum, peers: Sequence[int],
+               rng: np.random.Generator) -> list[tuple[int, Push]]:
+        return []
+
+    def answer(self, core: PushSum, sender: int, push: Push) -> PushAck | None:
+        return PushAck(core.fingerprint, push.push_id)

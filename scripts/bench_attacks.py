@@ -1,0 +1,144 @@
+"""One lying holder against push-sum gossip, with and without the merge defences.
+
+Simulator only (the same cores the daemon runs): N honest holders of one model
+(N(1, 1) initial values) and one liar, the default exchange (push-pull, f32
+requests, int8 replies), ``--rounds`` rounds.  For each attack it prints, over
+the honest nodes: the total weight's min and max over time (in units of N),
+the consensus error at the end (largest ||x_i - mean_j x_j|| / ||m||) and the
+estimate error (largest ||x_i - m|| / ||m||, m the mean of the initial values
+of the nodes that were honest at first, moved by the training drift), as
+medians over ``--seeds``; and how often the defences fired.
+
+    .venv/bin/python scripts/bench_attacks.py            # the README table
+    .venv/bin/python scripts/bench_attacks.py --rounds 60 --seeds 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import statistics
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from gossip.attacks import HeavyPusher, MaskLookalike, Poisoner, Sink, WeightInjector
+from gossip.errors import RejectedPush
+from gossip.merge_guard import GuardSettings
+from gossip.messages import Push, PushAck
+from gossip.pushsum import PushSum
+from gossip.simulator import Adversary, ModelSpec, Simulation, node_id
+
+ATTACKS: dict[str, Callable[[], Adversary | None]] = {
+    "none": lambda: None,
+    "weight 9e5": lambda: HeavyPusher(9e5),
+    "zeros weight 1": lambda: HeavyPusher(1.0),
+    "own values weight 1": lambda: WeightInjector(1.0),
+    "poison 1e5 x gaussian": lambda: Poisoner(1e5),
+    "mask look-alike": lambda: MaskLookalike(10.0),
+    "sink": lambda: Sink(),
+}
+
+
+class _Late:
+    """A liar that answers as an honest holder (and sends nothing) until round ``start``."""
+
+    def __init__(self, inner: Adversary, start: int) -> None:
+        self.inner, self.start, self.round = inner, start, 0
+
+    def pushes(self, round: int, core: PushSum, peers: Sequence[int],
+               rng: np.random.Generator) -> list[tuple[int, Push]]:
+        self.round = round
+        return self.inner.pushes(round, core, peers, rng) if round >= self.start else []
+
+    def answer(self, core: PushSum, sender: int, push: Push) -> PushAck | None:
+        if self.round >= self.start:
+            return self.inner.answer(core, sender, push)
+        try:
+            return core.on_push(node_id(sender), push, float(self.round))
+        except RejectedPush:
+            return None
+
+
+def run(attack: str, defences: bool, n: int, dim: int, rounds: int, seed: int,
+        start: int = 0, spread: float = 1.0, drift: float = 0.0) -> dict[str, float]:
+    """One run; ``spread``: initial values ``c + spread * N(0, 1)`` around a common
+    ``c ~ N(1, 1)`` (1.0: independent starts); ``drift``: each round every honest
+    node moves by ``drift * N(0, 1)`` per value, as local training would."""
+    rng = np.random.default_rng(seed)
+    common = rng.normal(1.0, 1.0, size=dim)
+    initial = common + spread * rng.normal(0.0, 1.0, size=(n + 1, dim))
+    inner = ATTACKS[attack]()
+    liar = None if inner is None else _Late(inner, start)
+    # without a liar, node n is left out (it would be an honest holder); a liar
+    # that starts late took part honestly before: its initial row is in the target
+    holders = n if liar is None else n + 1
+    m = initial[:holders if start > 0 else n].mean(axis=0)
+    sim = Simulation([ModelSpec("G", tuple(range(holders)), initial[:holders])], seed=seed,
+                     adversaries={} if liar is None else {n: liar},
+                     guard=GuardSettings() if defences else None)
+    lo, hi = float("inf"), 0.0
+    steps = np.random.default_rng(seed + 1000)
+    for _ in range(rounds):
+        if drift:
+            for i in sim.honest("G"):
+                core = sim.cores[(i, "G")]
+                move = drift * steps.standard_normal(dim)
+                core.set_values(core.values + move)
+                m = m + move / n  # the honest mean moves with the training
+        sim.step()
+        w = sim.total_weight("G", honest_only=True) / n
+        lo, hi = min(lo, w), max(hi, w)
+    xs = np.array([sim.cores[(i, "G")].estimate for i in sim.honest("G")])
+    norm = float(np.linalg.norm(m))
+    counters = [sim.cores[(i, "G")].counters for i in sim.honest("G")]
+    return {
+        "w_min": lo, "w_max": hi,
+        "consensus": float(np.linalg.norm(xs - xs.mean(axis=0), axis=1).max()) / norm,
+        "error": float(np.linalg.norm(xs - m, axis=1).max()) / norm,
+        "refused": float(sum(c.guard_refused for c in counters)),
+        "clipped": float(sum(c.clipped + c.clipped_replies for c in counters)),
+        "merged": float(sum(c.pushes_received + c.replies_received for c in counters)),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--nodes", type=int, default=16, help="honest holders (default 16)")
+    ap.add_argument("--dim", type=int, default=100, help="values per model (default 100)")
+    ap.add_argument("--rounds", type=int, default=60)
+    ap.add_argument("--seeds", type=int, default=3)
+    ap.add_argument("--spread", type=float, default=1.0,
+                    help="initial spread around a common start (1: independent N(1, 1))")
+    ap.add_argument("--drift", type=float, default=0.0,
+                    help="per-round training drift per value (0: no training)")
+    ap.add_argument("--start", type=int, default=10,
+                    help="round the liar starts lying (before: an honest responder)")
+    ap.add_argument("--attacks", default=",".join(ATTACKS),
+                    help="comma-separated, of: " + ", ".join(ATTACKS))
+    args = ap.parse_args(argv)
+    logging.disable(logging.WARNING)  # one line per refused push otherwise
+    print(f"{args.nodes} honest + 1 liar from round {args.start}, {args.rounds} rounds, "
+          f"dim {args.dim}, spread {args.spread:g}, drift {args.drift:g}, "
+          f"medians of {args.seeds} seeds; errors relative to ||honest mean||")
+    print("| attack | defences | honest weight / N, min-max | consensus error | "
+          "error vs honest mean | refused | clipped / merged (honest) |")
+    print("|---|---|---|---|---|---|---|")
+    for attack in args.attacks.split(","):
+        for defences in (False, True):
+            runs = [run(attack, defences, args.nodes, args.dim, args.rounds, s, args.start,
+                        args.spread, args.drift)
+                    for s in range(args.seeds)]
+
+            def med(key: str, runs: list[dict[str, float]] = runs) -> float:
+                return statistics.median(r[key] for r in runs)
+
+            print(f"| {attack} | {'on' if defences else 'off'} | "
+                  f"{med('w_min'):.3g}-{med('w_max'):.3g} | {med('consensus'):.2g} | "
+                  f"{med('error'):.2g} | {med('refused'):.0f} | "
+                  f"{med('clipped'):.0f} / {med('merged'):.0f} |", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
