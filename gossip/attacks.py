@@ -27,8 +27,15 @@ class _Ids:
         return self.next_id
 
 
+class _PlainAcks:
+    """Answers every push with a plain ack: takes the share, gives nothing back."""
+
+    def answer(self, core: PushSum, sender: int, push: Push) -> PushAck | None:
+        return PushAck(core.fingerprint, push.push_id)
+
+
 @dataclass
-class HeavyPusher:
+class HeavyPusher(_PlainAcks):
     """Pushes zero values with ``weight`` to every other holder each round, asking no reply."""
 
     weight: float
@@ -39,12 +46,9 @@ class HeavyPusher:
         zeros = encode(np.zeros(core.length), "f32")
         return [(p, Push(core.fingerprint, self.ids.take(), zeros, self.weight)) for p in peers]
 
-    def answer(self, core: PushSum, sender: int, push: Push) -> PushAck | None:
-        return PushAck(core.fingerprint, push.push_id)  # takes the share, gives nothing
-
 
 @dataclass
-class WeightInjector:
+class WeightInjector(_PlainAcks):
     """Pushes its own (plausible) estimate with ``weight`` to every other holder each round.
 
     Its values pass any clipping (they are where the swarm is); what it adds is
@@ -59,12 +63,9 @@ class WeightInjector:
         values = encode(core.estimate, "f64")
         return [(p, Push(core.fingerprint, self.ids.take(), values, self.weight)) for p in peers]
 
-    def answer(self, core: PushSum, sender: int, push: Push) -> PushAck | None:
-        return PushAck(core.fingerprint, push.push_id)
-
 
 @dataclass
-class Poisoner:
+class Poisoner(_PlainAcks):
     """Push-pull requests of ``scale`` x N(0, 1) values (within the 1e6 bound), honest weight."""
 
     scale: float = 1e5
@@ -81,12 +82,9 @@ class Poisoner:
                                 self.weight, want_reply=True)))
         return out
 
-    def answer(self, core: PushSum, sender: int, push: Push) -> PushAck | None:
-        return PushAck(core.fingerprint, push.push_id)
-
 
 @dataclass
-class MaskLookalike:
+class MaskLookalike(_PlainAcks):
     """Pushes ``scale`` x N(0, 1) values flagged ``masked`` (and ``noisy``) to every holder."""
 
     scale: float = 10.0
@@ -102,17 +100,11 @@ class MaskLookalike:
                                 self.weight, masked=True, noisy=True)))
         return out
 
-    def answer(self, core: PushSum, sender: int, push: Push) -> PushAck | None:
-        return PushAck(core.fingerprint, push.push_id)
-
 
 @dataclass
-class Sink:
+class Sink(_PlainAcks):
     """Never pushes; acknowledges every push without a reply (takes weight, gives none)."""
 
     def pushes(self, round: int, core: PushSum, peers: Sequence[int],
                rng: np.random.Generator) -> list[tuple[int, Push]]:
         return []
-
-    def answer(self, core: PushSum, sender: int, push: Push) -> PushAck | None:
-        return PushAck(core.fingerprint, push.push_id)

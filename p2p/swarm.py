@@ -8,6 +8,7 @@ and are watched through their admin sockets.
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import logging
 import os
@@ -24,6 +25,8 @@ from typing import Any
 
 import numpy as np
 
+from gossip import ENCODINGS
+from gossip.wave_rule import AUTO
 from learner.data_errors import DataError
 from learner.errors import FieldError
 from learner.permutations import parse_cycles
@@ -546,3 +549,28 @@ class Swarm:
             "admin_status_ms": latency_summary(
                 [x for d in self.daemons for x in d.admin_latency]),
         }
+
+
+def pushes_per_round_flag(text: str) -> int | str:
+    """``auto`` or a count >= 1: the value of ``--pushes-per-round``."""
+    if text == AUTO:
+        return AUTO
+    try:
+        count = int(text)
+    except ValueError:
+        count = 0
+    if count < 1:
+        raise argparse.ArgumentTypeError(f'expected "{AUTO}" or an integer >= 1, got {text!r}')
+    return count
+
+
+def add_gossip_flags(parser: argparse.ArgumentParser) -> None:
+    """The command-line flags that set a swarm's gossip settings (each None: the node's)."""
+    parser.add_argument("--exchange", choices=["push-pull", "push"],
+                        help="gossip.exchange (default: the node's, push-pull)")
+    parser.add_argument("--encoding", choices=list(ENCODINGS),
+                        help="gossip.encoding of pushed values (default: the node's, f16)")
+    parser.add_argument("--pushes-per-round", type=pushes_per_round_flag, metavar="auto|N",
+                        help=f'gossip.pushes_per_round (default: the node\'s, "{AUTO}")')
+    parser.add_argument("--max-in-flight", type=int, metavar="K",
+                        help="gossip.max_in_flight (default: the node's)")

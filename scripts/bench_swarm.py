@@ -29,11 +29,9 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from gossip import ENCODINGS
-from gossip.wave_rule import AUTO
 from learner import NodeSetup, TrainConfig, run_reference
 from p2p.runtime.assembly import build_learning, model_specs, network_spec
-from p2p.swarm import Swarm, SwarmSpec, node_config
+from p2p.swarm import Swarm, SwarmSpec, add_gossip_flags, node_config
 
 TARGET_MARGIN = 0.01  # time to accuracy: the reference's final accuracy minus 1 point
 
@@ -95,10 +93,6 @@ class Trace:
         return None, None
 
 
-def pushes_per_round(text: str) -> int | str:
-    return text if text == AUTO else int(text)
-
-
 def gossip_label(args: argparse.Namespace) -> str:
     """The gossip settings of the run, for the table's title."""
     chosen = {"pushes_per_round": args.pushes_per_round, "exchange": args.exchange,
@@ -114,14 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=60)
     p.add_argument("--seeds", type=int, default=3)
     p.add_argument("--schemes", default="partial,local,full")
-    p.add_argument("--pushes-per-round", type=pushes_per_round, metavar="auto|N",
-                   help="gossip.pushes_per_round (default: the node's)")
-    p.add_argument("--exchange", choices=["push-pull", "push"],
-                   help="gossip.exchange (default: the node's)")
-    p.add_argument("--encoding", choices=list(ENCODINGS),
-                   help="gossip.encoding (default: the node's)")
-    p.add_argument("--max-in-flight", type=int, metavar="K",
-                   help="gossip.max_in_flight (default: the node's)")
+    add_gossip_flags(p)
     p.add_argument("--privacy", choices=["none", "masked"], default="none",
                    help="masked: the daemons mask their first pushes (the reference cannot)")
     p.add_argument("--quick", action="store_true", help="1 seed, 8 nodes (3 swapped), 30 rounds")

@@ -31,8 +31,6 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from gossip import ENCODINGS
-from gossip.wave_rule import AUTO
 from learner.tasks import TASKS
 from learner.train_config import OPTIMIZERS
 from p2p.cli.render import make_console, unclipped
@@ -41,6 +39,7 @@ from p2p.swarm import (
     Swarm,
     SwarmError,
     SwarmSpec,
+    add_gossip_flags,
     default_permutations,
     node_config,
     spec_from_template,
@@ -54,19 +53,6 @@ def parse_permuted(text: str | None, nodes: int) -> tuple[str | None, ...]:
     items = [p.strip() for p in text.split(",")] if text.strip() else ["id"]
     return tuple(None if items[i % len(items)] in ("", "id") else items[i % len(items)]
                  for i in range(nodes))
-
-
-def pushes_per_round(text: str) -> int | str:
-    """``auto`` or a count >= 1 (``--pushes-per-round``)."""
-    if text == AUTO:
-        return AUTO
-    try:
-        count = int(text)
-    except ValueError:
-        count = 0
-    if count < 1:
-        raise argparse.ArgumentTypeError(f'expected "{AUTO}" or an integer >= 1, got {text!r}')
-    return count
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -107,14 +93,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "default 0)")
     p.add_argument("--config", type=Path, metavar="FILE",
                    help="a node config every daemon's config starts from (see above)")
-    p.add_argument("--exchange", choices=["push-pull", "push"],
-                   help="gossip.exchange (default: the node's, push-pull)")
-    p.add_argument("--encoding", choices=list(ENCODINGS),
-                   help="gossip.encoding of pushed values (default: the node's, f32)")
-    p.add_argument("--pushes-per-round", type=pushes_per_round, metavar="auto|N",
-                   help='gossip.pushes_per_round (default: the node\'s, "auto")')
-    p.add_argument("--max-in-flight", type=int, metavar="K",
-                   help="gossip.max_in_flight (default: the node's)")
+    add_gossip_flags(p)
     p.add_argument("--keep", action="store_true", help="keep the data directories")
     p.add_argument("--workdir", type=Path, help="where to put data directories (default: tmp)")
     p.add_argument("--timeout", type=float, default=900.0, help="give up after this many seconds")

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import importlib.util
 import json
 import math
 import subprocess
@@ -28,7 +27,7 @@ import trio
 from gossip import Push, PushSum
 from p2p.runtime.averaging import AveragingPeer
 from p2p.runtime.matched_schedule import matched_partner
-from p2p.testing import wait_until
+from p2p.testing import load_script, wait_until
 from p2p.wire.codec import Message
 from p2p.wire.handshake import PeerInfo
 
@@ -75,15 +74,7 @@ def test_bench_rejects_unknown_schedules(monkeypatch: pytest.MonkeyPatch,
 
 
 def _bench(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
-    # scripts are not a package: load the file itself (no sys.path edit); its
-    # dataclasses look their module up while it loads
-    path = ROOT / "scripts" / "bench_averaging.py"
-    spec = importlib.util.spec_from_file_location("bench_averaging", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, spec.name, module)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("bench_averaging", monkeypatch)
 
 
 def test_command_line_options_reach_the_core(monkeypatch: pytest.MonkeyPatch) -> None:

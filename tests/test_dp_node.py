@@ -3,9 +3,7 @@ checkpointed accountant, and a DP node that reports epsilon and stops at its bud
 
 from __future__ import annotations
 
-import importlib.util
 import logging
-import sys
 from pathlib import Path
 from types import ModuleType
 
@@ -26,9 +24,15 @@ from p2p.runtime.admin_server import to_jsonable
 from p2p.runtime.assembly import private_training
 from p2p.runtime.checkpoint import CheckpointError, CheckpointStore, NodeState
 from p2p.swarm import SwarmError, budget_spent, dp_section, node_config
-from p2p.testing import MemoryNetwork, fast_spec, memory_swarm, running, wait_until
+from p2p.testing import (
+    MemoryNetwork,
+    fast_spec,
+    load_script,
+    memory_swarm,
+    running,
+    wait_until,
+)
 
-ROOT = Path(__file__).resolve().parents[1]
 DP = '[gossip]\nprivacy = "dp"\n'
 
 
@@ -114,13 +118,7 @@ def test_masked_dp_masks_pushes_and_trains_with_dp(tmp_path: Path) -> None:
 
 @pytest.fixture
 def swarm_script(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
-    # scripts are not a package: load the file itself (no sys.path edit)
-    spec = importlib.util.spec_from_file_location("swarm_script", ROOT / "scripts" / "swarm.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, "swarm_script", module)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("swarm", monkeypatch, module_name="swarm_script")
 
 
 def test_swarm_script_takes_dp_flags_and_shows_epsilon(swarm_script: ModuleType) -> None:

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -29,6 +27,7 @@ from learner.schemes import (
 )
 from learner.spec import NetworkSpec, SpecError
 from learner.trainer import TrainConfig, Trainer
+from p2p.testing import load_script
 
 NET = NetworkSpec.parse("64=24=16=10")
 
@@ -178,14 +177,7 @@ def test_reference_setup_errors() -> None:
 
 def test_reproduce_script_tiny_run(tmp_path: Path, capsys,
                                    monkeypatch: pytest.MonkeyPatch) -> None:
-    # scripts are not a package: load the file itself (no sys.path edit)
-    path = Path(__file__).resolve().parents[1] / "scripts" / "reproduce_paper.py"
-    spec = importlib.util.spec_from_file_location("reproduce_paper", path)
-    assert spec is not None and spec.loader is not None
-    reproduce_paper = importlib.util.module_from_spec(spec)
-    # registered while it runs, as an import would (dataclasses look their module up)
-    monkeypatch.setitem(sys.modules, "reproduce_paper", reproduce_paper)
-    spec.loader.exec_module(reproduce_paper)
+    reproduce_paper = load_script("reproduce_paper", monkeypatch)
     out = tmp_path / "r.json"
     code = reproduce_paper.main(["semi-local", "--seeds", "2", "--rounds", "2", "--batch-sizes",
                                  "8", "--variants", "none,global80+semi20", "--workers", "1",
@@ -200,13 +192,7 @@ def test_reproduce_script_tiny_run(tmp_path: Path, capsys,
 
 
 def _reproduce_module(monkeypatch: pytest.MonkeyPatch):
-    path = Path(__file__).resolve().parents[1] / "scripts" / "reproduce_paper.py"
-    spec = importlib.util.spec_from_file_location("reproduce_paper", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, "reproduce_paper", module)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("reproduce_paper", monkeypatch)
 
 
 def test_reproduce_script_cnn_json_to_stdout(capsys, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -6,8 +6,6 @@ and read back as a daemon would read it.
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 from types import ModuleType
 
@@ -15,19 +13,12 @@ import pytest
 
 from p2p.config import load_config, render_config_toml
 from p2p.swarm import SwarmError, SwarmSpec, latency_summary, node_config, rounds_per_second
-
-ROOT = Path(__file__).resolve().parents[1]
+from p2p.testing import load_script
 
 
 @pytest.fixture
 def swarm_script(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
-    # scripts are not a package: load the file itself (no sys.path edit)
-    spec = importlib.util.spec_from_file_location("swarm_script", ROOT / "scripts" / "swarm.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, "swarm_script", module)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("swarm", monkeypatch, module_name="swarm_script")
 
 
 def _spec(script: ModuleType, *argv: str) -> SwarmSpec:

@@ -15,6 +15,8 @@ builders load the node runtime (and so torch) on first use.
 - :mod:`p2p.testing.wire_client`: a (hostile) peer speaking raw wire protocol.
 - :mod:`p2p.testing.faults`: :func:`run_with_faults`, a measured swarm run
   under message loss and delay.
+- :mod:`p2p.testing.scripts`: :func:`load_script`, a file of ``scripts/`` as a
+  module.
 
 Daemon processes (``p2p run``) are started with :class:`p2p.swarm.Swarm`.
 """
@@ -33,6 +35,7 @@ from p2p.testing.memnet import (
     TransportOptions,
     TransportTuning,
 )
+from p2p.testing.scripts import load_script
 from p2p.testing.waiting import DEFAULT_WAIT, wait_until
 from p2p.testing.wire_client import (
     ask,
@@ -89,6 +92,7 @@ __all__ = [
     "ask",
     "encoded_vector_fields",
     "fast_spec",
+    "load_script",
     "lossy_swarm",
     "memory_addresses",
     "memory_node",
