@@ -160,8 +160,9 @@ class PartialNetwork(nn.Module):
                              f"expected {n_in} (network {network.notation()})")
         outs: list[torch.Tensor] = []
         h = x
-        if network.image_size is not None:
-            h = x.reshape(-1, network.sizes[0], *network.image_size)
+        image = network.input_image
+        if image is not None:
+            h = x.reshape(-1, *image)
         last = len(self.layout.layers)
         # one split rather than a slice per tensor: backward then assembles the flat
         # gradient once instead of adding a full-size zero-padded tensor per slice
@@ -184,10 +185,7 @@ class PartialNetwork(nn.Module):
     @property
     def input_image(self) -> tuple[int, int, int] | None:
         """``(channels, height, width)`` of an image input; None for a flat one."""
-        network = self.layout.network
-        if network.image_size is None:
-            return None
-        return (network.sizes[0], *network.image_size)
+        return self.layout.network.input_image
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Logits (no activation on the output layer)."""

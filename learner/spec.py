@@ -344,6 +344,13 @@ class NetworkSpec:
         return self.image_size is not None
 
     @property
+    def input_image(self) -> tuple[int, int, int] | None:
+        """``(channels, height, width)`` of an image input; None for a flat one."""
+        if self.image_size is None:
+            return None
+        return (self.sizes[0], *self.image_size)
+
+    @property
     def input_features(self) -> int:
         """Values per input row: ``sizes[0]``, or ``C*H*W`` for an image input."""
         if self.image_size is None:

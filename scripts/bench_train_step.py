@@ -38,8 +38,8 @@ from learner.trainer import Trainer
 def torch_twin(network: NetworkSpec) -> nn.Sequential:
     """The same architecture from torch's own modules."""
     layers: list[nn.Module] = []
-    if network.image_size is not None:
-        layers.append(nn.Unflatten(1, (network.sizes[0], *network.image_size)))
+    if network.input_image is not None:
+        layers.append(nn.Unflatten(1, network.input_image))
     act = {"relu": nn.ReLU, "tanh": nn.Tanh, "sigmoid": nn.Sigmoid}[network.activation]
     for part in range(1, network.num_layers):
         conv = network.conv(part)

@@ -493,9 +493,8 @@ def settings_from(args: argparse.Namespace) -> Settings:
         spec = NetworkSpec.parse(network, args.activation)
     except (DataError, SpecError) as exc:
         raise SystemExit(f"--network: {exc}") from None
-    image = None if spec.image_size is None else (spec.sizes[0], *spec.image_size)
     try:
-        check_shift(args.shift, image)
+        check_shift(args.shift, spec.input_image)
     except ValueError as exc:
         raise SystemExit(f"--shift: {exc}") from None
     task = TASK_DEFAULTS.get(args.task, _OTHER_TASKS)

@@ -476,10 +476,8 @@ class NodeConfig:
 
     def _check_shift(self) -> None:
         """``training.shift`` moves images: the network must take images, and not train with DP."""
-        spec = self.network.spec
-        image = None if spec.image_size is None else (spec.sizes[0], *spec.image_size)
         try:
-            check_shift(self.training.shift, image)
+            check_shift(self.training.shift, self.network.spec.input_image)
         except ValueError as exc:
             raise ConfigError(f"training.shift: {exc}", key="training.shift") from None
         if self.training.shift and self.gossip.dp:

@@ -32,8 +32,8 @@ def task_mismatch(config: NodeConfig, shape: TaskShape) -> ConfigError | None:
     network = config.network.spec
     d = config.data
     what = f"{d.task!r}" if d.path is None else f"{d.task!r} ({d.path})"
-    if network.image_size is not None:
-        image = (sizes[0], *network.image_size)
+    image = network.input_image
+    if image is not None:
         if image == tuple(shape.sample_shape) and sizes[-1] == shape.num_classes:
             return None
         stored = "x".join(map(str, shape.sample_shape)) or str(shape.num_features)
