@@ -30,6 +30,18 @@ from gossip.errors import (
     RejectedPush,
     RejectedReply,
 )
+from gossip.log_limit import LogLimiter
+from gossip.mask_epochs import (
+    EpochSettings,
+    MaskEpochs,
+    PairAccept,
+    PairOffer,
+    hiding_warning,
+    magnitude_bound,
+    noise_bound,
+    pair_seed,
+    session_secret,
+)
 from gossip.masking import MaskSource, mask_source_from
 from gossip.merge_guard import GuardSettings, MergeGuard, RefusedByGuard
 from gossip.messages import FINGERPRINT_BYTES, WIRE_MESSAGES, Push, PushAck
@@ -81,7 +93,17 @@ __all__ = [
     "Holders",
     "InvalidValues",
     "LeastRecentSampler",
+    "LogLimiter",
     "MaskSource",
+    "MaskEpochs",
+    "EpochSettings",
+    "PairAccept",
+    "PairOffer",
+    "hiding_warning",
+    "magnitude_bound",
+    "noise_bound",
+    "pair_seed",
+    "session_secret",
     "MergeGuard",
     "Next",
     "ModelSpec",

@@ -102,6 +102,28 @@ class MaskLookalike(_PlainAcks):
 
 
 @dataclass
+class TakingSink:
+    """Never pushes; answers push-pull requests with a token reply (``ratio`` x the share).
+
+    The reply's values are the request's own (a zero delta), so nothing but
+    the weight it keeps gives it away; plain pushes get a plain ack.
+    """
+
+    ratio: float = 0.01
+
+    def answer(self, core: PushSum, sender: int, push: Push) -> PushAck | None:
+        if not push.want_reply:
+            return PushAck(core.fingerprint, push.push_id)
+        zero = encode(np.zeros(core.length), "f32")
+        return PushAck(core.fingerprint, push.push_id, reply=zero,
+                       reply_weight=self.ratio * push.weight)
+
+    def pushes(self, round: int, core: PushSum, peers: Sequence[int],
+               rng: np.random.Generator) -> list[tuple[int, Push]]:
+        return []
+
+
+@dataclass
 class Sink(_PlainAcks):
     """Never pushes; acknowledges every push without a reply (takes weight, gives none)."""
 

@@ -35,3 +35,4 @@ class PushSumCounters:
     guard_refused: int = 0  # pushes refused by a merge defence (gossip.merge_guard)
     clipped: int = 0  # push-pull requests merged clipped (the excess handed back)
     clipped_replies: int = 0  # replies merged clipped (the excess not merged)
+    unreciprocated: int = 0  # push-pull requests acked without a reply: share kept (guard)

@@ -130,6 +130,17 @@ class GossipDriver:
         """True while some core holds mask noise apart from its trained values."""
         return any(core.noisy for core in self._cores.values())
 
+    def add_core(self, name: str, core: PushSum) -> None:
+        """Start driving one more model (a semi-local model added while running).
+
+        Call it from the event loop; it joins the next round's mixing."""
+        if name in self._cores:
+            raise ValueError(f"add_core: model {name!r} is already driven")
+        self._cores[name] = core
+        self._undelivered.setdefault(name, 0)
+        self._plans[name] = self.rule.plan()
+        self._waves.setdefault(name, 0)
+
     def signal_round(self) -> None:
         """The trainer finished a round: push (again) at the next opportunity."""
         self._round_done.set()
@@ -169,7 +180,7 @@ class GossipDriver:
             for name, core in self._cores.items():
                 for peer, push in core.expire(now, self.push_timeout):
                     nursery.start_soon(self._send, name, core, peer, push)
-                peers = self._holders(core.fingerprint, core.fanout)
+                peers = self._holders(core.fingerprint, core.holders_wanted)
                 for peer, push in core.make_pushes(list(peers), now):
                     nursery.start_soon(self._send, name, core, peer, push)
 
@@ -210,7 +221,7 @@ class GossipDriver:
                 if step is Next.STOP:
                     break
                 if step is Next.START:
-                    peers = self._holders(core.fingerprint, core.fanout)
+                    peers = self._holders(core.fingerprint, core.holders_wanted)
                     pushes = core.make_pushes(list(peers), now)
                     if pushes:
                         plan.waves += 1

@@ -21,10 +21,14 @@ A :class:`PushSum` built with ``guard=GuardSettings()`` consults a
   push-pull flows between two nodes go both ways and nearly cancel; a liar
   that only gives (weight injection) or only takes (a sink) moves at most
   ``weight_budget * (1 + elapsed / budget_period)`` per honest node.
-- **Reciprocity.**  A peer that answers a push-pull request of a privacy
-  "none" node with a plain ack (an honest one replies unless it holds mask
-  noise, which a "none" swarm never does) gets no push from this node for
-  ``budget_period``: a sink costs each honest node one share.
+- **Reciprocity (sinks).**  A peer that answers a push-pull request of a
+  privacy "none" node with a plain ack (an honest one replies unless it holds
+  mask noise, which a guarded "none" node never does) did not give weight
+  back: the core keeps the share (as for a refused push, so the honest sums
+  stay exact) and sends the peer nothing for ``budget_period``.  A plain sink
+  takes no weight at all.  A reply under ``1 / share_ratio`` of the share
+  (a sink that returns a token weight) is merged but earns the same pause:
+  such a sink takes under one share per honest node and ``budget_period``.
 - **Flags.**  A push marked ``masked`` or ``noisy`` carries values that are
   large by design and escape clipping; it is refused unless this node itself
   runs a masked mode, and each sender may send at most ``flag_budget`` such
@@ -250,16 +254,17 @@ class MergeGuard:
         # a push may overdraw the bucket by its share: the first push to anyone goes
         return self._given.level(peer, now) > 0.0
 
-    def acked(self, peer: bytes, net: float, now: float, plain_to_request: bool) -> None:
+    def acked(self, peer: bytes, net: float, now: float, shun: bool) -> None:
         """``peer`` took ``net`` weight of ours (share minus its reply).
 
-        ``plain_to_request``: it answered a push-pull request with a plain ack
-        (see the module docstring, reciprocity).
+        ``shun``: it did not reciprocate (a plain ack to a push-pull request,
+        or a reply under 1 / ``share_ratio`` of the share; see the module
+        docstring, reciprocity): no push to it for ``budget_period``.
         """
         if net > 0:
             self._given.bucket(peer, now).spend(net, now)
             self._taken.bucket(peer, now).give(net, now)
-        if plain_to_request:
+        if shun:
             self._shunned[peer] = now + self.settings.budget_period
             self._shunned.move_to_end(peer)
             if len(self._shunned) > GUARD_SENDERS:

@@ -77,6 +77,7 @@ from gossip.compression import ENCODINGS, EncodedVector, decode, encode
 from gossip.counters import PushSumCounters
 from gossip.dup_window import DUP_SPAN, DupWindow, Seen
 from gossip.errors import InvalidValues, RejectedAck, RejectedPush, RejectedReply
+from gossip.log_limit import LogLimiter
 from gossip.masking import MaskSource, mask_source_from
 from gossip.merge_guard import GuardSettings, MergeGuard, RefusedByGuard
 from gossip.messages import FINGERPRINT_BYTES, Push, PushAck
@@ -186,6 +187,11 @@ class _Outstanding:
 
 def _short(b: bytes) -> str:
     return bytes(b)[:4].hex()
+
+
+def _offender(sender: object) -> str:
+    """Whom a rate-limited line is counted against: the whole id, not its short form."""
+    return bytes(sender).hex() if isinstance(sender, bytes | bytearray) else str(sender)
 
 
 def _rms(v: np.ndarray) -> float:
@@ -332,6 +338,8 @@ class PushSum:
         self._disagreement: float | None = None  # RMS(q_B - q_A) of the latest exchange
         self._round_drift: float | None = None
         self._c = {f.name: 0 for f in fields(PushSumCounters)}
+        # a peer chooses how many bad pushes it sends: one line per sender per interval
+        self._offences = LogLimiter(log)
 
     # ------------------------------------------------------------------ views
     @property
@@ -392,6 +400,15 @@ class PushSum:
         return sum(1 for o in self._outstanding.values() if not o.unresolved)
 
     @property
+    def holders_wanted(self) -> int:
+        """How many candidate holders a driver offers :meth:`make_pushes` per round.
+
+        ``fanout``, plus two spares under the guard: a peer it pauses (a sink)
+        must not cost the round.
+        """
+        return self.fanout + (2 if self._guard is not None else 0)
+
+    @property
     def reserved_weight(self) -> float:
         """Weight of unresolved pushes (maybe merged, ack lost): kept out of new shares."""
         return sum(o.push.weight for o in self._outstanding.values() if o.unresolved)
@@ -449,6 +466,27 @@ class PushSum:
         else:
             self._x = self._z = new
 
+    def add_noise_mass(self, mass: np.ndarray, *, fresh: bool = True) -> None:
+        """Add ``mass`` to the held-apart noise (a masking pair's side, or its removal).
+
+        Privacy "masked" only (:mod:`gossip.mask_epochs`).  The trained values
+        stay untouched; the estimate moves by ``mass / w``.  ``fresh`` (a new
+        pair) restarts the noise's age, so the fold waits for it to mix; a
+        removal passes False.
+        """
+        if self.privacy != "masked":
+            raise InvalidValues("add_noise_mass: only a core with privacy 'masked' holds noise")
+        m = check_vector(mass, self._n, "noise mass")
+        self._hold_noise_apart()
+        m /= self._w
+        self._x += m
+        if fresh:
+            self._noise_age = 0
+            self._noisy = True
+        elif not self._noisy:
+            # a removal after the fold: it lands in the (averaged) trained values
+            self._z = self._x
+
     def make_pushes(self, peers: Sequence[bytes], now: float) -> list[tuple[bytes, Push]]:
         """One round: pushes to the first ``fanout`` of ``peers``, each with share a/(fanout+1).
 
@@ -460,11 +498,13 @@ class PushSum:
         if not peers or len(blocking) >= self.max_in_flight:
             return []
         busy = {o.peer for o in blocking}
-        targets = [p for p in dict.fromkeys(peers) if p not in busy][: self.fanout]
+        targets = [p for p in dict.fromkeys(peers) if p not in busy]
         if self._guard is not None:
-            # a peer that took more than it gave back (a sink) gets nothing more
+            # a peer that took more than it gave back (a sink) gets nothing more;
+            # the next candidate takes its place (see holders_wanted)
             guard = self._guard
             targets = [p for p in targets if guard.may_push(p, now)]
+        targets = targets[: self.fanout]
         if not targets:
             return []
         # Noise ages with exchanges actually made, not with calls: a node that
@@ -649,9 +689,10 @@ class PushSum:
             self._c["rejected"] += 1
             if isinstance(exc, RefusedByGuard):
                 self._c["guard_refused"] += 1
-            log.warning("rejected push from %s for model %s: %s",
-                        _short(sender) if isinstance(sender, bytes) else sender,
-                        _short(self.fingerprint), exc.reason)
+            self._offences.warning(now, _offender(sender),
+                                   "rejected push from %s for model %s: %s",
+                                   _short(sender) if isinstance(sender, bytes) else sender,
+                                   _short(self.fingerprint), exc.reason)
             raise
         self._c["pushes_received"] += 1
         self._c["bytes_received"] += push.nbytes
@@ -700,9 +741,10 @@ class PushSum:
                 )
         except RejectedAck as exc:
             self._c["rejected"] += 1
-            log.warning("rejected ack from %s for model %s: %s",
-                        _short(sender) if isinstance(sender, bytes) else sender,
-                        _short(self.fingerprint), exc.reason)
+            self._offences.warning(now, _offender(sender),
+                                   "rejected ack from %s for model %s: %s",
+                                   _short(sender) if isinstance(sender, bytes) else sender,
+                                   _short(self.fingerprint), exc.reason)
             raise
         bad: str | None = None
         reply: tuple[float, np.ndarray] | None = None
@@ -717,6 +759,18 @@ class PushSum:
             self._recent_acks.popitem(last=False)
         share = o.push.weight
         rest = self._w - share
+        if self._unreciprocated(o, reply, now):
+            # a sink: the share stays here (see _unreciprocated), nothing changes
+            self._c["acks"] += 1
+            if bad is not None:
+                self._c["rejected"] += 1
+                self._c["bad_replies"] += 1
+            self._offences.warning(
+                now, _offender(sender),
+                "%s answered push-pull request %d for model %s without a reply: share kept, "
+                "no pushes to it for %gs", _short(sender), ack.push_id, _short(self.fingerprint),
+                self._guard.settings.budget_period if self._guard is not None else 0.0)
+            return
         if reply is None:
             if o.masked:
                 self._hold_noise_apart()  # the compensation stays here, held apart
@@ -752,14 +806,18 @@ class PushSum:
             self._c["bytes_received"] += ack.nbytes
         self._c["acks"] += 1
         if self._guard is not None:
+            # a reply far below the share (a taking sink) earns the same pause
+            short = (reply is not None
+                     and reply[0] * self._guard.settings.share_ratio < share)
             self._guard.acked(o.peer, share - (reply[0] if reply is not None else 0.0), now,
-                              plain_to_request=(o.push.want_reply and ack.reply is None
-                                                and self.privacy == "none"))
+                              shun=short)
         if bad is not None:
             self._c["rejected"] += 1
             self._c["bad_replies"] += 1
-            log.warning("dropped the reply from %s for model %s (its ack was applied): %s",
-                        _short(sender), _short(self.fingerprint), bad)
+            self._offences.warning(
+                now, _offender(sender),
+                "dropped the reply from %s for model %s (its ack was applied): %s",
+                _short(sender), _short(self.fingerprint), bad)
             raise RejectedReply(f"reply to push {ack.push_id} dropped: {bad}")
 
     # ------------------------------------------------------------ checkpoints
@@ -996,6 +1054,26 @@ class PushSum:
         np.subtract(self._x, o.sent, out=d)
         d += v
         self._c["clipped_replies"] += 1
+
+    def _unreciprocated(self, o: _Outstanding, reply: tuple[float, np.ndarray] | None,
+                        now: float) -> bool:
+        """Whether an ack answers our push-pull request without a (valid) reply, under the
+        guard: then the share is *kept* and the peer gets no push for ``budget_period``.
+
+        The sink rule (docs/gossip.md, "Merge defences"): an honest responder
+        of a privacy "none" swarm always replies to a request (it replies
+        unless it holds mask noise, and with the guard a "none" node refuses
+        every masked or noisy push, so it never holds any).  A plain ack to a
+        request therefore comes from a liar claiming to have merged our share
+        while giving nothing back; keeping the share leaves the honest nodes'
+        sums of weight and mass exactly as if the push had been refused.
+        """
+        if (self._guard is None or reply is not None or not o.push.want_reply
+                or self.privacy != "none"):
+            return False
+        self._c["unreciprocated"] += 1
+        self._guard.acked(o.peer, 0.0, now, shun=True)
+        return True
 
     def _check_reply(self, o: _Outstanding, ack: PushAck) -> tuple[float, np.ndarray]:
         """The reply's weight and decoded delta (``q_B - q_A``), or InvalidValues naming what

@@ -266,7 +266,7 @@ class Simulation:
                 for peer, push in core.expire(now, self.ack_timeout):
                     self._send(node, int.from_bytes(peer, "big"), name, push, now)
                 candidates = self._candidates(name)
-                chosen = self.sampler(node, candidates, core.fanout, self.rng)
+                chosen = self.sampler(node, candidates, core.holders_wanted, self.rng)
                 for peer, push in core.make_pushes([node_id(p) for p in chosen], now):
                     dst = int.from_bytes(peer, "big")
                     if self.on_send is not None:

@@ -18,6 +18,7 @@ from learner.data_errors import DataError
 from learner.dp_accounting import PrivacyAccountant, PrivacySpent, noise_multiplier_for
 from learner.dp_config import DPConfig, DPConfigError
 from learner.errors import FieldError
+from learner.grouping import Grouping, GroupingError, GroupingParams, find_groups, join_group
 from learner.idx import read_idx, write_idx
 from learner.layout import ModelLayout
 from learner.model_graph import ModelGraph
@@ -53,6 +54,9 @@ __all__ = [
     "DataSpec",
     "Evaluation",
     "FieldError",
+    "Grouping",
+    "GroupingError",
+    "GroupingParams",
     "ModelGraph",
     "ModelLayout",
     "NetworkSpec",
@@ -82,8 +86,10 @@ __all__ = [
     "averaging_level",
     "evaluate_model",
     "extract",
+    "find_groups",
     "format_permutation",
     "get_task",
+    "join_group",
     "last_classes_permutations",
     "load_node_data",
     "load_task",

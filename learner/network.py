@@ -112,9 +112,36 @@ class PartialNetwork(nn.Module):
                 part = self.flat[slot.weight_offset:slot.bias_offset + slot.out_features]
                 part.uniform_(-bound, bound, generator=gen)
         for name in self.layout.shared_models:
-            rng = np.random.Generator(np.random.PCG64(self.layout.init_seed(name)))
-            bounds = self.layout.init_bounds(name)
-            self.assign(name, rng.uniform(-1.0, 1.0, size=bounds.size) * bounds)
+            self.assign(name, self.initial_values(name))
+
+    def relayout(self, layout: ModelLayout) -> None:
+        """Cut the same network into other partial models, keeping every parameter.
+
+        The flat parameter vector does not depend on how the network is cut,
+        so only the ownership changes (a semi-local model added while the node
+        runs: issue 16). ``layout`` must describe the same network; each
+        model's values stay where they are.
+        """
+        if not isinstance(layout, ModelLayout):
+            raise TypeError(f"layout: expected ModelLayout, got {type(layout).__name__}")
+        if (layout.network != self.layout.network
+                or layout.total_parameters != self.layout.total_parameters):
+            raise ValueError(f"relayout: layout of {layout.network} does not describe this "
+                             f"network ({self.layout.network})")
+        self.layout = layout
+        self._index = {
+            name: torch.from_numpy(np.array(layout.owned_indices(name), dtype=np.int64))
+            for name in (*layout.shared_models, LOCAL_MODEL)
+        }
+        self._plan = {
+            name: tuple(_Copy.of(b) for b in layout.blocks(name)) for name in layout.shared_models
+        }
+
+    def initial_values(self, name: str) -> np.ndarray:
+        """Shared model ``name``'s initial canonical vector (the same on every holder)."""
+        rng = np.random.Generator(np.random.PCG64(self.layout.init_seed(name)))
+        bounds = self.layout.init_bounds(name)
+        return np.asarray(rng.uniform(-1.0, 1.0, size=bounds.size) * bounds)
 
     # ---------------------------------------------------------------- views
     def weight(self, layer: int) -> torch.Tensor:

@@ -17,10 +17,11 @@ from p2p.wire import (
     FrameTooLarge,
     Handshake,
     HandshakeError,
-    Hello,
-    HelloAuth,
+    HandshakePayload,
     Identity,
     IdentityError,
+    NoiseHello,
+    NoiseMessage,
     PeerInfo,
     PeerUnreachable,
     Ping,
@@ -47,8 +48,9 @@ __all__ = [
     "FrameTooLarge",
     "Handshake",
     "HandshakeError",
-    "Hello",
-    "HelloAuth",
+    "HandshakePayload",
+    "NoiseHello",
+    "NoiseMessage",
     "Identity",
     "IdentityError",
     "PeerInfo",
@@ -71,7 +73,7 @@ __all__ = [
 # --- end wire protocol and transport --------------------------------------------
 
 # --- operator-facing API: config, admin socket, checkpoints -------------------
-from p2p.cli.admin_client import AdminClient, AdminClientError
+from p2p.cli.admin_client import AdminClient, AdminClientError, AdminSocketUntrusted
 from p2p.config import (
     ConfigError,
     HostPort,
@@ -81,6 +83,7 @@ from p2p.config import (
     load_swarm_key,
     render_config_toml,
 )
+from p2p.file_safety import UnsafeFileError
 from p2p.runtime import AdminError, AdminHandler, AdminServer, admin_socket_path, serve_admin
 
 # p2p.runtime.checkpoint imports torch: loaded on first use so `p2p status` starts fast.
@@ -101,6 +104,7 @@ def __getattr__(name: str) -> object:
 __all__ = [
     *globals().get("__all__", []),
     "AdminClient", "AdminClientError", "AdminError", "AdminHandler", "AdminServer",
+    "AdminSocketUntrusted", "UnsafeFileError",
     "ConfigError", "HostPort", "NodeConfig", "SwarmKeyError",
     "admin_socket_path", "load_config", "load_swarm_key", "render_config_toml",
     "serve_admin", *_LAZY_CHECKPOINT,

@@ -18,7 +18,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,12 +29,14 @@ from gossip import ENCODINGS
 from gossip.wave_rule import AUTO
 from learner.data_errors import DataError
 from learner.errors import FieldError
+from learner.grouping_metrics import differentiation_rate, identification_rate
 from learner.permutations import parse_cycles
 from learner.schemes import averaging_level, semi_local_scheme
 from learner.spec import NetworkSpec, PartialModelSpec
-from learner.tasks import resolve_network
+from learner.tasks import get_task, resolve_network
 from p2p.cli.admin_client import AdminClient, AdminClientError
 from p2p.config import (
+    ClusteringConfig,
     ConfigError,
     DPSection,
     GossipConfig,
@@ -50,6 +52,20 @@ from p2p.runtime.checkpoint import CheckpointStore
 logger = logging.getLogger(__name__)
 
 SCHEME_LEVELS = {"local": 0, "full": 100, "partial": 80}
+#: How a semi-local swarm finds its groups: "manual" (one group per permutation,
+#: declared in every config) or "auto" (the nodes find them: ``[clustering]``).
+GROUPINGS = ("manual", "auto")
+#: The global share of each hidden layer in a semi-local swarm (the papers' 80 %);
+#: the semi-local model takes the rest.
+SEMI_LOCAL_GLOBAL_LEVEL = 80
+#: The public split automatic groups project on, for a task that carves none by
+#: default (digits): samples taken before the shards are cut (so they shrink).
+AUTO_PUBLIC_SIZE = 300
+#: Rounds of a swarm with automatic groups when none are given: the networks must
+#: have learned before they are compared (pre-training, 60 rounds), a second look
+#: must fit when the first finds no structure (clustering.retries: at round 120),
+#: and the groups need rounds after that to train their semi-local models.
+AUTO_ROUNDS = 180
 WIRE_BYTES_SENT = "transport.bytes_sent"  # node metrics: bytes written to sockets
 
 
@@ -64,7 +80,15 @@ class SwarmSpec:
     nodes: int = 8
     rounds: int = 60
     scheme: str = "partial"  # local | full | partial
-    semi_local: bool = False  # add a semi-local model per permutation group
+    semi_local: bool = False  # add semi-local models (80 % global + 20 % semi-local)
+    # with semi_local: "manual" (a model per permutation group, declared in the configs)
+    # or "auto" (80 % global, the nodes find their groups: clustering.mode = "auto")
+    grouping: str = "manual"
+    pretrain_rounds: int | None = None  # "auto": clustering.pretrain_rounds (None: default)
+    grouping_start: str | None = None  # "auto": clustering.start (None: default)
+    # data.public_size; None: the template's, or with "auto" on a task whose public
+    # split is empty by default, AUTO_PUBLIC_SIZE
+    public_size: int | None = None
     permutations: tuple[str | None, ...] = ()
     privacy: str = "none"  # gossip.privacy: none | masked | dp | masked+dp
     # [dp] settings for privacy "dp"/"masked+dp"; None keeps the template's (or default)
@@ -126,10 +150,16 @@ def node_models(spec: SwarmSpec, index: int) -> tuple[PartialModelSpec, ...]:
         raise SwarmError(f"--scheme: expected one of {', '.join(SCHEME_LEVELS)}, "
                          f"got {spec.scheme!r}")
     network = spec.network()
+    if spec.grouping not in GROUPINGS:
+        raise SwarmError(f"--semi-local: expected one of {', '.join(GROUPINGS)}, "
+                         f"got {spec.grouping!r}")
     if spec.semi_local:
         if spec.scheme != "partial":
             raise SwarmError("--semi-local goes with --scheme partial")
-        declared = semi_local_scheme(network, "global80+semi20", spec.groups()[index])
+        if spec.grouping == "auto":  # the semi-local share stays local until groups are found
+            return tuple(averaging_level(network, SEMI_LOCAL_GLOBAL_LEVEL))
+        declared = semi_local_scheme(network, "global80+semi20", spec.groups()[index],
+                                     global_level=SEMI_LOCAL_GLOBAL_LEVEL)
     else:
         declared = averaging_level(network, SCHEME_LEVELS[spec.scheme])
     return tuple(declared)
@@ -200,13 +230,46 @@ def node_config(spec: SwarmSpec, index: int, data_dir: Path,
                 base.data, task=spec.task,
                 path=Path(spec.data_path) if spec.data_path else base.data.path,
                 node_index=index, num_nodes=spec.nodes, permutation=parse_cycles(perm),
-                seed=spec.seed),
+                seed=spec.seed, public_size=public_size(spec, base.data.public_size)),
             security=dataclasses.replace(base.security, swarm_key_file=swarm_key_file)
             if swarm_key_file is not None or spec.template is None else base.security,
             checkpoint=dataclasses.replace(base.checkpoint, interval=spec.checkpoint_interval),
+            clustering=clustering_config(spec, base.clustering),
         )
     except ConfigError as exc:
         raise SwarmError(f"node{index}'s config: {exc}") from None
+
+
+def public_size(spec: SwarmSpec, base: int | None) -> int | None:
+    """``data.public_size`` of every node: the spec's; else ``base`` (the template's),
+    unless automatic groups need a public split the task would not carve
+    (:data:`AUTO_PUBLIC_SIZE`)."""
+    if spec.public_size is not None:
+        return spec.public_size
+    if base is None and spec.semi_local and spec.grouping == "auto":
+        try:
+            empty = get_task(spec.task).public_size == 0
+        except DataError:
+            return base  # an unknown task is reported by the config's own check
+        if empty:
+            return AUTO_PUBLIC_SIZE
+    return base
+
+
+def clustering_config(spec: SwarmSpec, base: ClusteringConfig | None = None) -> ClusteringConfig:
+    """``[clustering]`` of every node: ``base`` (the template's) unless the spec asks for
+    automatic groups; then mode "auto", the semi-local share left by the 80 % global model,
+    and the swarm's size as the node count that completes the table."""
+    base = base or ClusteringConfig()
+    if not (spec.semi_local and spec.grouping == "auto"):
+        return base
+    changes: dict[str, Any] = {"mode": "auto", "share": (100 - SEMI_LOCAL_GLOBAL_LEVEL) / 100,
+                               "expected_nodes": spec.nodes}
+    if spec.pretrain_rounds is not None:
+        changes["pretrain_rounds"] = spec.pretrain_rounds
+    if spec.grouping_start is not None:
+        changes["start"] = spec.grouping_start
+    return dataclasses.replace(base, **changes)
 
 
 def gossip_config(spec: SwarmSpec, base: GossipConfig | None = None) -> GossipConfig:
@@ -238,6 +301,66 @@ def dp_section(spec: SwarmSpec, base: DPSection | None = None) -> DPSection:
     return dataclasses.replace(base or DPSection(), **changes)
 
 
+def partition(labels: Sequence[int]) -> list[list[int]]:
+    """Node indexes grouped by label (``labels[i]`` is node i's), groups in order of first node."""
+    groups: dict[int, list[int]] = {}
+    for node, label in enumerate(labels):
+        groups.setdefault(label, []).append(node)
+    return list(groups.values())
+
+
+def grouping_summary(node_ids: Sequence[str | None], reports: Sequence[Mapping[str, Any] | None],
+                     truth: Sequence[int]) -> dict[str, Any]:
+    """The groups the nodes found, scored against the permutation groups.
+
+    ``node_ids[i]`` is node i's id (hex, from ``status``), ``reports[i]`` its answer to
+    the admin command ``groups`` (None: it gave none) and ``truth[i]`` its permutation
+    group. Each node's own group becomes a list of node indexes; the found partition
+    is the distinct own groups (a node without one, e.g. not agreed yet, counts as
+    alone; should views differ, a node stays in the group of the first node that
+    lists it), and ``identification`` / ``differentiation`` are the thesis' pair rates of
+    that partition against the permutation groups. ``fingerprints_agree``: every node
+    agreed on one and the same fingerprint.
+    """
+    index = {node_id: i for i, node_id in enumerate(node_ids) if node_id}
+    per_node: list[dict[str, Any]] = []
+    for i, report in enumerate(reports):
+        report = report or {}
+        own = report.get("own") if report.get("phase") == "agreed" else None
+        members = own.get("members") if isinstance(own, Mapping) else None
+        group = (sorted(index[m] for m in members if m in index)
+                 if isinstance(members, list) else None)
+        per_node.append({"node": i, "phase": report.get("phase"), "group": group,
+                         "model": own.get("model") if isinstance(own, Mapping) else None,
+                         "fingerprint": report.get("fingerprint"),
+                         "peers_agreeing": report.get("peers_agreeing"),
+                         "disagreements": report.get("disagreements"),
+                         "attempt": report.get("attempt")})
+    found: list[list[int]] = []
+    placed: set[int] = set()
+    for row in per_node:
+        group = row["group"] or [row["node"]]
+        if row["node"] in placed:
+            continue
+        group = [m for m in group if m not in placed] or [row["node"]]
+        found.append(group)
+        placed.update(group)
+    expected = partition(truth)
+    fingerprints = {row["fingerprint"] for row in per_node}
+    agree = len(fingerprints) == 1 and None not in fingerprints and all(
+        row["phase"] == "agreed" for row in per_node)
+    return {
+        "per_node": per_node,
+        "found": sorted(found),
+        "truth": expected,
+        "identification": identification_rate(found, expected),
+        "differentiation": differentiation_rate(found, expected),
+        "fingerprints_agree": agree,
+        "fingerprint": next(iter(fingerprints)) if agree else None,
+        "agreed_nodes": sum(1 for row in per_node if row["phase"] == "agreed"),
+    }
+
+
 def rounds_per_second(history: Sequence[tuple[float, int, float | None]]) -> float | None:
     """Training rounds per second between a node's first and last poll that saw a round."""
     seen = [(t, r) for t, r, _ in history if r > 0]
@@ -253,6 +376,12 @@ def latency_summary(seconds: Sequence[float]) -> dict[str, float] | None:
     ms = np.asarray(seconds) * 1000.0
     return {"samples": float(ms.size), "median": float(np.median(ms)),
             "p95": float(np.percentile(ms, 95)), "max": float(ms.max())}
+
+
+def groups_phase(status: Mapping[str, Any]) -> str | None:
+    """The automatic grouping phase a node's ``status`` shows (None: clustering off)."""
+    groups = status.get("groups")
+    return groups.get("phase") if isinstance(groups, Mapping) else None
 
 
 def budget_spent(status: dict[str, Any]) -> bool:
@@ -326,7 +455,7 @@ class Swarm:
             write_swarm_key(key_file, generate_swarm_key())
         for i in range(self.spec.nodes):
             data_dir = self.workdir / f"node{i}"
-            data_dir.mkdir(parents=True, exist_ok=True)
+            data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)  # a node refuses others'
             config_path = self.workdir / f"node{i}.toml"
             config_path.write_text(render_config_toml(
                 node_config(self.spec, i, data_dir, key_file)))
@@ -416,9 +545,11 @@ class Swarm:
 
     def finished(self) -> bool:
         """Every live daemon trained its rounds (or stopped for its privacy budget) and
-        was evaluated."""
+        was evaluated (and with automatic groups, applied the agreed groups)."""
         return all((d.status.get("round", 0) >= self.spec.rounds or budget_spent(d.status))
-                   and d.status.get("accuracy") is not None for d in self.daemons if not d.down)
+                   and d.status.get("accuracy") is not None
+                   and (not self.auto_groups() or groups_phase(d.status) == "agreed")
+                   for d in self.daemons if not d.down)
 
     def kill(self, index: int) -> None:
         """Crash node ``index`` with SIGKILL: no final checkpoint, no goodbye."""
@@ -456,6 +587,10 @@ class Swarm:
             if time.monotonic() > deadline:
                 late = [f"node{d.index} (round {d.status.get('round')})" for d in self.daemons
                         if d.status.get("round", 0) < self.spec.rounds]
+                if self.auto_groups():
+                    late += [f"node{d.index} (groups {groups_phase(d.status)})"
+                             for d in self.daemons
+                             if not d.down and groups_phase(d.status) != "agreed"]
                 raise SwarmError(f"swarm did not finish within {timeout:.0f}s: "
                                  f"{', '.join(late)}")
             time.sleep(interval)
@@ -504,8 +639,28 @@ class Swarm:
         """``counter`` summed over the node's models (metrics keys ``<model>.<counter>``)."""
         return int(sum(v for k, v in self._metrics(d).items() if k.endswith(f".{counter}")))
 
+    def auto_groups(self) -> bool:
+        """Whether the nodes find their semi-local groups themselves."""
+        return self.spec.semi_local and self.spec.grouping == "auto"
+
+    def _groups(self, d: Daemon) -> dict[str, Any] | None:
+        if d.down:
+            return None
+        try:
+            return d.client.request("groups")
+        except AdminClientError as exc:
+            logger.warning("node%d did not report its groups: %s", d.index, exc)
+            return None
+
+    def grouping(self) -> dict[str, Any]:
+        """The groups every node found, scored against the permutation groups
+        (:func:`grouping_summary`)."""
+        return grouping_summary([d.status.get("id") for d in self.daemons],
+                                [self._groups(d) for d in self.daemons], self.spec.groups())
+
     def summary(self) -> dict[str, Any]:
         """Every figure of the run as plain data."""
+        grouping = self.grouping() if self.auto_groups() else None
         rows = []
         for d in self.daemons:
             models = d.models.get("models", [])
@@ -531,6 +686,10 @@ class Swarm:
                 "weights": {m["name"]: m.get("weight") for m in shared},
                 "history": d.history,
             })
+            if grouping is not None:
+                found = grouping["per_node"][d.index]
+                rows[-1].update(group=found["group"], group_model=found["model"],
+                                group_fingerprint=found["fingerprint"])
         accs = [r["accuracy"] for r in rows if r["accuracy"] is not None]
         sent = [r["bytes_sent"] for r in rows]
         wire = [r["wire_bytes_sent"] for r in rows if r["wire_bytes_sent"] is not None]
@@ -548,6 +707,11 @@ class Swarm:
             "rounds_per_second": {d.index: rounds_per_second(d.history) for d in self.daemons},
             "admin_status_ms": latency_summary(
                 [x for d in self.daemons for x in d.admin_latency]),
+            **({} if grouping is None else {
+                "grouping": grouping,
+                "identification": grouping["identification"],
+                "differentiation": grouping["differentiation"],
+                "fingerprints_agree": grouping["fingerprints_agree"]}),
         }
 
 

@@ -2,7 +2,8 @@
 
 The core (:class:`PeerSampler`) is sans-IO; :func:`run_peer_sampling` (trio)
 drives it over a :class:`ShuffleTransport`; :class:`Simulator` runs thousands
-of cores in memory. The driver names are imported lazily so that importing
+of cores in memory. Signed self-descriptors (:mod:`.signed`) and the
+Sybil-resistant rules (:class:`SybilRules`, :class:`RankedView`) are opt-in. The driver names are imported lazily so that importing
 this package never imports trio.
 """
 
@@ -11,6 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from .address import AddressError, HostPort, parse_host_port
+from .attack import SybilAttack
 from .core import PeerEntry, PeerSampler, SamplerStats, SamplerTuning
 from .descriptor import (
     MAX_AGE,
@@ -31,7 +33,19 @@ from .graph import (
     largest_weak_component,
 )
 from .messages import WIRE_MESSAGES, ShuffleReply, ShuffleRequest
-from .simulator import Simulator
+from .offence_log import EveryLine, OffenceLog
+from .ranked import RankedView
+from .rules import SybilRules
+from .signed import (
+    SignatureCheck,
+    Signer,
+    Verifier,
+    sign_descriptor,
+    signing_payload,
+    simulated_signer,
+    simulated_verify,
+)
+from .simulator import Simulator, SybilReport
 from .view import PartialView
 
 if TYPE_CHECKING:
@@ -45,21 +59,30 @@ __all__ = [
     "AddressError",
     "DegreeStats",
     "Descriptor",
+    "EveryLine",
     "HolderDirectory",
     "HostPort",
     "InvalidDescriptor",
     "InvalidMessage",
+    "OffenceLog",
     "PartialView",
     "PeerEntry",
     "PeerSampler",
     "PeerSamplingError",
     "PeerUnreachable",
+    "RankedView",
     "SamplerStats",
     "SamplerTuning",
     "ShuffleReply",
     "ShuffleRequest",
     "ShuffleTransport",
+    "SignatureCheck",
+    "Signer",
     "Simulator",
+    "SybilAttack",
+    "SybilReport",
+    "SybilRules",
+    "Verifier",
     "dead_links",
     "in_degree_stats",
     "in_degrees",
@@ -68,6 +91,10 @@ __all__ = [
     "parse_address",
     "parse_host_port",
     "run_peer_sampling",
+    "sign_descriptor",
+    "signing_payload",
+    "simulated_signer",
+    "simulated_verify",
     "validate_descriptor",
 ]
 

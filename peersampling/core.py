@@ -19,13 +19,21 @@ second view per partial model the node holds, restricted to holders of that
 model. A node whose model view is empty (or not full, now and then) asks a
 random main-view peer for holders: every node keeps a small cache of holders
 it has seen (:class:`HolderDirectory`) to answer such lookups.
+
+Signed descriptors and Sybil resistance (both optional): with ``sign`` the
+node signs its own descriptor; with ``verify`` only descriptors whose
+signature checks are accepted (:mod:`peersampling.signed`). With ``sybil``
+(:class:`SybilRules`) every view is a :class:`RankedView` of seeded min-wise
+samplers, new entries are probed before use (a probe is a request with no
+entries: the reply must carry the target's own signed descriptor at the
+probed address) and unsolicited descriptors are capped per source and period.
 """
 
 from __future__ import annotations
 
 import logging
 import random
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import TypedDict
 
@@ -41,7 +49,13 @@ from .descriptor import (
 from .directory import HolderDirectory
 from .errors import InvalidDescriptor, InvalidMessage
 from .messages import ShuffleReply, ShuffleRequest
+from .offence_log import EveryLine, OffenceLog
+from .ranked import RankedView
+from .rules import SybilRules
+from .signed import SignatureCheck, Signer, Verifier, sign_descriptor
 from .view import PartialView
+
+AnyView = PartialView | RankedView
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +72,10 @@ class SamplerStats:
     bootstrap_attempts: int = 0
     messages_rejected: int = 0
     descriptors_rejected: int = 0
+    signatures_rejected: int = 0  # also counted in descriptors/messages_rejected
+    unsolicited_dropped: int = 0  # over the per-source / per-period caps
+    probes_sent: int = 0
+    probes_failed: int = 0  # answered with another id, or not at all
 
 
 class SamplerTuning(TypedDict, total=False):
@@ -71,6 +89,10 @@ class SamplerTuning(TypedDict, total=False):
     lookup_fanout: int
     retries: int
     directory_tags: int
+    sign: Signer | None
+    verify: Verifier | SignatureCheck | None
+    sybil: SybilRules | None
+    offences: OffenceLog | None
 
 
 @dataclass(frozen=True)
@@ -94,6 +116,16 @@ class PeerSampler:
     is empty, one peer every ``lookup_every`` periods while it is not full.
     ``retries`` bounds the replacement shuffles :meth:`on_failure` offers per
     view and period (0 = plain Cyclon: one exchange per view and period).
+
+    ``sign`` (``data -> signature``) signs this node's descriptor; each change
+    of address or models then issues a new epoch. ``verify`` (``node_id,
+    signature, data -> bool``, or a :class:`SignatureCheck`, whose cache may be
+    shared) makes every received descriptor need a valid signature. ``sybil``
+    turns on the Sybil-resistant rules (:class:`SybilRules`).
+
+    ``offences`` receives the warning lines a peer causes (a malformed
+    shuffle, bad descriptors), keyed by the offender: the node passes its
+    rate limiter (:class:`OffenceLog`); the default writes every line.
     """
 
     def __init__(
@@ -111,6 +143,10 @@ class PeerSampler:
         lookup_fanout: int = 3,
         retries: int = 1,
         directory_tags: int = 256,
+        sign: Signer | None = None,
+        verify: Verifier | SignatureCheck | None = None,
+        sybil: SybilRules | None = None,
+        offences: OffenceLog | None = None,
     ) -> None:
         if not isinstance(c, int) or c < 1:
             raise ValueError(f"c (view size) must be an int >= 1, got {c!r}")
@@ -143,9 +179,37 @@ class PeerSampler:
         # a holder group of two never looks empty while its members talk.
         self._in_flight: dict[bytes | None, Descriptor] = {}
         self._retries_left: dict[bytes | None, int] = {}
+        self._sign = sign
+        self._check_signature: Callable[[Descriptor], bool] | None = (
+            verify if isinstance(verify, SignatureCheck)
+            else SignatureCheck(verify) if verify is not None else None
+        )
+        if sybil is not None and not isinstance(sybil, SybilRules):
+            raise TypeError(f"sybil must be SybilRules or None, got {type(sybil).__name__}")
+        self._rules = sybil
+        self._per_source = l
+        self._per_period = 4 * l
+        self._reset_every = 0
+        if sybil is not None:
+            if sybil.unsolicited_per_source is not None:
+                self._per_source = sybil.unsolicited_per_source
+            if sybil.unsolicited_per_period is not None:
+                self._per_period = sybil.unsolicited_per_period
+            self._reset_every = 4 * c if sybil.reset_every is None else sybil.reset_every
+        # unsolicited descriptors taken this period, per (sender, view) and per view
+        self._pushed: dict[tuple[bytes, bytes | None], int] = {}
+        self._pushed_total: dict[bytes | None, int] = {}
+        # address -> (expected node id, probe request) of probes awaiting a reply
+        self._probing: dict[str, tuple[bytes, ShuffleRequest]] = {}
+        # node id -> the address that answered us with that id (signed)
+        self._proven: dict[bytes, str] = {}
+        # addresses of checkpointed peers whose descriptor no longer verifies
+        self._rejoin: list[str] = []
         self._me = replace(me, age=0)
-        self._view = PartialView(c)
-        self._models: dict[bytes, PartialView] = {}
+        if sign is not None:
+            self._me = sign_descriptor(self._me, sign)
+        self._view: AnyView = self._new_view(c)
+        self._models: dict[bytes, AnyView] = {}
         self._directory = HolderDirectory(max_tags=directory_tags, per_tag=2 * l, max_age=2 * c)
         self._bootstrap: list[str] = []
         self._bootstrap_next = 0
@@ -156,7 +220,19 @@ class PeerSampler:
         # are ignored, so a dead peer's descriptor cannot bounce back in.
         self._failed: dict[str, int] = {}
         self._stats = SamplerStats()
+        # a peer chooses how many bad messages it sends: lines go through this
+        self._offences: OffenceLog = offences if offences is not None else EveryLine(log)
         self._sync_model_views()
+
+    def _new_view(self, capacity: int) -> AnyView:
+        if self._rules is None:
+            return PartialView(capacity)
+        return RankedView(capacity, self.rng, max_candidates=self._rules.max_candidates or 0)
+
+    @property
+    def sybil_rules(self) -> SybilRules | None:
+        """The Sybil-resistant rules in force (``None``: plain Cyclon)."""
+        return self._rules
 
     # ------------------------------------------------------------------ identity
 
@@ -181,18 +257,25 @@ class PeerSampler:
         Raises :class:`InvalidDescriptor` (field ``tags``) on a bad fingerprint.
         """
         me = validate_descriptor(replace(self._me, tags=frozenset(tags)), max_age=self.max_age)
-        self._me = me
+        self._reissue(me)
         self._sync_model_views()
 
     def set_address(self, address: str) -> None:
         """Change the address advertised for this node."""
         parse_address(address)
-        self._me = replace(self._me, address=address)
+        self._reissue(replace(self._me, address=address))
+
+    def _reissue(self, me: Descriptor) -> None:
+        """Adopt a changed self-descriptor; a signing node issues it under a new epoch."""
+        if self._sign is not None and me != self._me:
+            me = sign_descriptor(replace(me, epoch=self._me.epoch + 1), self._sign)
+        self._me = me
 
     def _sync_model_views(self) -> None:
         wanted = sorted(self._me.tags)  # sorted: iteration order must not depend on hashing
         old = self._models
-        self._models = {m: old.get(m) or PartialView(self.model_view_size) for m in wanted}
+        self._models = {m: old.get(m) or self._new_view(self.model_view_size) for m in wanted}
+        guarded = self._rules is not None
         for m in wanted:
             if m in old:
                 continue
@@ -200,7 +283,7 @@ class PeerSampler:
             view = self._models[m]
             for d in self._view.descriptors():
                 if m in d.tags:
-                    view.offer(d)
+                    view.offer(d, fresh=guarded)  # main-view entries are proven
 
     # ----------------------------------------------------------------- bootstrap
 
@@ -280,6 +363,7 @@ class PeerSampler:
         model view, plus holder lookups for model views that need partners.
         """
         self._period += 1
+        self._offences.flush(now)  # summaries of offenders who went quiet
         rng, me = self.rng, self._me
         out: list[tuple[str, ShuffleRequest]] = []
         self._view.increase_age()
@@ -303,6 +387,13 @@ class PeerSampler:
 
         self._round_shuffles = {}
         self._retries_left = {}
+        if self._rules is not None:
+            self._pushed.clear()
+            self._pushed_total.clear()
+            if self._reset_every and (self._period + self._lookup_phase) % self._reset_every == 0:
+                for v in (self._view, *self._models.values()):
+                    if isinstance(v, RankedView):
+                        v.reset_slot(rng)
         shuffle = self._shuffle_oldest(None, self._view)
         if shuffle is not None:
             out.append(shuffle)
@@ -316,6 +407,8 @@ class PeerSampler:
             if shuffle is not None:
                 out.append(shuffle)
         out.extend(lookups)
+        if self._rules is not None:
+            out.extend(self._probes())
         self._stats.lookups_sent += len(lookups)
         self._stats.shuffles_sent += len(out)
         if self._period % 32 == 0:
@@ -323,19 +416,70 @@ class PeerSampler:
         return out
 
     def _shuffle_oldest(
-        self, key: bytes | None, view: PartialView
+        self, key: bytes | None, view: AnyView
     ) -> tuple[str, ShuffleRequest] | None:
-        """Take the oldest entry out of ``view`` and build the shuffle for it."""
+        """Take the oldest entry out of ``view`` and build the shuffle for it.
+
+        A ranked view keeps the target (nothing is swapped away); the reply
+        refreshes its age, a failure removes it.
+        """
         q = view.oldest(self.rng)
         if q is None:
             return None
-        target = view.pop(q)
-        assert target is not None
-        entries = tuple(view.random_subset(self.rng, self.l - 1))
+        if isinstance(view, RankedView):
+            target = view.get(q)
+            assert target is not None
+            entries = tuple(view.random_subset(self.rng, self.l - 1, exclude=q))
+        else:
+            target = view.pop(q)
+            assert target is not None
+            entries = tuple(view.random_subset(self.rng, self.l - 1))
+            self._in_flight[key] = target
         req = ShuffleRequest(self._me, entries, key)
         self._round_shuffles[key] = req
-        self._in_flight[key] = target
         return target.address, req
+
+    def _probes(self) -> list[tuple[str, ShuffleRequest]]:
+        """This period's identity and liveness probes (Sybil rules only).
+
+        A probe is a request with no entries: the target answers with its own
+        signed descriptor, which must name the expected id at the probed
+        address. Candidates this node pulled go first; at most
+        ``pushed_probes_per_period`` go to ones learnt from others' requests.
+        """
+        rules = self._rules
+        assert rules is not None
+        budget, pushed = rules.probes_per_period, rules.pushed_probes_per_period
+        out: list[tuple[str, ShuffleRequest]] = []
+        views: list[tuple[bytes | None, AnyView]] = [(None, self._view), *self._models.items()]
+        for _key, view in views:
+            if budget <= 0:
+                break
+            if not isinstance(view, RankedView) or not view.has_candidates():
+                continue
+            for d, pulled in view.take_candidates(budget, pushed=pushed):
+                if self._proven.get(d.node_id) == d.address:
+                    self._learn(d, proven=True, pulled=pulled)  # proven meanwhile
+                    continue
+                if d.address in self._probing or d.address in self._failed:
+                    continue
+                req = ShuffleRequest(self._me, (), None)
+                self._probing[d.address] = (d.node_id, req)
+                out.append((d.address, req))
+                budget -= 1
+                if not pulled:
+                    pushed -= 1
+        self._stats.probes_sent += len(out)
+        return out
+
+    def _learn(self, d: Descriptor, *, proven: bool, pulled: bool) -> None:
+        """Offer ``d`` to the main view and every model view it belongs to (Sybil rules)."""
+        if proven:
+            self._proven[d.node_id] = d.address
+        main = self._view
+        assert isinstance(main, RankedView)
+        main.consider(d, proven=proven, pulled=pulled)
+        self._observe(d, fresh=proven, pulled=pulled)
 
     def _fallback_contact(self) -> str | None:
         """Whom to ask for a main view when it is empty."""
@@ -343,9 +487,10 @@ class PeerSampler:
             d = v.random_entry(self.rng)
             if d is not None:
                 return d.address
-        if not self._bootstrap:
+        pool = self._bootstrap + [a for a in self._rejoin if a not in self._bootstrap]
+        if not pool:
             return None
-        address = self._bootstrap[self._bootstrap_next % len(self._bootstrap)]
+        address = pool[self._bootstrap_next % len(pool)]
         self._bootstrap_next += 1
         self._stats.bootstrap_attempts += 1
         return address
@@ -356,6 +501,8 @@ class PeerSampler:
         known = set(self._view.addresses())
         for v in self._models.values():
             known.update(v.addresses())
+        if len(self._proven) > 8 * (self.c + self.model_view_size * len(self._models)):
+            self._proven = {n: a for n, a in self._proven.items() if a in known}
         self._last_contact = {a: t for a, t in self._last_contact.items() if a in known}
 
     # --------------------------------------------------------------- responder
@@ -366,21 +513,25 @@ class PeerSampler:
         A malformed request gets an empty reply and changes nothing.
         """
         self._stats.shuffles_received += 1
+        source = _sender_key(req)
         try:
-            sender, entries, model = self._check_request(req)
+            sender, entries, model = self._check_request(req, now, source)
         except InvalidMessage as exc:
             self._stats.messages_rejected += 1
-            log.warning("dropped shuffle request: %s", exc)
+            self._offences.log(now, source, logging.WARNING,
+                               "dropped shuffle request from %s: %s", source, exc)
             return ShuffleReply((), None)
         self._last_contact[sender.address] = now
         self._failed.pop(sender.address, None)  # it is talking to us: alive
+        if self._rules is not None:
+            return self._guarded_request(sender, entries, model)
         offered = [sender, *entries]
         self._observe(sender, fresh=True)
         for d in entries:
             self._observe(d)
         rng, length = self.rng, self.l
         if model is None:
-            view: PartialView | None = self._view
+            view: AnyView | None = self._view
         else:
             view = self._models.get(model)
         if view is None:
@@ -396,6 +547,43 @@ class PeerSampler:
         if model is not None:
             offered = [d for d in offered if model in d.tags]
         view.merge(offered, [d.node_id for d in reply], sender.node_id)
+        return ShuffleReply(tuple(reply), model)
+
+    def _guarded_request(
+        self, sender: Descriptor, entries: list[Descriptor], model: bytes | None
+    ) -> ShuffleReply:
+        """:meth:`on_request` under the Sybil rules.
+
+        What a request offers is unsolicited: at most ``unsolicited_per_source``
+        descriptors per sender and ``unsolicited_per_period`` in all are taken
+        per view and period (the rest are dropped and counted); each taken one
+        is only a candidate until probed (unless its address already proved
+        that id). The reply always starts with this node's own descriptor, so
+        every answer doubles as a proof of identity at this address.
+        """
+        offered = [sender, *entries]
+        src = (sender.node_id, model)
+        room = min(self._per_source - self._pushed.get(src, 0),
+                   self._per_period - self._pushed_total.get(model, 0))
+        room = max(room, 0)
+        if room < len(offered):
+            self._stats.unsolicited_dropped += len(offered) - room
+            offered = offered[:room]
+        self._pushed[src] = self._pushed.get(src, 0) + len(offered)
+        self._pushed_total[model] = self._pushed_total.get(model, 0) + len(offered)
+        proven = self._proven
+        view = self._view if model is None else self._models.get(model)
+        main = self._view
+        assert isinstance(main, RankedView)
+        for d in offered:
+            known = proven.get(d.node_id) == d.address
+            if model is None:
+                main.consider(d, proven=known, pulled=False)
+            self._observe(d, fresh=known, pulled=False)  # model views and holder cache
+        if view is None:
+            assert model is not None
+            return ShuffleReply(tuple(self._known_holders(model, sender.node_id)), model)
+        reply = [self._me, *view.random_subset(self.rng, self.l - 1, exclude=sender.node_id)]
         return ShuffleReply(tuple(reply), model)
 
     def _known_holders(self, model: bytes, exclude: bytes) -> list[Descriptor]:
@@ -415,12 +603,16 @@ class PeerSampler:
         """Merge the answer ``address`` gave to ``req`` (which we sent)."""
         self._stats.replies_received += 1
         try:
-            received = self._check_reply(req, reply)
+            received = self._check_reply(req, reply, now, address)
         except InvalidMessage as exc:
             self._stats.messages_rejected += 1
-            log.warning("dropped shuffle reply from %s: %s", address, exc)
+            self._offences.log(now, address, logging.WARNING,
+                               "dropped shuffle reply from %s: %s", address, exc)
             return
         self._last_contact[address] = now
+        if self._rules is not None:
+            self._guarded_reply(address, req, received)
+            return
         # The responder may include itself: that copy is first-hand news.
         responder = next((d.node_id for d in received if d.address == address), None)
         for d in received:
@@ -443,6 +635,29 @@ class PeerSampler:
             # (only small views have room; full ones behave as plain Cyclon).
             view.offer(with_age(target, 0))
 
+    def _guarded_reply(self, address: str, req: ShuffleRequest, received: list[Descriptor]) -> None:
+        """:meth:`on_reply` under the Sybil rules: what we pulled, and probe results.
+
+        The responder's own descriptor (at the address we contacted, signature
+        checked) proves that id at that address; everything else it sent is
+        a pulled candidate.
+        """
+        probe = self._probing.get(address)
+        if probe is not None and probe[1] is req:
+            del self._probing[address]
+            if not any(d.node_id == probe[0] and d.address == address for d in received):
+                self._stats.probes_failed += 1
+                log.info("probe of %s: no signed descriptor for the expected id", address)
+        main = self._view
+        assert isinstance(main, RankedView)
+        for d in received:
+            proven = d.address == address or self._proven.get(d.node_id) == d.address
+            if proven:
+                self._proven[d.node_id] = d.address
+            if d.address == address or req.view is None:
+                main.consider(d, proven=proven)
+            self._observe(d, fresh=proven)  # model views and holder cache
+
     def on_failure(
         self, address: str, req: ShuffleRequest | None = None
     ) -> list[tuple[str, ShuffleRequest]]:
@@ -463,6 +678,13 @@ class PeerSampler:
         self._directory.forget_address(address)
         self._last_contact.pop(address, None)
         self._failed[address] = self._period
+        probe = self._probing.get(address)
+        if probe is not None and (req is None or probe[1] is req):
+            del self._probing[address]
+            self._stats.probes_failed += 1
+        if self._proven:
+            for n in [n for n, a in self._proven.items() if a == address]:
+                del self._proven[n]
         if req is None or self._round_shuffles.get(req.view) is not req:
             return []
         left = self._retries_left.get(req.view, self.retries)
@@ -493,59 +715,93 @@ class PeerSampler:
         """Reload peers from :meth:`snapshot` output; bad entries are skipped.
 
         Returns the number of descriptors accepted.
+        With signatures checked, a checkpointed peer whose descriptor does not
+        verify (for example one saved without its signature) is not restored
+        but its address is contacted like a bootstrap address while the node
+        knows no peer. Under the Sybil rules restored entries count as proven:
+        they were probed before they reached the checkpoint.
         """
         accepted = 0
+        guarded = self._rules is not None
         for raw in descriptors:
             try:
                 d = self._accept(raw)
             except InvalidDescriptor as exc:
                 self._stats.descriptors_rejected += 1
+                address = getattr(raw, "address", None)
+                if exc.field == "signature" and isinstance(address, str):
+                    if address not in self._rejoin and address != self._me.address:
+                        self._rejoin.append(address)
+                    continue
                 log.warning("skipped checkpointed peer: %s", exc)
                 continue
             if d is None:
                 continue
             accepted += 1
-            self._view.offer(d)
-            self._observe(d)
+            if guarded:
+                self._learn(d, proven=True, pulled=True)
+            else:
+                self._view.offer(d)
+                self._observe(d)
         return accepted
 
     # ------------------------------------------------------------- validation
 
-    def _observe(self, d: Descriptor, *, fresh: bool = False) -> None:
+    def _observe(self, d: Descriptor, *, fresh: bool = False, pulled: bool = True) -> None:
         """Feed one valid descriptor to the model views and the holder cache.
 
-        ``fresh``: ``d`` comes from the node itself (it is talking to us).
+        ``fresh``: ``d`` comes from the node itself (it is talking to us); under
+        the Sybil rules: its address proved that id. ``pulled``: it came in a
+        reply to this node's request (not in someone else's request).
         """
         tags = d.tags
         models = self._models
         for tag in tags:
             v = models.get(tag)
-            if v is not None:
-                v.offer(d, fresh=fresh)
-            else:
+            if v is None:
                 self._directory.observe(tag, d, self._period)
+            elif isinstance(v, RankedView):
+                v.consider(d, proven=fresh, pulled=pulled)
+            else:
+                v.offer(d, fresh=fresh)
         if models:
             n = d.node_id
             for m, v in models.items():
-                if m not in tags:
-                    age = v.age_of(n)
-                    if age is not None and d.age < age:  # fresher news: it dropped m
+                if m in tags:
+                    continue
+                if isinstance(v, RankedView):
+                    cur = v.get(n)
+                    if cur is not None and d.epoch > cur.epoch:  # a newer version without m
                         v.pop(n)
+                    continue
+                age = v.age_of(n)
+                if age is not None and d.age < age:  # fresher news: it dropped m
+                    v.pop(n)
 
     def _accept(self, raw: object) -> Descriptor | None:
         """Validate one received descriptor; ``None`` if it names this node."""
         d = validate_descriptor(raw, max_age=self.max_age, max_tags=MAX_TAGS)
         if d.node_id == self._me.node_id or d.address == self._me.address:
             return None
+        check = self._check_signature
+        if check is not None and not check(d):
+            self._stats.signatures_rejected += 1
+            raise InvalidDescriptor(
+                "signature", "missing" if not d.signature else "does not verify for this node id"
+            )
         return d
 
-    def _check_entries(self, raw: object, what: str) -> list[Descriptor]:
+    def _check_entries_shape(self, raw: object, what: str) -> Sequence[object]:
         if isinstance(raw, str | bytes) or not isinstance(raw, tuple | list):
             raise InvalidMessage(f"{what}.entries", f"expected a tuple, got {type(raw).__name__}")
         if len(raw) > self.max_entries:
             raise InvalidMessage(
                 f"{what}.entries", f"{len(raw)} entries exceed the limit of {self.max_entries}"
             )
+        return raw
+
+    def _check_entries(self, raw: object, what: str, now: float, source: str) -> list[Descriptor]:
+        raw = self._check_entries_shape(raw, what)
         out: list[Descriptor] = []
         seen: set[bytes] = set()
         problems: list[str] = []
@@ -570,11 +826,13 @@ class PeerSampler:
             out.append(d)
         if problems:
             self._stats.descriptors_rejected += len(problems)
-            log.warning(
-                "dropped %d of %d descriptors in %s: %s",
+            self._offences.log(
+                now, source, logging.WARNING,
+                "dropped %d of %d descriptors in %s from %s: %s",
                 len(problems),
                 len(raw),
                 what,
+                source,
                 "; ".join(sorted(set(problems))),
             )
         return out
@@ -588,10 +846,14 @@ class PeerSampler:
             )
         return raw
 
-    def _check_request(self, req: object) -> tuple[Descriptor, list[Descriptor], bytes | None]:
+    def _check_request(
+        self, req: object, now: float, source: str
+    ) -> tuple[Descriptor, list[Descriptor], bytes | None]:
         if not isinstance(req, ShuffleRequest):
             raise InvalidMessage("request", f"expected ShuffleRequest, got {type(req).__name__}")
         model = self._check_view_field(req.view, "request")
+        # cheap checks of the whole message before any signature is verified
+        self._check_entries_shape(req.entries, "request")
         try:
             sender = self._accept(req.sender)
         except InvalidDescriptor as exc:
@@ -601,13 +863,26 @@ class PeerSampler:
             self._stats.descriptors_rejected += 1
             raise InvalidMessage("request.sender", "sender claims to be this node")
         entries = [
-            d for d in self._check_entries(req.entries, "request") if d.node_id != sender.node_id
+            d for d in self._check_entries(req.entries, "request", now, source)
+            if d.node_id != sender.node_id
         ]
         return sender, entries, model
 
-    def _check_reply(self, req: ShuffleRequest, reply: object) -> list[Descriptor]:
+    def _check_reply(
+        self, req: ShuffleRequest, reply: object, now: float, address: str
+    ) -> list[Descriptor]:
         if not isinstance(reply, ShuffleReply):
             raise InvalidMessage("reply", f"expected ShuffleReply, got {type(reply).__name__}")
         if reply.view != req.view:
             raise InvalidMessage("reply.view", "does not match the view of the request")
-        return self._check_entries(reply.entries, "reply")
+        return self._check_entries(reply.entries, "reply", now, address)
+
+
+def _sender_key(req: object) -> str:
+    """Whom a request's log lines are counted against: the sender's whole node id
+    (the node checks it is the authenticated peer before the core sees it)."""
+    node_id = getattr(getattr(req, "sender", None), "node_id", None)
+    if isinstance(node_id, bytes) and node_id:
+        return node_id.hex()
+    return "unnamed sender"
+

@@ -4,6 +4,11 @@ A descriptor names a node (``node_id``, its Ed25519 public key on a real
 network), where to reach it (``address``, ``"host:port"``), how old the
 information is (``age``, in shuffle periods since the node itself issued it)
 and which partial models it holds (``tags``: 32-byte sha256 fingerprints).
+
+A node may sign its own descriptor (:mod:`peersampling.signed`): ``epoch``
+orders the versions it issued (a higher epoch replaces a lower one) and
+``signature`` is its Ed25519 signature over every field but ``age``, which
+each hop changes.
 """
 
 from __future__ import annotations
@@ -23,6 +28,10 @@ TAG_LENGTH = 32
 #: Node ids are Ed25519 public keys on the wire (32 bytes); simulations may use
 #: shorter ones, so any length from 1 to this bound is accepted.
 MAX_NODE_ID_LENGTH = 64
+#: Epochs are unsigned 64-bit counters (a node may use wall-clock milliseconds).
+MAX_EPOCH = 2**64 - 1
+#: An Ed25519 signature; an unsigned descriptor has an empty one.
+SIGNATURE_LENGTH = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +42,8 @@ class Descriptor:
     address: str  # "host:port"
     age: int = 0
     tags: frozenset[bytes] = frozenset()
+    epoch: int = 0  # version number chosen by the node itself (signed)
+    signature: bytes = b""  # over (node_id, address, tags, epoch); b"" = unsigned
 
 
 def parse_address(address: object) -> tuple[str, int]:
@@ -93,8 +104,16 @@ def validate_descriptor(
             raise InvalidDescriptor(
                 "tags", f"each tag must be {TAG_LENGTH} bytes (sha256), got {tag!r:.80}"
             )
+    epoch = descriptor.epoch
+    if type(epoch) is not int or not 0 <= epoch <= MAX_EPOCH:
+        raise InvalidDescriptor("epoch", f"expected an int in 0..2**64-1, got {epoch!r:.40}")
+    signature = descriptor.signature
+    if type(signature) is not bytes or len(signature) not in (0, SIGNATURE_LENGTH):
+        raise InvalidDescriptor(
+            "signature", f"expected b'' or {SIGNATURE_LENGTH} bytes, got {signature!r:.40}"
+        )
     if type(tags) is not frozenset:
-        return Descriptor(node_id, descriptor.address, age, frozenset(tags))
+        return Descriptor(node_id, descriptor.address, age, frozenset(tags), epoch, signature)
     return descriptor
 
 
@@ -102,4 +121,7 @@ def with_age(descriptor: Descriptor, age: int) -> Descriptor:
     """Return ``descriptor`` with ``age`` replaced (cheaper than dataclasses.replace)."""
     if descriptor.age == age:
         return descriptor
-    return Descriptor(descriptor.node_id, descriptor.address, age, descriptor.tags)
+    return Descriptor(
+        descriptor.node_id, descriptor.address, age, descriptor.tags,
+        descriptor.epoch, descriptor.signature,
+    )

@@ -5,6 +5,13 @@ starts its shuffles and each exchange completes at once (request, answer,
 merge), as in PeerSim's cycle-driven mode used by the Cyclon paper. Crashed
 nodes stop answering; lost messages look like timeouts to the initiator.
 Everything is reproducible from ``seed``.
+
+:meth:`Simulator.add_sybils` adds a Sybil adversary (:class:`SybilAttack`).
+With Sybil rules (``sybil=SybilRules()``) the simulated nodes sign their
+descriptors and check every signature they receive, with a keyed-BLAKE2b
+stand-in for Ed25519 (:func:`~peersampling.signed.simulated_signer`), each
+distinct descriptor computed once per run (one cache shared by all nodes); see
+:attr:`Simulator.signature_note`.
 """
 
 from __future__ import annotations
@@ -12,8 +19,10 @@ from __future__ import annotations
 import hashlib
 import random
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Unpack
 
+from .attack import SybilAttack
 from .core import PeerSampler, SamplerTuning
 from .descriptor import Descriptor
 from .graph import (
@@ -23,6 +32,8 @@ from .graph import (
     largest_strong_component,
     largest_weak_component,
 )
+from .messages import ShuffleRequest
+from .signed import SignatureCheck, simulated_signer, simulated_verify
 
 
 def sim_address(index: int) -> str:
@@ -34,12 +45,36 @@ def sim_node_id(index: int) -> bytes:
     return hashlib.sha256(b"sim-node-%d" % index).digest()[:16]
 
 
+@dataclass(frozen=True)
+class SybilReport:
+    """How far fakes got into the honest nodes' main views."""
+
+    honest: int  # live honest nodes
+    entries: int  # entries in their main views
+    fake_entries: int
+    only_fakes: int  # honest nodes whose (non-empty) view holds fakes only
+    without_honest: int  # honest nodes with no honest entry at all (empty or only fakes)
+    honest_strong: float  # largest strongly connected component over honest links / honest
+    honest_weak: float  # same, weakly connected
+
+    @property
+    def fake_share(self) -> float:
+        return self.fake_entries / self.entries if self.entries else 0.0
+
+    @property
+    def honest_connected(self) -> bool:
+        """Every honest node reaches every other through honest links."""
+        return self.honest_strong == 1.0
+
+
 class Simulator:
     """A population of peer-sampling cores exchanging messages in memory.
 
     ``loss`` is the probability that a request, and independently its reply,
     is lost (the initiator then sees a failure, as it would see a timeout).
-    Extra keyword arguments go to every :class:`PeerSampler`.
+    Extra keyword arguments go to every :class:`PeerSampler`. ``signatures``
+    (default: on when ``sybil`` rules are given) makes nodes sign and check
+    descriptors with the simulated stand-in signature.
     """
 
     def __init__(
@@ -49,6 +84,7 @@ class Simulator:
         l: int = 5,  # noqa: E741 - the protocol's name
         seed: int = 0,
         loss: float = 0.0,
+        signatures: bool | None = None,
         **sampler_options: Unpack[SamplerTuning],
     ) -> None:
         if not 0.0 <= loss < 1.0:
@@ -65,6 +101,20 @@ class Simulator:
         self.crashed: set[str] = set()
         self.messages = 0
         self.failures = 0
+        self.signatures = (sampler_options.get("sybil") is not None
+                           if signatures is None else signatures)
+        self.attack: SybilAttack | None = None
+        # One cache for all simulated nodes: a check's answer depends only on
+        # the descriptor, so each distinct descriptor is checked once per run.
+        self._signature_check = SignatureCheck(simulated_verify, capacity=1 << 20)
+
+    @property
+    def signature_note(self) -> str:
+        """How this run treats signatures (benchmarks print it)."""
+        if not self.signatures:
+            return "signatures: not used (unsigned simulated descriptors)"
+        return ("signatures: simulated stand-in (keyed BLAKE2b, not Ed25519); every received "
+                "descriptor is checked, each distinct one computed once per run (shared cache)")
 
     # --------------------------------------------------------------- population
 
@@ -75,7 +125,11 @@ class Simulator:
         address = sim_address(i)
         me = Descriptor(sim_node_id(i), address, 0, frozenset(tags))
         rng = random.Random(self.rng.getrandbits(64))
-        sampler = PeerSampler(me, c=self.c, l=self.l, rng=rng, **self._options)
+        options = self._options
+        if self.signatures:
+            options = SamplerTuning(**options, sign=simulated_signer(me.node_id),
+                                    verify=self._signature_check)
+        sampler = PeerSampler(me, c=self.c, l=self.l, rng=rng, **options)
         if bootstrap:
             sampler.bootstrap(list(bootstrap))
         self.nodes[address] = sampler
@@ -100,6 +154,19 @@ class Simulator:
                 if other != address and other not in picks:
                     picks.append(other)
             sampler.restore([self.nodes[a].self_descriptor for a in picks])
+
+    def add_sybils(
+        self, fakes: int, share: float, tags: Iterable[bytes] = ()
+    ) -> SybilAttack:
+        """Add one adversary with ``fakes`` identities injecting at ``share`` of honest traffic.
+
+        With ``tags`` the fakes claim to hold those partial models too.
+        """
+        self.attack = SybilAttack(
+            fakes, share, l=self.l, rng=random.Random(self.rng.getrandbits(64)),
+            signer=simulated_signer if self.signatures else None, tags=frozenset(tags),
+        )
+        return self.attack
 
     def crash(self, addresses: Iterable[str]) -> None:
         for address in addresses:
@@ -129,13 +196,21 @@ class Simulator:
         """One period: every live node runs its shuffles, in a random order."""
         self.period += 1
         now = float(self.period)
-        order = list(self.nodes)
+        order: list[str | tuple[str, ShuffleRequest]] = list(self.nodes)
+        attack = self.attack
+        if attack is not None:
+            order.extend(attack.injections(list(self.nodes)))
         self.rng.shuffle(order)
         rnd = self.rng.random
         loss = self.loss
         nodes = self.nodes
-        for address in order:
-            sampler = nodes.get(address)
+        for item in order:
+            if isinstance(item, tuple):  # the adversary's unsolicited request
+                victim = nodes.get(item[0])
+                if victim is not None:
+                    victim.on_request(item[1], now)
+                continue
+            sampler = nodes.get(item)
             if sampler is None:
                 continue
             queue = sampler.start_shuffles(now)
@@ -143,6 +218,9 @@ class Simulator:
                 target, req = queue.pop(0)
                 self.messages += 1
                 peer = nodes.get(target)
+                if peer is None and attack is not None and attack.is_fake(target):
+                    sampler.on_reply(target, req, attack.answer(target, req), now)
+                    continue
                 if peer is None or (loss and rnd() < loss):
                     self.failures += 1
                     queue.extend(sampler.on_failure(target, req))
@@ -180,6 +258,45 @@ class Simulator:
             return 0.0
         size = largest_strong_component(g) if strong else largest_weak_component(g)
         return size / len(g)
+
+    def sybil_report(self) -> SybilReport:
+        """Fakes in the honest main views and connectivity over honest links only."""
+        fake = self.attack.ids if self.attack is not None else frozenset()
+        honest_graph: dict[str, list[str]] = {}
+        entries = fakes = only = without = 0
+        for a, s in self.nodes.items():
+            view = s.view()
+            n_fake = sum(1 for d in view if d.node_id in fake)
+            entries += len(view)
+            fakes += n_fake
+            if view and n_fake == len(view):
+                only += 1
+            if n_fake == len(view):
+                without += 1
+            honest_graph[a] = [d.address for d in view if d.node_id not in fake]
+        n = len(honest_graph)
+        return SybilReport(
+            honest=n, entries=entries, fake_entries=fakes, only_fakes=only,
+            without_honest=without,
+            honest_strong=largest_strong_component(honest_graph) / n if n else 0.0,
+            honest_weak=largest_weak_component(honest_graph) / n if n else 0.0,
+        )
+
+    def model_sybil_report(self, model: bytes) -> tuple[int, int, float]:
+        """For the honest holders of ``model``: (holders, holder views without an
+        honest holder, share of fake entries in their holder views)."""
+        fake = self.attack.ids if self.attack is not None else frozenset()
+        holders = without = entries = fakes = 0
+        for s in self.nodes.values():
+            if model not in s.models:
+                continue
+            holders += 1
+            view = s.model_view(model)
+            n_fake = sum(1 for d in view if d.node_id in fake)
+            entries += len(view)
+            fakes += n_fake
+            without += n_fake == len(view)
+        return holders, without, fakes / entries if entries else 0.0
 
     def dead_links(self) -> int:
         """Links in live main views that point at crashed nodes."""

@@ -110,7 +110,17 @@ class PartialView:
         tags but not the age: copies of a dead node's descriptor bouncing
         between views must keep aging, or the dead entry is never the
         oldest and is never purged.
+
+        Epochs (signed by the node) come first: an older epoch is ignored
+        even first-hand (a replay), a newer one replaces the address and tags
+        (the age only if fresh). Unsigned descriptors all have epoch 0.
         """
+        cur_epoch = self._desc[n].epoch
+        if d.epoch < cur_epoch:
+            return
+        if d.epoch > cur_epoch and not fresh:
+            self._desc[n] = with_age(d, self._age[n])
+            return
         if fresh:
             self._desc[n] = d
             self._age[n] = d.age

@@ -22,7 +22,14 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from gossip.attacks import HeavyPusher, MaskLookalike, Poisoner, Sink, WeightInjector
+from gossip.attacks import (
+    HeavyPusher,
+    MaskLookalike,
+    Poisoner,
+    Sink,
+    TakingSink,
+    WeightInjector,
+)
 from gossip.errors import RejectedPush
 from gossip.merge_guard import GuardSettings
 from gossip.messages import Push, PushAck
@@ -37,6 +44,7 @@ ATTACKS: dict[str, Callable[[], Adversary | None]] = {
     "poison 1e5 x gaussian": lambda: Poisoner(1e5),
     "mask look-alike": lambda: MaskLookalike(10.0),
     "sink": lambda: Sink(),
+    "taking sink": lambda: TakingSink(0.01),
 }
 
 

@@ -4,9 +4,13 @@ Prints the figures listed in docs/gossip.md; ``--json PATH`` also writes them,
 ``--quick`` runs a reduced set (one seed, no N = 1,024).  ``--exchange`` prints
 only the exchange figures (push vs push-pull, wire encodings, requests as
 deltas against the pair's reference or not, bytes per node, and the 4-peer,
-1M-float averaging case).
+1M-float averaging case).  ``--epochs`` prints only the masking-epoch figures
+(gossip/mask_epochs.py): one crash during an epoch, survivors' error with and
+without the removal of their pair sides next to the same crash in clear, per
+mask scale; hiding (also against a receiver that is a pair partner); extra
+rounds to 1e-6.
 
-    .venv/bin/python scripts/bench_pushsum.py [--quick] [--exchange] [--json PATH]
+    .venv/bin/python scripts/bench_pushsum.py [--quick] [--exchange] [--epochs] [--json PATH]
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from gossip.compression import decode
+from gossip.mask_epochs import EpochSettings, MaskEpochs, session_secret
 from gossip.messages import Push
 from gossip.pushsum import PushSum
 from gossip.simulator import Faults, LeastRecentSampler, Simulation, random_models
@@ -163,6 +168,159 @@ def masked(seeds: list[int], n: int = 64, rounds: int = 200) -> dict[str, object
     return out
 
 
+class _EpochRun:
+    """N cores with masking epochs (gossip/mask_epochs.py), pushes delivered at once.
+
+    ``privacy="none"`` runs the same push schedule in clear (no epoch).  One
+    model, weights 1, one-way pushes to a uniformly drawn other node.
+    """
+
+    FP = bytes(32)
+
+    def __init__(self, n: int, dim: int, seed: int, scale: float, privacy: str,
+                 mix_exchanges: int = 40, partners: int = 3) -> None:
+        init = np.random.default_rng(seed)
+        self.schedule = np.random.default_rng(seed + 1000)  # same pushes whatever the mode
+        self.ids = [i.to_bytes(4, "big") for i in range(n)]
+        self.initial = {i: init.normal(1.0, 1.0, dim) for i in self.ids}
+        self.cores = {i: PushSum(self.FP, self.initial[i], privacy=privacy, masked_pushes=0,
+                                 exchange="push", unmask_after=mix_exchanges,
+                                 rng=np.random.default_rng(seed + k))
+                      for k, i in enumerate(self.ids)}
+        settings = EpochSettings(partners=partners, mask_scale=scale,
+                                 mix_exchanges=mix_exchanges)
+        self.epochs = {i: MaskEpochs(i, self.FP, dim, settings) for i in self.ids}
+        self.alive = list(self.ids)
+        # |corr(push, sender's trained values)| of noisy pushes, per mixing round
+        self.corr: list[list[float]] = []
+        # the same seen by a receiver that is a pair partner of the sender and
+        # projects the pairs it knows out of the push (least squares)
+        self.partner_corr: list[float] = []
+        if privacy == "masked":
+            self._setup(np.random.default_rng(seed + 2000))
+
+    @staticmethod
+    def _secret(a: bytes, b: bytes) -> bytes:
+        low, high = sorted((a, b))
+        return session_secret(low * 8, high * 8)  # stands in for the session's keys
+
+    def _setup(self, rng: np.random.Generator) -> None:
+        for i in self.ids:
+            others = [p for p in self.ids if p != i]
+            picks = [others[k] for k in rng.permutation(len(others))]
+            for peer, offer in self.epochs[i].start(picks, self.cores[i].weight):
+                accept, side = self.epochs[peer].on_offer(i, offer, self._secret(i, peer),
+                                                          self.cores[peer].weight)
+                if side is not None:
+                    self.cores[peer].add_noise_mass(side)
+                self.cores[i].add_noise_mass(
+                    self.epochs[i].on_accept(peer, accept, self._secret(i, peer)))
+
+    def round(self, observe: bool = False) -> None:
+        n = len(self.alive)
+        if observe:
+            self.corr.append([])
+        for src in list(self.alive):
+            core = self.cores[src]
+            k = int(self.schedule.integers(n - 1))
+            dst = self.alive[k] if self.alive[k] != src else self.alive[-1]
+            weight = core.weight
+            for peer, push in core.make_pushes([dst], 0.0):
+                if observe and push.noisy:
+                    sent = decode(push.values, push.values.length)
+                    self.corr[-1].append(abs(_corr(sent, core.values)))
+                    known = self.epochs[peer].sides_with(src)
+                    if known and len(self.corr) <= 3:
+                        basis = np.stack(known, axis=1)
+                        coef, *_ = np.linalg.lstsq(basis, sent, rcond=None)
+                        self.partner_corr.append(abs(_corr(sent - basis @ coef, core.values)))
+                core.on_ack(peer, self.cores[peer].on_push(src, push, 0.0), 0.0)
+                self.epochs[src].note_pushed(peer, push.weight / weight)
+            if not core.noisy:
+                self.epochs[src].on_folded()
+
+    def crash(self, node: bytes, remove: bool) -> None:
+        self.alive.remove(node)
+        for i in self.alive:
+            back = self.epochs[i].partner_lost(node)
+            if back is not None and remove:
+                self.cores[i].add_noise_mass(back, fresh=False)
+
+    def error_vs_all(self) -> float:
+        mean = sum(self.initial.values()) / len(self.ids)
+        return max(float(np.linalg.norm(self.cores[i].values - mean) / np.linalg.norm(mean))
+                   for i in self.alive)
+
+
+def epoch_crashes(when: list[int], scales: list[float], seeds: list[int], n: int = 32,
+                  dim: int = 256, rounds: int = 300) -> dict[str, object]:
+    """One crash during a masking epoch: survivors' error, with and without the removal."""
+    rows = []
+    for scale in scales:
+        for r in when:  # (an empty list: only the hiding and cost figures)
+            errs: dict[str, list[float]] = {"clear": [], "removed": [], "kept": []}
+            for seed in seeds:
+                for mode in errs:
+                    run = _EpochRun(n, dim, seed, scale, "none" if mode == "clear" else "masked")
+                    for _ in range(r):
+                        run.round()
+                    run.crash(run.ids[n // 2], remove=mode == "removed")
+                    for _ in range(rounds - r):
+                        run.round()
+                    errs[mode].append(run.error_vs_all())
+            rows.append({"mask_scale": scale, "crash_round": r,
+                         **{f"error_{k}": _median_spread(v) for k, v in errs.items()}})
+            print(f"  scale {scale:5g}  crash at mixing round {r:2d}: survivors' error vs mean of "
+                  f"all: clear {statistics.median(errs['clear']):.1e}, epoch + removal "
+                  f"{statistics.median(errs['removed']):.1e}, epoch without removal "
+                  f"{statistics.median(errs['kept']):.1e}")
+    hiding = []
+    rng = np.random.default_rng(0)
+    floor = [abs(_corr(rng.normal(size=dim), rng.normal(size=dim))) for _ in range(2000)]
+    for scale in scales:
+        first: list[float] = []  # pushes of the first 3 mixing rounds
+        later: list[float] = []  # rounds 10-40: the noise has partly mixed
+        partner: list[float] = []  # rounds 1-3, receivers that are pair partners
+        extra = []
+        for seed in seeds:
+            run = _EpochRun(n, dim, seed, scale, "masked")
+            clear = _EpochRun(n, dim, seed, scale, "none")
+            done_m = done_c = None
+            for k in range(1, 400):
+                run.round(observe=True)
+                clear.round()
+                if done_m is None and run.error_vs_all() < TOL:
+                    done_m = k
+                if done_c is None and clear.error_vs_all() < TOL:
+                    done_c = k
+                if done_m is not None and done_c is not None:
+                    break
+            first.extend(c for rnd in run.corr[:3] for c in rnd)
+            later.extend(c for rnd in run.corr[9:40] for c in rnd)
+            partner.extend(run.partner_corr)
+            extra.append(float((done_m or math.inf) - (done_c or math.inf)))
+        row = {"mask_scale": scale,
+               "mean_abs_corr_rounds_1_3": statistics.fmean(first),
+               "max_abs_corr_rounds_1_3": max(first),
+               "mean_abs_corr_rounds_10_40": statistics.fmean(later) if later else None,
+               "mean_abs_corr_partner_rounds_1_3": statistics.fmean(partner) if partner else None,
+               "pushes_to_partners_rounds_1_3": len(partner),
+               "mean_abs_corr_independent_noise": statistics.fmean(floor),
+               "p99_abs_corr_independent_noise": float(np.quantile(floor, 0.99)),
+               "extra_rounds_to_1e-6": _median_spread(extra)}
+        hiding.append(row)
+        print(f"  scale {scale:5g}  |corr(noisy push, sender's values)|: mixing rounds 1-3 mean "
+              f"{statistics.fmean(first):.3f} max {max(first):.3f}, rounds 10-40 mean "
+              f"{statistics.fmean(later) if later else math.nan:.3f}, seen by a pair partner "
+              f"(rounds 1-3, its pairs projected out) "
+              f"{statistics.fmean(partner) if partner else math.nan:.3f} "
+              f"over {len(partner)} pushes (independent noise: mean "
+              f"{row['mean_abs_corr_independent_noise']:.3f}, p99 "
+              f"{row['p99_abs_corr_independent_noise']:.3f}); extra rounds to 1e-6 "
+              f"{statistics.median(extra):.0f}")
+    return {"n": n, "dim": dim, "rounds": rounds, "crashes": rows, "hiding": hiding}
+
+
 EXCHANGE_TOL = 1e-4  # max|x - m| <= 1e-4 max|m| on every holder
 
 
@@ -245,11 +403,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="one seed, fewer sizes")
     ap.add_argument("--json", type=Path, help="write the figures as JSON")
     ap.add_argument("--exchange", action="store_true", help="only the exchange figures")
+    ap.add_argument("--epochs", action="store_true",
+                    help="only the masking-epoch figures (crash table, hiding, cost)")
     args = ap.parse_args(argv)
     seeds = [0] if args.quick else [0, 1, 2]
     sizes = [16, 64, 256] if args.quick else [16, 64, 256, 1024]
     started = time.perf_counter()
     fig: dict[str, object] = {"command": " ".join(sys.argv), "seeds": seeds}
+    print("masking epochs (N=32, dim 256, 3 pairs offered per node, mix_exchanges 40):")
+    fig["mask_epochs"] = epoch_crashes([0, 1, 2, 10, 40], [1.0, 10.0], seeds)
+    if args.epochs:
+        fig["seconds"] = time.perf_counter() - started
+        if args.json:
+            args.json.write_text(json.dumps(fig, indent=2))
+        return 0
     print(f"exchange: rounds and payload per node until max|x - m| <= {EXCHANGE_TOL:g} max|m| "
           "(dim 1024):")
     fig["exchange"] = exchange([8, 16], seeds)

@@ -64,8 +64,9 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM, ChaCha20Poly1305
 from p2p.runtime.protocol import register_node_messages
 from p2p.wire import codec
 from p2p.wire.framing import encode_frame
-from p2p.wire.handshake import PeerInfo
+from p2p.wire.handshake import Handshake, PeerInfo
 from p2p.wire.identity import Identity
+from p2p.wire.messages import Ping
 from p2p.wire.sealing import CIPHERS, TAG_SIZE
 from p2p.wire.transport import Transport
 
@@ -118,6 +119,38 @@ async def run_transport(mode: str, sends: int, push: Push) -> float:
         await client.aclose()
         await server.aclose()
     return elapsed
+
+
+def handshake_seconds(swarm_key: bytes | None, reps: int) -> float:
+    """Seconds for one handshake, both ends run in this process (sans-IO: the
+    handshake's own cost, no socket)."""
+    ids = Identity.generate(), Identity.generate()
+    start = _clock()
+    for _ in range(reps):
+        a = Handshake(ids[0], initiator=True, listen_address="127.0.0.1:1", swarm_key=swarm_key)
+        b = Handshake(ids[1], initiator=False, listen_address="127.0.0.1:2", swarm_key=swarm_key)
+        to_b, to_a = a.start(), b.start()
+        while to_a or to_b:
+            to_a, to_b = ([o for p in to_b for o in b.receive(p)],
+                          [o for p in to_a for o in a.receive(p)])
+        assert a.done and b.done
+    return (_clock() - start) / reps
+
+
+async def connect_seconds(swarm_key: bytes | None, reps: int) -> float:
+    """Seconds per fresh connection over loopback: connect, handshake, one ping."""
+    server = Transport(Identity.generate(), "127.0.0.1", 0, swarm_key=swarm_key)
+    client_id = Identity.generate()
+    async with trio.open_nursery() as nursery:
+        address = await nursery.start(server.serve, _ack_handler)
+        start = _clock()
+        for _ in range(reps):
+            client = Transport(client_id, "127.0.0.1", 0, swarm_key=swarm_key)
+            await client.request(address, Ping(1))
+            await client.aclose()
+        elapsed = _clock() - start
+        await server.aclose()
+    return elapsed / reps
 
 
 def lift_send_limit(stream: trio.SocketStream) -> None:
@@ -381,6 +414,18 @@ def main(argv: list[str] | None = None) -> int:
     parts = codec_figures(push, 20 if args.quick else 100)
     print(f"codec in process, per push: encode_parts {parts['codec_encode_us']:.0f} us, "
           f"decode {parts['codec_decode_us']:.0f} us")
+    key = os.urandom(32)
+    hs_reps = 20 if args.quick else 100
+    handshake = {
+        "no_key_us": handshake_seconds(None, hs_reps) * 1e6,
+        "swarm_key_us": handshake_seconds(key, hs_reps) * 1e6,
+        "connect_no_key_us": trio.run(connect_seconds, None, hs_reps) * 1e6,
+        "connect_swarm_key_us": trio.run(connect_seconds, key, hs_reps) * 1e6,
+    }
+    print(f"handshake, both ends in process: {handshake['no_key_us']:.0f} us without a key, "
+          f"{handshake['swarm_key_us']:.0f} us with one; a fresh loopback connection "
+          f"(connect, handshake, ping): {handshake['connect_no_key_us']:.0f} us / "
+          f"{handshake['connect_swarm_key_us']:.0f} us")
     gil = {cipher: gil_pauses(cipher) for cipher in CIPHERS}
     for cipher, (alone, pause) in gil.items():
         verdict = "holds" if pause >= 0.8 * alone else "releases"
@@ -402,6 +447,7 @@ def main(argv: list[str] | None = None) -> int:
             "gil_seal_and_longest_pause_s": gil,
             "modes": modes,
             "codec": parts,
+            "handshake": handshake,
             "targets_met": not failed,
         }
         args.json.write_text(json.dumps(results, indent=2) + "\n")

@@ -119,7 +119,7 @@ def run_swarm(link: Link, spec: SwarmSpec, workdir: Path, timeout: float) -> dic
         for i in range(spec.nodes):
             side = i % 2
             data_dir = workdir / f"node{i}"
-            data_dir.mkdir(parents=True)
+            data_dir.mkdir(mode=0o700, parents=True)
             config = workdir / f"node{i}.toml"
             config.write_text(render_config_toml(node_config(spec, i, data_dir, None)))
             cmd = ["ip", "netns", "exec", link.ns[side], sys.executable, "-m", "p2p", "run",

@@ -9,6 +9,8 @@ sockets. At the end: a per-node table, a summary line, optional JSON and plot.
     python scripts/swarm.py                       # 8 nodes, partial scheme
     python scripts/swarm.py --scheme full --nodes 16 --rounds 100
     python scripts/swarm.py --semi-local --permuted "8:9,7:8,id"
+    python scripts/swarm.py --semi-local auto --nodes 12 --permuted "id,8:9,7:8,7:8:9,7:9:8,7:9"
+    python scripts/swarm.py --semi-local auto --nodes 12 --permuted "id*4,8:9*4,7:8*2,7:9,7:8:9"
     python scripts/swarm.py --task mnist5k --network cnn --nodes 8
     python scripts/swarm.py --task mnist1d --network 40=100=100=10 --optimizer adam --lr 0.01
     python scripts/swarm.py --config node.toml --nodes 4   # every daemon starts from node.toml
@@ -18,6 +20,13 @@ With ``--config``, every daemon's config is that file's, except what differs
 per node (name, data directory, seed, shard, permutation, declared models
 from ``--scheme``) and the flags given on the command line, which win over
 the file. Without it, flags left out take the defaults below (task digits).
+
+``--semi-local`` alone gives each permutation group a semi-local model
+declared in the configs; ``--semi-local auto`` declares only the 80 % global
+model and lets the nodes find their groups (``[clustering]`` mode "auto":
+pre-training, projections, agreement, then semi-local training); the JSON
+then lists each node's group and scores the groups found against the
+permutation groups (``identification``, ``differentiation``).
 """
 
 from __future__ import annotations
@@ -25,6 +34,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections import Counter
 from pathlib import Path
 
 from rich.console import Console
@@ -34,8 +44,17 @@ from rich.table import Table
 from learner.tasks import TASKS
 from learner.train_config import OPTIMIZERS
 from p2p.cli.render import make_console, unclipped
-from p2p.config import NODE_PRIVACY_MODES, ConfigError, check_task_fit, load_config
+from p2p.config import (
+    CLUSTERING_STARTS,
+    NODE_PRIVACY_MODES,
+    ClusteringConfig,
+    ConfigError,
+    check_task_fit,
+    load_config,
+)
 from p2p.swarm import (
+    AUTO_ROUNDS,
+    GROUPINGS,
     Swarm,
     SwarmError,
     SwarmSpec,
@@ -47,10 +66,28 @@ from p2p.swarm import (
 
 
 def parse_permuted(text: str | None, nodes: int) -> tuple[str | None, ...]:
-    """``"8:9,id"`` cycles over the nodes: node i gets item i mod len (``id`` = none)."""
+    """``"8:9,id"`` cycles over the nodes: node i gets item i mod len (``id`` = none).
+
+    An item ``SPEC*N`` stands for N consecutive items ``SPEC``, so that groups of
+    different sizes are easy to write: ``"id*4,8:9*4,7:8*2,7:9,7:8:9"`` on 12 nodes
+    gives nodes 0-3 the identity, 4-7 ``8:9``, 8-9 ``7:8``, 10 ``7:9`` and 11 ``7:8:9``.
+    """
     if text is None:
         return default_permutations(nodes)
-    items = [p.strip() for p in text.split(",")] if text.strip() else ["id"]
+    items: list[str] = []
+    for raw in (text.split(",") if text.strip() else ["id"]):
+        item, star, count = raw.strip().partition("*")
+        if star:
+            try:
+                times = int(count)
+            except ValueError:
+                times = 0
+            if times < 1:
+                raise SwarmError(f"--permuted: {raw.strip()!r}: expected SPEC*N with N an "
+                                 "integer >= 1")
+            items += [item.strip()] * times
+        else:
+            items.append(item)
     return tuple(None if items[i % len(items)] in ("", "id") else items[i % len(items)]
                  for i in range(nodes))
 
@@ -58,14 +95,32 @@ def parse_permuted(text: str | None, nodes: int) -> tuple[str | None, ...]:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--nodes", type=int, default=8, help="number of daemons (default 8)")
-    p.add_argument("--rounds", type=int, help="training rounds per node (default 60)")
+    p.add_argument("--rounds", type=int,
+                   help=f"training rounds per node (default 60; {AUTO_ROUNDS} with "
+                        "--semi-local auto: give the same to a run it is compared with)")
     p.add_argument("--scheme", choices=["local", "full", "partial"], default="partial",
                    help="averaging level 0, 100 or 80 %% of each hidden layer (default partial)")
-    p.add_argument("--semi-local", action="store_true",
-                   help="add a semi-local model per permutation group (80 global + 20 semi)")
+    p.add_argument("--semi-local", nargs="?", const="manual", choices=GROUPINGS,
+                   metavar="manual|auto",
+                   help="80 %% global + 20 %% semi-local models: alone (or \"manual\"), a "
+                        "semi-local model per permutation group, declared in the configs; "
+                        "\"auto\": the nodes find their groups themselves ([clustering])")
+    p.add_argument("--pretrain-rounds", type=int, metavar="N",
+                   help="with --semi-local auto: rounds trained before the nodes compare "
+                        "their networks (clustering.pretrain_rounds, default the node's: "
+                        f"{ClusteringConfig().pretrain_rounds})")
+    p.add_argument("--grouping-start", choices=CLUSTERING_STARTS,
+                   help="with --semi-local auto: the semi-local models' first values "
+                        "(clustering.start, default the node's: "
+                        f"{ClusteringConfig().start})")
+    p.add_argument("--public-size", type=int, metavar="N",
+                   help="data.public_size: samples of the public split every node holds alike "
+                        "(default: the task's; with --semi-local auto on digits, 300, carved "
+                        "before the shards: give the same N to a run it is compared with)")
     p.add_argument("--permuted", metavar="SPECS",
                    help='label permutation per node, cycled: "8:9,id" (default: every second '
-                        'node has 8 and 9 swapped); items use "|" for several cycles: "7:8|2:3"')
+                        'node has 8 and 9 swapped); items use "|" for several cycles: "7:8|2:3"'
+                        '; "SPEC*N" is N nodes in a row: "id*4,8:9*4,7:8*2,7:9,7:8:9"')
     p.add_argument("--privacy", choices=NODE_PRIVACY_MODES,
                    help='gossip.privacy (default none); "dp" and "masked+dp" train with DP-SGD')
     p.add_argument("--dp-noise", type=float, metavar="SIGMA",
@@ -112,17 +167,51 @@ def epsilon_cell(row: dict) -> str:
     return f"{epsilon:.2f}" + ("*" if privacy.get("budget_spent") else "")
 
 
+def semi_local_label(spec: SwarmSpec) -> str:
+    """`` + semi-local`` (manual groups) or `` + semi-local (groups found by the nodes)``."""
+    if not spec.semi_local:
+        return ""
+    return " + semi-local" + (" (groups found by the nodes)" if spec.grouping == "auto" else "")
+
+
+def _group_text(group: list[int] | None) -> str:
+    return "-" if not group else "{" + ",".join(str(m) for m in group) + "}"
+
+
+def groups_line(grouping: dict) -> str:
+    """One line on the groups the nodes found: the partition, the rates against the
+    permutation groups, and whether every node reports the same fingerprint."""
+    found = " ".join(_group_text(g) for g in grouping["found"])
+    nodes = len(grouping["per_node"])
+    if grouping["fingerprints_agree"]:
+        agreement = f"all {nodes} nodes report fingerprint {grouping['fingerprint'][:12]}"
+    elif not grouping["agreed_nodes"]:
+        phases = Counter(r["phase"] or "no answer" for r in grouping["per_node"])
+        agreement = "NO node agreed on groups (phases: " + ", ".join(
+            f"{phase} {count}" for phase, count in sorted(phases.items())) + ")"
+    else:
+        distinct = {r["fingerprint"] for r in grouping["per_node"] if r["fingerprint"]}
+        agreement = (f"fingerprints DIFFER: {len(distinct)} distinct among the "
+                     f"{grouping['agreed_nodes']} of {nodes} nodes that agreed")
+    return (f"groups found: {found}; identification {grouping['identification']:.2f}, "
+            f"differentiation {grouping['differentiation']:.2f} against the permutation "
+            f"groups; {agreement}")
+
+
 def results_table(summary: dict) -> Table:
     t = Table(title="swarm results", title_justify="left")
     dp = any(r.get("privacy") for r in summary["nodes"])
-    columns = ["node", "perm", "test accuracy", "train loss", "rounds", "pushes sent",
-               "pushes recv", "rejected", "waves", "payload sent", "wire sent"]
+    grouped = "grouping" in summary
+    columns = ["node", "perm", *(["group"] if grouped else []), "test accuracy", "train loss",
+               "rounds", "pushes sent", "pushes recv", "rejected", "waves", "payload sent",
+               "wire sent"]
     for col in columns + (["epsilon"] if dp else []):
-        t.add_column(col, justify="right" if col not in ("perm",) else "left")
+        t.add_column(col, justify="right" if col not in ("perm", "group") else "left")
     for r in summary["nodes"]:
         acc = "-" if r["accuracy"] is None else f"{100 * r['accuracy']:.1f}%"
         loss = "-" if r["loss"] is None else f"{r['loss']:.3f}"
-        cells = [str(r["node"]), r["permutation"], acc, loss, str(r["round"]),
+        cells = [str(r["node"]), r["permutation"],
+                 *([_group_text(r.get("group"))] if grouped else []), acc, loss, str(r["round"]),
                  str(r["pushes_sent"]), str(r["pushes_received"]), str(r["pushes_rejected"]),
                  str(r.get("waves", "-")), f"{r['bytes_sent'] / 1e6:.2f} MB",
                  "-" if r.get("wire_bytes_sent") is None
@@ -164,8 +253,18 @@ def spec_from_args(args: argparse.Namespace) -> SwarmSpec:
         raise SwarmError("--nodes: expected at least 2")
     perms = tuple(p.replace("|", ",") if p else None
                   for p in parse_permuted(args.permuted, args.nodes))
-    given = {"nodes": args.nodes, "rounds": args.rounds, "scheme": args.scheme,
-             "semi_local": args.semi_local, "permutations": perms, "privacy": args.privacy,
+    for flag, value in (("--pretrain-rounds", args.pretrain_rounds),
+                        ("--grouping-start", args.grouping_start)):
+        if value is not None and args.semi_local != "auto":
+            raise SwarmError(f"{flag} goes with --semi-local auto")
+    rounds = args.rounds
+    if rounds is None and args.semi_local == "auto" and args.config is None:
+        rounds = AUTO_ROUNDS  # pre-training, then the groups' training
+    given = {"nodes": args.nodes, "rounds": rounds, "scheme": args.scheme,
+             "semi_local": args.semi_local is not None, "grouping": args.semi_local,
+             "pretrain_rounds": args.pretrain_rounds, "grouping_start": args.grouping_start,
+             "public_size": args.public_size,
+             "permutations": perms, "privacy": args.privacy,
              "dp_noise": args.dp_noise, "dp_clip": args.dp_clip, "dp_epsilon": args.dp_epsilon,
              "dp_budget": args.dp_budget,
              "swarm_key": args.swarm_key, "seed": args.seed, "task": args.task,
@@ -196,7 +295,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     console.print(f"starting {spec.nodes} daemons on task {spec.task}, network "
                   f"{spec.network().notation()}, scheme {spec.scheme}"
-                  f"{' + semi-local' if spec.semi_local else ''}, {spec.rounds} rounds")
+                  f"{semi_local_label(spec)}, {spec.rounds} rounds")
     try:
         with Swarm(spec, workdir=args.workdir, keep=args.keep) as swarm:
             swarm.start()
@@ -219,6 +318,10 @@ def main(argv: list[str] | None = None) -> int:
                     info = (f"mean acc {100 * sum(accs) / len(accs):.1f}% "
                             f"worst {100 * min(accs):.1f}%" if accs else "no eval yet")
                     info += f" | pushes {sent} | {sent_bytes / 1e6:.1f} MB"
+                    if s.auto_groups():
+                        agreed = sum(1 for d in s.daemons
+                                     if (d.status.get("groups") or {}).get("phase") == "agreed")
+                        info += f" | groups agreed on {agreed}/{spec.nodes}"
                     progress.update(task, completed=sum(rounds), info=info)
 
                 swarm.run_until_done(timeout=args.timeout, on_poll=show)
@@ -238,7 +341,7 @@ def main(argv: list[str] | None = None) -> int:
     out.print(unclipped(results_table(summary)))
     out.print(f"mean accuracy {100 * summary['mean_accuracy']:.1f}%, worst "
               f"{100 * summary['worst_accuracy']:.1f}%, {spec.nodes} nodes, scheme {spec.scheme}"
-              f"{' + semi-local' if spec.semi_local else ''}, {spec.rounds} rounds x "
+              f"{semi_local_label(spec)}, {spec.rounds} rounds x "
               f"{spec.steps_per_round} steps, {summary['wall_seconds']:.0f}s")
     rates = [r for r in summary["rounds_per_second"].values() if r is not None]
     if rates:
@@ -249,6 +352,8 @@ def main(argv: list[str] | None = None) -> int:
         out.print(f"admin `status` round trip while training: median {latency['median']:.1f} ms, "
                   f"p95 {latency['p95']:.1f} ms, max {latency['max']:.1f} ms "
                   f"({latency['samples']:.0f} requests)")
+    if "grouping" in summary:
+        out.print(groups_line(summary["grouping"]))
     wire = summary.get("mean_wire_bytes_sent")
     out.print(f"sent per node: {summary['mean_bytes_sent'] / 1e6:.2f} MB of push-sum payload"
               + ("" if wire is None else f", {wire / 1e6:.2f} MB written to sockets"))

@@ -41,7 +41,7 @@ from p2p.wire.codec import DecodeError
 from p2p.wire.framing import FrameDecoder, FramingError, encode_frame
 from p2p.wire.handshake import Handshake, HandshakeError
 from p2p.wire.identity import Identity
-from p2p.wire.messages import Error, Hello, Ping
+from p2p.wire.messages import Error, NoiseHello, Ping
 from p2p.wire.sealing import Opener, Sealer, SealError
 from peersampling import Descriptor, PeerSampler, ShuffleReply, ShuffleRequest
 
@@ -367,8 +367,7 @@ _BOB = Identity.from_seed(b"b" * 32)
 @given(payloads=st.lists(st.binary(max_size=300) | st.sampled_from(VALID), min_size=1,
                          max_size=3),
        hello_changes=st.dictionaries(st.sampled_from(
-           ["version", "node_id", "listen_address", "tags", "nonce", "cipher", "swarm_proof",
-            "x"]), msgpack_values, max_size=3),
+           ["protocol", "noise", "x"]), msgpack_values, max_size=3),
        keyed=st.booleans())
 def prop_handshake(payloads: list[bytes], hello_changes: dict[str, Any], keyed: bool) -> None:
     """A responder fed junk, other messages or mangled HELLOs raises only HandshakeError."""
@@ -414,4 +413,4 @@ def test_fuzz_10k(prop: Any, request: pytest.FixtureRequest) -> None:
 
 def test_hello_is_a_registered_type() -> None:
     # guards the handshake fuzzing: it mutates real HELLOs
-    assert Hello in codec.registered_types().values()
+    assert NoiseHello in codec.registered_types().values()

@@ -51,6 +51,8 @@ def test_honest_runs_conserve_weight_and_mass_and_rarely_refuse() -> None:
         counters = [sim.cores[(i, "G")].counters for i in range(n)]
         refused += sum(c.guard_refused for c in counters)
         merged += sum(c.pushes_received for c in counters)
+        # an honest responder always replies to a request: the sink rule never fires
+        assert sum(c.unreciprocated for c in counters) == 0, (seed, n, spread, delay)
         # refusals and clipped requests never change the weight or the mass
         assert sim.total_weight("G") == pytest.approx(w0, rel=1e-12), (seed, n, spread, delay)
         if sum(c.clipped_replies for c in counters) == 0:
@@ -68,3 +70,4 @@ def test_honest_runs_with_faults_keep_their_weight_bounded(loss: float, crash: b
         sim, w0, _ = _run(seed, 8, 0.01, 0.8, loss=loss, crash=crash)
         survivors = 7 if crash else 8
         assert 0.5 * survivors <= sim.total_weight("G") <= 2 * 8
+        assert sum(sim.cores[(i, "G")].counters.unreciprocated for i in range(8)) == 0

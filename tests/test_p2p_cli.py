@@ -184,6 +184,7 @@ def test_run_errors_exit_2_with_one_line(
     bad.write_text("[training]\nlr = 0\n")
     plain = tmp_path / "plain"
     plain.write_text("not a key")
+    plain.chmod(0o600)  # a private file: the content is what is wrong
     names = {"bad": str(bad), "good": str(EXAMPLES / "local.toml"), "file": str(plain)}
     code, _, err = _run(capsys, "run", *[a.format(**names) for a in args])
     assert code == 2

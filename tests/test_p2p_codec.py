@@ -15,10 +15,11 @@ import gossip
 import peersampling
 from gossip.compression import ENCODINGS, EncodedVector, encode
 from gossip.messages import Push, PushAck
+from p2p.runtime.grouping_messages import GROUPING_MESSAGES
 from p2p.runtime.protocol import NODE_MESSAGES, register_node_messages
 from p2p.wire import codec
 from p2p.wire.codec import DecodeError, EncodeError, RegistrationError, VersionMismatch
-from p2p.wire.messages import MESSAGES, Error, Hello, Ping, Pong
+from p2p.wire.messages import MESSAGES, Error, HandshakePayload, NoiseHello, Ping, Pong
 from peersampling.descriptor import Descriptor
 from peersampling.messages import ShuffleReply, ShuffleRequest
 
@@ -152,8 +153,10 @@ def test_array_is_raw_little_endian_bytes() -> None:
 
 
 def test_p2p_messages_round_trip() -> None:
-    hello = Hello(1, b"n" * 32, "127.0.0.1:1", frozenset({b"t" * 32}), b"r" * 32, "chacha20", b"")
-    for msg in (hello, Ping(7), Pong(7), Error("rejected", "no")):
+    hello = NoiseHello("Noise_XX_25519_ChaChaPoly_SHA256", b"e" * 32)
+    payload = HandshakePayload(b"n" * 32, "127.0.0.1:1", frozenset({b"t" * 32}), "chacha20",
+                               b"s" * 64)
+    for msg in (hello, payload, Ping(7), Pong(7), Error("rejected", "no")):
         assert codec.decode(codec.encode(msg)) == msg
 
 
@@ -362,17 +365,16 @@ def test_ext_types_are_refused() -> None:
 
 
 def test_post_init_validation_becomes_decode_error() -> None:
-    with pytest.raises(DecodeError, match="invalid hello message: .*node_id must be 32 bytes"):
+    with pytest.raises(DecodeError,
+                       match="invalid handshake_payload message: .*node_id must be 32 bytes"):
         codec.decode(
             _raw(
-                t="hello",
-                version=1,
+                t="handshake_payload",
                 node_id=b"x",
                 listen_address="",
                 tags=[],
-                nonce=b"n" * 32,
                 cipher="chacha20",
-                swarm_proof=b"",
+                signature=b"s" * 64,
             )
         )
 
@@ -430,7 +432,7 @@ def test_registration_rules() -> None:
 
 def test_node_messages_round_trip_push_and_shuffle() -> None:
     names = register_node_messages()
-    assert {"push", "push_ack", "shuffle_request", "shuffle_reply", "hello"} <= set(names)
+    assert {"push", "push_ack", "shuffle_request", "shuffle_reply", "noise_hello"} <= set(names)
     assert register_node_messages() == names  # idempotent
     push = Push(b"m" * 32, 5, encode(np.arange(10, dtype=np.float64), "f64"), 0.5, masked=True)
     assert codec.decode(codec.encode(push)) == push
@@ -447,37 +449,43 @@ def test_each_package_brings_its_wire_surface() -> None:
     assert gossip.WIRE_MESSAGES == ((Push, "push"), (PushAck, "push_ack"))
     assert peersampling.WIRE_MESSAGES == (
         (ShuffleRequest, "shuffle_request"), (ShuffleReply, "shuffle_reply"))
-    assert set(NODE_MESSAGES) == {*MESSAGES, *gossip.WIRE_MESSAGES, *peersampling.WIRE_MESSAGES}
+    # plus the runtime's own surface: automatic grouping's record exchange (issue 16)
+    assert set(NODE_MESSAGES) == {*MESSAGES, *gossip.WIRE_MESSAGES, *peersampling.WIRE_MESSAGES,
+                                  *GROUPING_MESSAGES}
     # the wire's own messages need no registration: the handshake relies on them
     assert all(codec.is_registered(cls) for cls, _ in MESSAGES)
 
 
 # Payloads as the codec writes them: the format on the wire must not change by
 # accident. (Issue 13 changed it on purpose: pushes carry an EncodedVector and
-# may ask for a reply; acks may carry one.)
+# may ask for a reply; acks may carry one. Issue 11's Noise handshake bumped the
+# protocol version, "v", from 2 to 3.)
 _GOLDEN = {
     "push": "8ca56d6f64656cc4046d6d6d6da7707573685f696401a676616c75657384a8656e636f64696e67a3"
             "663634a66c656e67746802a46461746183a56474797065a33c6638a16e02a464617461c410000000"
             "000000f03f00000000000000c0a67363616c657383a56474797065a33c6634a16e00a464617461c4"
             "00a6776569676874cb3fe0000000000000a66d61736b6564c2a56e6f697379c2a96e6f6973655f61"
-            "676500aa77616e745f7265706c79c2a46261736500ae626173655f62795f73656e646572c2a17602"
+            "676500aa77616e745f7265706c79c2a46261736500ae626173655f62795f73656e646572c2a17603"
             "a174a470757368",
     "push_int8": "8ca56d6f64656cc4046d6d6d6da7707573685f696401a676616c75657384a8656e636f64696e"
                  "67a4696e7438a66c656e67746802a46461746183a56474797065a37c6931a16e02a464617461"
                  "c4023f81a67363616c657383a56474797065a33c6634a16e01a464617461c4040502813ca677"
                  "6569676874cb3fe0000000000000a66d61736b6564c2a56e6f697379c2a96e6f6973655f6167"
                  "6500aa77616e745f7265706c79c3a46261736500ae626173655f62795f73656e646572c2a176"
-                 "02a174a470757368",
+                 "03a174a470757368",
     "push_ack": "86a56d6f64656cc4046d6d6d6da7707573685f696405a57265706c79c0ac7265706c795f776569"
-                "676874cb0000000000000000a17602a174a8707573685f61636b",
+                "676874cb0000000000000000a17603a174a8707573685f61636b",
     "push_ack_reply": "86a56d6f64656cc4046d6d6d6da7707573685f696405a57265706c7984a8656e636f6469"
                       "6e67a462663136a66c656e67746802a46461746183a56474797065a33c7532a16e02a464"
                       "617461c404003f80bea67363616c657383a56474797065a33c6634a16e00a464617461c4"
-                      "00ac7265706c795f776569676874cb3fd0000000000000a17602a174a8707573685f6163"
+                      "00ac7265706c795f776569676874cb3fd0000000000000a17603a174a8707573685f6163"
                       "6b",
-    "shuffle_request": "85a673656e64657284a76e6f64655f6964c4046e6e6e6ea761646472657373a3683a31a3"
-                       "61676502a47461677392c40161c40162a7656e747269657390a476696577c40176a17602"
-                       "a174af73687566666c655f72657175657374",
+    # Issue 11 (same protocol version 3): descriptors carry a signed epoch and
+    # their signature (peersampling/signed.py).
+    "shuffle_request": "85a673656e64657286a76e6f64655f6964c4046e6e6e6ea761646472657373a3683a31a3"
+                       "61676502a47461677392c40161c40162a565706f636800a97369676e6174757265c400a7"
+                       "656e747269657390a476696577c40176a17603a174af73687566666c655f726571756573"
+                       "74",
 }
 
 

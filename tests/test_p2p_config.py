@@ -325,6 +325,7 @@ def test_swarm_key_round_trip_and_errors(tmp_path: Path) -> None:
     assert len(key) == 32 and key != generate_swarm_key()
     path = tmp_path / "swarm.key"
     path.write_text(encode_swarm_key(key))
+    path.chmod(0o600)  # a key others can read is refused (tests/test_local_hardening.py)
     assert load_swarm_key(path) == key
     with pytest.raises(SwarmKeyError, match="does not exist"):
         load_swarm_key(tmp_path / "none.key")

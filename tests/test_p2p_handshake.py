@@ -10,10 +10,11 @@ from pathlib import Path
 import msgpack
 import pytest
 
+from p2p.testing.relay_attack import ClaimedIdentity
 from p2p.wire import codec
-from p2p.wire.handshake import Handshake, HandshakeError
+from p2p.wire.handshake import PROTOCOL_KEYED, PROTOCOL_PLAIN, Handshake, HandshakeError
 from p2p.wire.identity import IDENTITY_FILE, Identity, IdentityError, verify_signature
-from p2p.wire.messages import Error, Hello, HelloAuth
+from p2p.wire.messages import Error, NoiseHello, NoiseMessage
 from p2p.wire.sealing import Opener, Sealer, SealError
 
 SWARM = b"s" * 32
@@ -92,6 +93,7 @@ def test_identity_data_dir_that_is_a_file(tmp_path: Path) -> None:
 
 def test_identity_garbage_key_file(tmp_path: Path) -> None:
     (tmp_path / IDENTITY_FILE).write_bytes(b"not a key")
+    (tmp_path / IDENTITY_FILE).chmod(0o600)  # private: only the content is wrong
     with pytest.raises(IdentityError, match="not a PEM-encoded Ed25519"):
         Identity.load_or_create(tmp_path)
 
@@ -109,11 +111,13 @@ def test_handshake_without_swarm_key() -> None:
     assert b.result.peer.listen_address == "10.0.0.1:1"
     assert b.result.peer.tags == frozenset({TAG})
     assert a.result.keys is None and b.result.keys is None
+    assert a.protocol == PROTOCOL_PLAIN
 
 
 def test_handshake_with_swarm_key_derives_matching_directional_keys() -> None:
     a, b = _pair(SWARM, SWARM)
     _run(a, b)
+    assert a.protocol == PROTOCOL_KEYED
     ka, kb = a.result.keys, b.result.keys  # type: ignore[union-attr]
     assert ka is not None and kb is not None
     assert ka.send_key == kb.recv_key and ka.recv_key == kb.send_key
@@ -125,11 +129,14 @@ def test_handshake_with_swarm_key_derives_matching_directional_keys() -> None:
 
 
 def test_session_keys_are_fresh_per_handshake() -> None:
+    # same two nodes twice: ephemeral keys make new session keys (forward secrecy)
     a1, b1 = _pair(SWARM, SWARM)
-    a2, b2 = _pair(SWARM, SWARM)
     _run(a1, b1)
+    a2 = Handshake(a1.identity, initiator=True, listen_address="", swarm_key=SWARM)
+    b2 = Handshake(b1.identity, initiator=False, listen_address="", swarm_key=SWARM)
     _run(a2, b2)
     assert a1.result.keys.send_key != a2.result.keys.send_key  # type: ignore[union-attr]
+    assert a1.result.keys.recv_key != a2.result.keys.recv_key  # type: ignore[union-attr]
 
 
 def test_expected_identity_accepted() -> None:
@@ -137,6 +144,24 @@ def test_expected_identity_accepted() -> None:
     a.expected_node_id = b.identity.node_id
     _run(a, b)
     assert a.done
+
+
+@pytest.mark.parametrize("swarm", [None, SWARM])
+def test_nothing_about_either_node_crosses_in_clear(swarm: bytes | None) -> None:
+    a, b = _pair(swarm, swarm)
+    wire = bytearray()
+    b.start()
+    to_b = a.start()
+    wire += b"".join(to_b)
+    to_a = [out for p in to_b for out in b.receive(p)]
+    wire += b"".join(to_a)
+    last = [out for p in to_a for out in a.receive(p)]
+    wire += b"".join(last)
+    for p in last:
+        b.receive(p)
+    assert a.done and b.done
+    for secret in (a.identity.node_id, b.identity.node_id, TAG, b"10.0.0.1:1", b"10.0.0.2:2"):
+        assert secret not in wire
 
 
 # --- handshake failures -------------------------------------------------------------
@@ -152,44 +177,78 @@ def test_version_mismatch() -> None:
     a, b = _pair()
     hello = msgpack.unpackb(a.start()[0], raw=False)
     hello["v"] = 99
-    hello["version"] = 99
     b.start()
     with pytest.raises(HandshakeError, match="protocol version mismatch: peer speaks version 99"):
         b.receive(msgpack.packb(hello, use_bin_type=True))
 
 
-def test_version_field_mismatch_inside_current_codec() -> None:
+def test_unsupported_handshake_protocol() -> None:
     a, b = _pair()
     hello = codec.decode(a.start()[0])
+    assert isinstance(hello, NoiseHello)
     b.start()
-    other = codec.PROTOCOL_VERSION + 1
-    with pytest.raises(HandshakeError, match=f"version mismatch: peer speaks version {other}"):
-        b.receive(codec.encode(dataclasses.replace(hello, version=other)))
+    other = dataclasses.replace(hello, protocol="Noise_IK_25519_AESGCM_SHA256")
+    with pytest.raises(HandshakeError, match="unsupported handshake protocol") as info:
+        b.receive(codec.encode(other))
+    assert info.value.tell_peer and PROTOCOL_PLAIN in info.value.peer_reason
 
 
-def test_bad_signature() -> None:
-    a, b = _pair()
+def _claiming(victim: Identity) -> Identity:
+    """Claims the victim's id but can only sign with a key of its own."""
+    return ClaimedIdentity(Identity.generate().private_key, victim.node_id)
+
+
+@pytest.mark.parametrize("swarm", [None, SWARM])
+def test_claiming_another_nodes_id_fails_on_the_signature(swarm: bytes | None) -> None:
+    victim = Identity.generate()
+    # as responder: the initiator refuses it before saying who it is
+    a = Handshake(Identity.generate(), initiator=True, listen_address="", swarm_key=swarm,
+                  expected_node_id=victim.node_id)
+    liar = Handshake(_claiming(victim), initiator=False, listen_address="", swarm_key=swarm)
+    liar.start()
+    reply = liar.receive(a.start()[0])
+    with pytest.raises(HandshakeError, match="bad signature: peer .* did not prove"):
+        a.receive(reply[0])
+    # as initiator: the responder refuses it
+    liar_i = Handshake(_claiming(victim), initiator=True, listen_address="", swarm_key=swarm)
+    honest = Handshake(Identity.generate(), initiator=False, listen_address="", swarm_key=swarm)
+    _fails(liar_i, honest, "bad signature")
+    assert not honest.done
+
+
+def test_reply_from_another_exchange_is_refused() -> None:
+    # A reply is bound to this exchange's ephemeral keys: replaying one recorded
+    # from an earlier handshake between the same nodes fails to authenticate.
+    a, b = _pair(SWARM, SWARM)
     b.start()
-    hello_r, auth_r = b.receive(a.start()[0])
-    assert a.receive(hello_r) == []
-    forged = HelloAuth(bytes(64))
-    with pytest.raises(HandshakeError, match="bad signature"):
-        a.receive(codec.encode(forged))
+    (old_reply,) = b.receive(a.start()[0])
+    a2 = Handshake(a.identity, initiator=True, listen_address="", swarm_key=SWARM)
+    a2.start()
+    with pytest.raises(HandshakeError, match="does not authenticate") as info:
+        a2.receive(old_reply)
+    assert not info.value.tell_peer
 
 
-def test_signature_from_another_exchange_is_rejected() -> None:
-    # A signature is bound to this transcript: replaying one from an earlier
-    # handshake between the same nodes fails.
-    a, b = _pair()
+@pytest.mark.parametrize("swarm", [None, SWARM])
+def test_replayed_first_message_gets_nothing_usable(swarm: bytes | None) -> None:
+    a, b = _pair(swarm, swarm)
+    (hello,) = a.start()
     b.start()
-    _, old_auth = b.receive(a.start()[0])
-    a2 = Handshake(a.identity, initiator=True, listen_address="", tags=frozenset())
-    b2 = Handshake(b.identity, initiator=False, listen_address="")
-    b2.start()
-    hello_r2, _ = b2.receive(a2.start()[0])
-    a2.receive(hello_r2)
-    with pytest.raises(HandshakeError, match="bad signature"):
-        a2.receive(old_auth)
+    (reply,) = b.receive(hello)  # the honest exchange, recorded by an eavesdropper
+    replayed = Handshake(b.identity, initiator=False, listen_address="10.0.0.2:2",
+                         tags=frozenset({TAG}), swarm_key=swarm)
+    replayed.start()
+    (answer,) = replayed.receive(hello)
+    assert answer != reply  # a fresh ephemeral key: a new session, not the old one
+    for secret in (b.identity.node_id, b"10.0.0.2:2", TAG):
+        assert secret not in answer  # the responder's id, address and tags are encrypted
+    # without the initiator's ephemeral private key the answer cannot be opened:
+    # another initiator (even one with the swarm key) fails on it
+    other = Handshake(Identity.generate(), initiator=True, listen_address="", swarm_key=swarm)
+    other.start()
+    with pytest.raises(HandshakeError, match="does not authenticate"):
+        other.receive(answer)
+    assert not replayed.done  # and the responder never completes with the replayer
 
 
 def test_missing_swarm_key_on_joining_node() -> None:
@@ -210,7 +269,6 @@ def test_missing_swarm_key_on_responder() -> None:
          "the peer requires a swarm key and this node has none (pass --swarm-key-file"),
         ((SWARM, None), "the peer uses a swarm key and this node has none",
          "the peer has no swarm key and this node uses one"),
-        ((b"x" * 32, SWARM), "wrong swarm key", "the peer's swarm key differs from this node's"),
     ],
 )
 def test_swarm_key_refusal_is_worded_for_the_side_that_reads_it(
@@ -218,6 +276,7 @@ def test_swarm_key_refusal_is_worded_for_the_side_that_reads_it(
 ) -> None:
     a, b = _pair(*keys)
     error = _fails(a, b, local)  # b detects it; a reads error.peer_reason as a refusal
+    assert error.tell_peer
     assert told_to_peer in error.peer_reason
     a2, _ = _pair(*keys)
     a2.start()
@@ -227,24 +286,47 @@ def test_swarm_key_refusal_is_worded_for_the_side_that_reads_it(
     assert str(refused.value) == f"peer refused the handshake: {error.peer_reason}"
 
 
-def test_wrong_swarm_key() -> None:
+def test_wrong_swarm_key_fails_at_the_first_message_silently() -> None:
     a, b = _pair(b"x" * 32, SWARM)
-    _fails(a, b, "wrong swarm key")
+    b.start()
+    with pytest.raises(HandshakeError, match="wrong swarm key: the peer's first handshake "
+                                             "message does not authenticate") as info:
+        b.receive(a.start()[0])
+    assert info.value.silent and not info.value.tell_peer  # the responder just closes
+    # the initiator, whose connection is closed, is told what that most likely means
+    assert "wrong swarm key?" in a.explain_close("connection closed by peer")
+    assert b.explain_close("x") == "x"
 
 
-def test_tampered_hello_fails_swarm_proof() -> None:
+def test_tampered_hello_fails_authentication() -> None:
     a, b = _pair(SWARM, SWARM)
     hello = codec.decode(a.start()[0])
-    assert isinstance(hello, Hello)
+    assert isinstance(hello, NoiseHello)
     b.start()
-    evil = dataclasses.replace(hello, listen_address="6.6.6.6:1")
+    noise = bytearray(hello.noise)
+    noise[0] ^= 1  # another ephemeral key
     with pytest.raises(HandshakeError, match="wrong swarm key"):
-        b.receive(codec.encode(evil))
+        b.receive(codec.encode(dataclasses.replace(hello, noise=bytes(noise))))
+
+
+def test_tampered_last_message_fails_authentication() -> None:
+    a, b = _pair(SWARM, SWARM)
+    b.start()
+    (reply,) = b.receive(a.start()[0])
+    (last,) = a.receive(reply)
+    msg = codec.decode(last)
+    assert isinstance(msg, NoiseMessage)
+    noise = bytearray(msg.noise)
+    noise[-1] ^= 1
+    with pytest.raises(HandshakeError, match="last message does not authenticate") as info:
+        b.receive(codec.encode(NoiseMessage(bytes(noise))))
+    assert info.value.silent
 
 
 def test_identity_mismatch() -> None:
     a, b = _pair(expected_node_id=Identity.generate().node_id)
-    _fails(a, b, "identity mismatch: expected node")
+    error = _fails(a, b, "identity mismatch: expected node")
+    assert b.identity.node_id.hex()[:16] not in error.peer_reason  # sent in clear
 
 
 def test_self_connection() -> None:
@@ -255,8 +337,6 @@ def test_self_connection() -> None:
 
 
 def test_peer_error_is_reported_as_refusal() -> None:
-    from p2p.wire.messages import Error
-
     a, _ = _pair()
     a.start()
     with pytest.raises(HandshakeError, match="peer refused the handshake: go away") as info:
@@ -267,13 +347,26 @@ def test_peer_error_is_reported_as_refusal() -> None:
 def test_unexpected_message_and_garbage() -> None:
     a, b = _pair()
     a.start()
-    with pytest.raises(HandshakeError, match="expected Hello during handshake, got HelloAuth"):
-        a.receive(codec.encode(HelloAuth(b"x")))
+    with pytest.raises(HandshakeError,
+                       match="expected NoiseMessage during handshake, got NoiseHello"):
+        a.receive(codec.encode(NoiseHello(PROTOCOL_PLAIN, b"x")))
     b.start()
     with pytest.raises(HandshakeError, match="malformed handshake message"):
         b.receive(b"\xc1garbage")
     with pytest.raises(HandshakeError):  # a failed handshake stays failed
         b.receive(b"")
+
+
+@pytest.mark.parametrize("swarm", [None, SWARM])
+def test_invalid_ephemeral_key_is_a_handshake_error(swarm: bytes | None) -> None:
+    # the all-zero point has low order: no shared secret; refused, not a crash
+    a, b = _pair(swarm, swarm)
+    hello = codec.decode(a.start()[0])
+    assert isinstance(hello, NoiseHello)
+    b.start()
+    zero = dataclasses.replace(hello, noise=bytes(32) + hello.noise[32:])
+    with pytest.raises(HandshakeError, match="malformed handshake message|wrong swarm key"):
+        b.receive(codec.encode(zero))
 
 
 def test_bad_swarm_key_length() -> None:
@@ -309,3 +402,39 @@ def test_sealing_wrong_key_and_unknown_cipher() -> None:
         Opener(b"b" * 32).open(f)
     with pytest.raises(ValueError, match="unknown cipher 'rot13'"):
         Sealer(b"a" * 32, "rot13")
+
+
+def test_a_man_in_the_middle_cannot_downgrade_two_keyed_nodes_to_plain_xx() -> None:
+    # The man in the middle rewrites the keyed hello into a keyless one: the
+    # keyed responder refuses that protocol outright...
+    a, b = _pair(SWARM, SWARM)
+    b.start()
+    hello = codec.decode(a.start()[0])
+    assert isinstance(hello, NoiseHello) and hello.protocol == PROTOCOL_KEYED
+    with pytest.raises(HandshakeError, match="missing swarm key"):
+        b.receive(codec.encode(NoiseHello(PROTOCOL_PLAIN, hello.noise)))
+    # ...and a keyless responder's reply, relayed to the keyed initiator, fails
+    # its authentication (the initiator's state has the swarm key mixed in)
+    a, _ = _pair(SWARM, SWARM)
+    plain = Handshake(Identity.generate(), initiator=False, listen_address="10.0.0.3:3")
+    plain.start()
+    keyed_hello = codec.decode(a.start()[0])
+    assert isinstance(keyed_hello, NoiseHello)
+    reply = plain.receive(codec.encode(NoiseHello(PROTOCOL_PLAIN, keyed_hello.noise[:32])))
+    with pytest.raises(HandshakeError, match="does not authenticate") as info:
+        a.receive(reply[0])
+    assert info.value.silent and a.result is None
+
+
+def test_a_refusal_in_clear_cannot_forge_log_lines_or_flood_them() -> None:
+    # Anyone on the path (or a replayer of a first message) can send an Error in
+    # clear during the handshake: its reason ends up in this node's log.
+    a, _ = _pair(SWARM, SWARM)
+    a.start()
+    forged = "go away\nWARNING p2p.runtime.node: pushed 1e9 weight\x1b[2J" + "x" * 100_000
+    with pytest.raises(HandshakeError) as info:
+        a.receive(codec.encode(Error("handshake", forged)))
+    assert info.value.remote
+    reason = info.value.reason
+    assert reason.startswith("peer refused the handshake: go away")
+    assert "\n" not in reason and "\x1b" not in reason and len(reason) < 600

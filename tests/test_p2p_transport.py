@@ -340,11 +340,13 @@ async def test_connection_limit_refuses_extra_incoming(caplog: pytest.LogCapture
     async with trio.open_nursery() as nursery:
         address = await nursery.start(server.serve, echo_handler)
         host, port = address.rsplit(":", 1)
-        first = await trio.open_tcp_stream(host, int(port))  # occupies the only slot
+        # occupies the only handshake slot (max_connections=1 leaves one)
+        first = await trio.open_tcp_stream(host, int(port))
         await wait_until(lambda: server.open_connections == 1)
         with caplog.at_level(logging.WARNING, logger="p2p.wire.transport"):
             assert await _raw_exchange(address, b"") == b""  # closed at once
-        assert any("connection limit of 1" in r.getMessage() for r in caplog.records)
+        assert any("handshakes from 127.0.0.1 already in progress (limit 1 per source)"
+                   in r.getMessage() for r in caplog.records)
         await first.aclose()
         await server.aclose()
 

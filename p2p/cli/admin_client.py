@@ -5,6 +5,12 @@ and scripts can use it without trio::
 
     from p2p.cli.admin_client import AdminClient
     status = AdminClient.for_data_dir("/var/lib/p2p").request("status")
+
+Before it trusts an answer, the client checks who is talking: the socket must
+be owned by its directory's owner (the node's user), in a directory no one
+else can write, and, on Linux, the process that answers must run as that user
+(``SO_PEERCRED``). Otherwise :class:`AdminSocketUntrusted` says why; a local
+user who planted a fake ``admin.sock`` cannot make ``p2p stop`` report success.
 """
 
 from __future__ import annotations
@@ -13,9 +19,12 @@ import errno
 import json
 import os
 import socket
+import stat
 from pathlib import Path
 from typing import Any
 
+from p2p.file_safety import admin_socket_problem, describe_uid
+from p2p.peer_credentials import PeerCredentials, read_peer_credentials
 from p2p.runtime.admin_server import ADMIN_SOCKET_NAME
 
 __all__ = [
@@ -24,6 +33,7 @@ __all__ = [
     "AdminCommandError",
     "AdminConnectionError",
     "AdminProtocolError",
+    "AdminSocketUntrusted",
     "admin_request",
 ]
 
@@ -46,12 +56,23 @@ class AdminProtocolError(AdminClientError):
     """The reply was not a well-formed admin reply."""
 
 
+class AdminSocketUntrusted(AdminClientError):
+    """The socket, its directory or the process answering on it belongs to
+    another user than the node's: the client refused to talk to it.
+
+    Deliberately not an :class:`AdminConnectionError`: "no node answers" must
+    never be concluded from a socket that answers but is not trusted.
+    """
+
+
 class AdminClient:
     """Client for the admin socket at ``socket_path``; one connection per request."""
 
     def __init__(self, socket_path: str | os.PathLike[str], *, timeout: float = 10.0) -> None:
         self.socket_path = Path(socket_path)
         self.timeout = timeout
+        #: the process that answered the last request (None where SO_PEERCRED is missing)
+        self.last_peer: PeerCredentials | None = None
 
     @classmethod
     def for_data_dir(cls, data_dir: str | os.PathLike[str], *,
@@ -63,8 +84,9 @@ class AdminClient:
         """Send ``{"cmd": cmd}`` and return the reply's ``result``.
 
         Raises :class:`AdminConnectionError` when no node answers,
-        :class:`AdminCommandError` when the node reports an error, and
-        :class:`AdminProtocolError` on a malformed reply.
+        :class:`AdminSocketUntrusted` when the socket or the process answering
+        belongs to another user, :class:`AdminCommandError` when the node
+        reports an error, and :class:`AdminProtocolError` on a malformed reply.
         """
         reply = self._exchange(json.dumps({"cmd": cmd}).encode() + b"\n")
         if reply.get("ok") is True and isinstance(reply.get("result"), dict):
@@ -74,8 +96,39 @@ class AdminClient:
         raise AdminProtocolError(f"malformed reply from {self.socket_path}: expected "
                                  '{"ok": ..., "result"|"error": ...}')
 
+    def _check_owner(self) -> int | None:
+        """The node's uid (the socket directory's owner) once the socket and its
+        directory check out; None when they cannot be examined (connect says why)."""
+        path = self.socket_path
+        try:
+            socket_st = os.stat(path)
+            dir_st = os.stat(path.parent)
+        except FileNotFoundError:
+            raise AdminConnectionError(
+                f"no admin socket at {path}: is the node running with this data "
+                "directory?") from None
+        except OSError:
+            return None
+        if not stat.S_ISSOCK(socket_st.st_mode):
+            raise AdminConnectionError(f"{path} is not a node's admin socket")
+        problem = admin_socket_problem(path, socket_st, dir_st, os.geteuid())
+        if problem is not None:
+            raise AdminSocketUntrusted(problem)
+        return dir_st.st_uid
+
+    def _check_peer(self, sock: socket.socket, daemon_uid: int | None) -> None:
+        """Refuse a server process that runs as another user than the node's."""
+        self.last_peer = creds = read_peer_credentials(sock)
+        if creds is None or daemon_uid is None or creds.uid == daemon_uid:
+            return
+        raise AdminSocketUntrusted(
+            f"the process answering on admin socket {self.socket_path} (pid {creds.pid}) runs "
+            f"as {describe_uid(creds.uid)}, not as the daemon's user "
+            f"({describe_uid(daemon_uid)}): refusing to talk to it")
+
     def _exchange(self, request: bytes) -> dict[str, Any]:
         path = self.socket_path
+        daemon_uid = self._check_owner()
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         sock.settimeout(self.timeout)
         try:
@@ -99,6 +152,7 @@ class AdminClient:
                     raise AdminConnectionError(f"{path} is not a node's admin socket") from None
                 raise AdminConnectionError(f"cannot connect to {path}: "
                                            f"{exc.strerror or exc}") from None
+            self._check_peer(sock, daemon_uid)
             try:
                 try:
                     sock.sendall(request)

@@ -3,13 +3,14 @@
 ::
 
     p2p run --config node.toml --data-dir ./n0 [--listen H:P] [--bootstrap H:P,...]
-    p2p status|peers|models|metrics (--data-dir DIR | --socket PATH) [--json]
+    p2p status|peers|models|metrics|groups (--data-dir DIR | --socket PATH) [--json]
     p2p checkpoint|stop (--data-dir DIR | --socket PATH)
     p2p keygen [--out FILE] [--force]
     p2p config --config FILE [--json] # validate and print the resolved config
 
 Errors print one line to stderr (``p2p: error: ...``) and exit non-zero:
-2 for usage and configuration errors, 3 when ``run`` finds its data directory
+2 for usage and configuration errors (and for a data directory or key file that
+another user owns or can write), 3 when ``run`` finds its data directory
 held by another node or its port taken, 1 when the node cannot be reached or a
 command fails. Tracebacks are shown only with ``--log-level debug`` or
 ``P2P_DEBUG=1``.
@@ -57,7 +58,7 @@ EXIT_USAGE = 2
 EXIT_IN_USE = 3  # `run`: another node holds the data directory, or the port is taken
 EXIT_INTERRUPTED = 130
 
-QUERY_COMMANDS = ("status", "peers", "models", "metrics")
+QUERY_COMMANDS = ("status", "peers", "models", "metrics", "groups")
 
 
 class UsageError(Exception):
@@ -166,7 +167,8 @@ def build_parser() -> argparse.ArgumentParser:
     for name, text in (("status", "show a running node's status"),
                        ("peers", "show a running node's peer views"),
                        ("models", "show a running node's partial models"),
-                       ("metrics", "show a running node's counters and timings")):
+                       ("metrics", "show a running node's counters and timings"),
+                       ("groups", "show a running node's automatic semi-local groups")):
         p = sub.add_parser(name, help=text, description=text[0].upper() + text[1:] + ".")
         _add_target_options(p)
         p.add_argument("--json", action="store_true",
@@ -308,6 +310,9 @@ def _cmd_stop(args: argparse.Namespace) -> int:
     client = AdminClient(path, timeout=args.timeout)
     t0 = time.monotonic()
     result = client.request("stop")
+    peer = client.last_peer  # who answered, as the kernel says (Linux)
+    if pid is None and peer is not None and peer.pid > 0 and peer.pid != os.getpid():
+        pid = peer.pid  # no lock to read: wait for the process that accepted the stop
     if not args.wait:
         _print_stop(args, result)
         return EXIT_OK
@@ -399,6 +404,7 @@ _COMMANDS = {
     "peers": _cmd_query,
     "models": _cmd_query,
     "metrics": _cmd_query,
+    "groups": _cmd_query,
     "checkpoint": _cmd_query,
     "stop": _cmd_stop,
     "keygen": _cmd_keygen,
@@ -469,11 +475,15 @@ def _startup_failure(exc: Exception) -> int | None:
     """The exit status for a node that could not start, or None for other errors.
 
     EXIT_IN_USE when another process holds what the node needs (its data
-    directory, its port); EXIT_USAGE when the listen address is wrong."""
+    directory, its port); EXIT_USAGE when the listen address is wrong or the
+    data directory or a key is not private to the node's user."""
+    from p2p.file_safety import UnsafeFileError
     from p2p.runtime.admin_server import AdminError
     from p2p.runtime.datadir_lock import DataDirLocked, DataDirLockError
     from p2p.wire.listen import ListenError
 
+    if isinstance(exc, UnsafeFileError):  # fixed by the operator (chown/chmod), like usage
+        return EXIT_USAGE
     if isinstance(exc, DataDirLocked):
         return EXIT_IN_USE
     if isinstance(exc, ListenError):

@@ -23,9 +23,11 @@ __all__ = [
     "fmt_age",
     "fmt_bytes",
     "fmt_duration",
+    "fmt_groups",
     "fmt_privacy",
     "make_console",
     "render_checkpoint",
+    "render_groups",
     "render_metrics",
     "render_models",
     "render_peers",
@@ -144,6 +146,47 @@ def fmt_privacy(value: object) -> str:
     return text
 
 
+def _fmt_records(g: Mapping[str, Any]) -> str:
+    expected = g.get("expected")
+    of = f" of {_fmt_int(expected)}" if _is_number(expected) else ""
+    return f"{_fmt_int(g.get('records'))}{of} projection records"
+
+
+def _fmt_agreement(g: Mapping[str, Any]) -> str:
+    """``fingerprint 3fa2c1d0e4…, 11 peers agree`` (+ disagreements repaired)."""
+    text = f"fingerprint {_fmt_id(g.get('fingerprint'))}, {_fmt_int(g.get('peers_agreeing'))} " \
+           "peers agree"
+    disagreements = g.get("disagreements")
+    if _is_number(disagreements) and disagreements:
+        text += f", differing fingerprints seen: {_fmt_int(disagreements)} (re-synced)"
+    return text
+
+
+def _fmt_epoch(g: Mapping[str, Any]) -> str:
+    """``1``, or ``1 attempt 2`` once the nodes looked again (``clustering.retries``)."""
+    attempt = g.get("attempt")
+    more = f" attempt {_fmt_int(attempt)}" if _is_number(attempt) and attempt else ""
+    return _fmt_int(g.get("epoch")) + more
+
+
+def fmt_groups(value: object) -> str:
+    """``status``'s ``groups``: ``agreed, epoch 1: 5 groups; own: semi-e1-g2 (2 members);
+    fingerprint 3fa2c1d0e4…, 11 peers agree``."""
+    g = _mapping(value)
+    if not g:
+        return MISSING
+    phase, epoch = g.get("phase"), _fmt_epoch(g)
+    if phase == "agreed":
+        members = g.get("members")
+        own = (f"own: {g['model']} ({_fmt_int(members)} members)" if g.get("model")
+               else "own: alone (its neurons stay local)")
+        return (f"agreed, epoch {epoch}: {_fmt_int(g.get('count'))} groups; {own}; "
+                + _fmt_agreement(g))
+    if phase == "collecting":
+        return f"collecting, epoch {epoch}: {_fmt_records(g)}"
+    return f"{_fmt_text(phase)}, epoch {epoch}"
+
+
 # --------------------------------------------------------------------------- renderers
 
 _STATUS_FIELDS: tuple[tuple[str, str, Callable[[object], str]], ...] = (
@@ -159,6 +202,7 @@ _STATUS_FIELDS: tuple[tuple[str, str, Callable[[object], str]], ...] = (
     ("collaborating", "collaborating", _fmt_text),
     ("training", "training", _fmt_text),
     ("privacy", "privacy", fmt_privacy),
+    ("groups", "groups", fmt_groups),
     ("view_size", "peers in view", _fmt_int),
     ("connections", "connections", _fmt_int),
     ("pid", "pid", _fmt_text),
@@ -191,7 +235,8 @@ def render_status(result: Mapping[str, Any]) -> RenderableType:
     table.add_column("field", style="bold", no_wrap=True)
     table.add_column("value", overflow="fold")
     for key, label, fmt in _STATUS_FIELDS:
-        if key not in result or (key == "privacy" and not result[key]):  # no DP-SGD: no row
+        # no DP-SGD, no clustering: no row
+        if key not in result or (key in ("privacy", "groups") and not result[key]):
             continue
         value = fmt(result[key])
         if key == "isolated" and result[key] is True:
@@ -323,6 +368,46 @@ def render_checkpoint(result: Mapping[str, Any]) -> RenderableType:
     )
 
 
+def render_groups(result: Mapping[str, Any]) -> RenderableType:
+    """Automatic semi-local groups: a line on the phase and agreement, then one row per
+    group (its model, members; the node's own group, marked ``*``, with its barycentre
+    distance and gain)."""
+    phase, epoch = result.get("phase"), _fmt_epoch(result)
+    if phase == "off":
+        return Text("automatic grouping is off on this node (clustering.mode = \"off\")")
+    head = f"groups: {_fmt_text(phase)}, epoch {epoch}, {_fmt_records(result)}"
+    if phase != "agreed":
+        return Text(head + " (no grouping agreed yet)")
+    head += "; " + _fmt_agreement(result)
+    own = _mapping(result.get("own"))
+    own_members = own.get("members")
+    table = Table()
+    table.add_column("", no_wrap=True)
+    table.add_column("model", no_wrap=True)
+    table.add_column("size", justify="right")
+    table.add_column("members")
+    table.add_column("distance", justify="right")
+    table.add_column("gain", justify="right")
+    groups = _rows(result.get("groups"))
+    for group in groups:
+        members = group.get("members")
+        mine = isinstance(members, list) and members == own_members
+        table.add_row(
+            "*" if mine else "",
+            _fmt_text(group.get("model")) if group.get("model") else "(alone)",
+            _fmt_int(len(members)) if isinstance(members, list) else MISSING,
+            ", ".join(_fmt_id(m) for m in members) if isinstance(members, list) else MISSING,
+            _fmt_float(group.get("barycentre_distance")) if mine else "",
+            _fmt_float(group.get("gain")) if mine else "",
+        )
+    if not groups:
+        table.add_row("", "(none)", "", "", "", "")
+    table.caption = ("* this node's group; distance: its projection to the group's barycentre; "
+                     "gain: its utility in the group minus alone")
+    table.caption_justify = "left"
+    return Group(Text(head), table)
+
+
 def render_stop(result: Mapping[str, Any]) -> RenderableType:
     """Acknowledge a stop request."""
     if result.get("stopping") is False:
@@ -337,6 +422,7 @@ RENDERERS: dict[str, Callable[[Mapping[str, Any]], RenderableType]] = {
     "metrics": render_metrics,
     "checkpoint": render_checkpoint,
     "stop": render_stop,
+    "groups": render_groups,
 }
 
 

@@ -68,7 +68,10 @@ __all__ = [
     "LOG_LEVELS",
     "MODEL_KEYS",
     "NODE_PRIVACY_MODES",
+    "CLUSTERING_MODES",
+    "CLUSTERING_STARTS",
     "CheckpointConfig",
+    "ClusteringConfig",
     "DPSection",
     "DataConfig",
     "GossipConfig",
@@ -415,6 +418,97 @@ class CheckpointConfig:
     interval: float = setting(60.0, Number(above=0), "seconds between checkpoints")
 
 
+#: ``clustering.mode``: "off" (groups, if any, are declared by hand) or "auto".
+CLUSTERING_MODES = ("off", "auto")
+#: ``clustering.start``: how an automatic semi-local model's values start.
+CLUSTERING_STARTS = ("average", "reinit")
+
+
+@dataclass(frozen=True)
+class ClusteringConfig:
+    """``[clustering]``: semi-local groups found by the nodes themselves (issue 16).
+
+    With ``mode = "auto"`` the node trains ``pretrain_rounds`` rounds (its
+    global model gossiping as usual, its local neurons alone), projects its
+    network on the task's public split, exchanges signed projection records
+    with its peers, and once the table is complete runs the grouping; its
+    group (2+ nodes) then shares ``share`` of each hidden layer, taken from the
+    local neurons, as a semi-local model depending on the global model.
+    """
+
+    mode: str = setting("off", Choice(CLUSTERING_MODES),
+                        '"off", or "auto": find semi-local groups with the peers while running')
+    pretrain_rounds: int = setting(60, Integer(minimum=1),
+                                   "rounds trained before the node computes its projection "
+                                   "(the networks must have learned their tasks by then: on "
+                                   "digits 20-40 rounds found no groups, 60 the right ones)")
+    hold: float = setting(60.0, Number(minimum=0),
+                          "seconds training waits after pre-training for the groups to "
+                          "apply, so the rounds after it train them (0: never waits)")
+    share: float = setting(0.2, Number(above=0, maximum=1),
+                           "share of each hidden layer the semi-local model takes (from the "
+                           "local neurons: the declared models must leave that many)")
+    start: str = setting("average", Choice(CLUSTERING_STARTS),
+                         'the semi-local model\'s first values: "average" the members\' '
+                         'pre-trained local values (push-sum), "reinit" from the model\'s '
+                         "shared initialisation seed")
+    epoch: int = setting(1, Integer(minimum=0, maximum=2**31 - 1),
+                         "grouping epoch: names the models and seeds the grouping")
+    expected_nodes: int = setting(0, Integer(minimum=0),
+                                  "nodes whose records complete the table (0: unknown, "
+                                  "the quiet period alone decides)")
+    quiet_period: float = setting(5.0, Number(above=0),
+                                  "seconds without a new record (and with a peer "
+                                  "announcing the same result) before the groups apply")
+    pull_period: float = setting(0.5, Number(above=0),
+                                 "seconds between two record exchanges with a sampled peer")
+    max_records: int = setting(1024, Integer(minimum=2, maximum=65536),
+                               "projection records kept at most (bounds memory)")
+    retries: int = setting(1, Integer(minimum=0, maximum=16),
+                           "times the nodes look again, after another pretrain_rounds "
+                           "rounds, when an attempt found every node alone (0: the first "
+                           "answer is final; 12 digits daemons, seed 2: no gap after 60 "
+                           "rounds, the exact pairs after 120)")
+
+    @property
+    def auto(self) -> bool:
+        """Whether automatic grouping is on."""
+        return self.mode == "auto"
+
+    def global_model(self, layout: ModelLayout) -> str:
+        """The declared global model the semi-local models depend on (ConfigError if none)."""
+        found = [n for n in layout.declared_models if layout.model_kind(n) == "global"]
+        if len(found) != 1:
+            what = "none" if not found else ", ".join(found)
+            raise ConfigError(
+                f"clustering.mode: \"auto\" needs exactly one global model to depend on; "
+                f"the declared global models are {what}", key="clustering.mode")
+        return found[0]
+
+    def semi_local_counts(self, layout: ModelLayout) -> tuple[int, ...]:
+        """Neurons per layer of an automatic semi-local model: ``share`` of each hidden
+        layer, none of the input and output layers (ConfigError if the local neurons
+        cannot provide them)."""
+        sizes = layout.network.sizes
+        local = [p.size for p in layout.neurons("local")]
+        counts = [0] * len(sizes)
+        for layer in range(1, len(sizes) - 1):
+            want = int(round(self.share * sizes[layer]))
+            if want > local[layer]:
+                raise ConfigError(
+                    f"clustering.share: {self.share:g} of hidden layer {layer} is {want} "
+                    f"neurons but the declared models leave only {local[layer]} local there; "
+                    "lower clustering.share or the global model's neurons",
+                    key="clustering.share")
+            counts[layer] = want
+        if not any(counts):
+            raise ConfigError(
+                f"clustering.share: {self.share:g} of the hidden layers "
+                f"{list(sizes[1:-1])} is no neuron; expected a share giving at least one",
+                key="clustering.share")
+        return tuple(counts)
+
+
 # --------------------------------------------------------------------------- the whole
 
 #: What a push adds to its model's float64 values on the wire: fingerprint, ids,
@@ -465,6 +559,7 @@ class NodeConfig:
     security: SecurityConfig = field(default_factory=SecurityConfig)
     limits: LimitsConfig = field(default_factory=LimitsConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    clustering: ClusteringConfig = field(default_factory=ClusteringConfig)
     source: Path | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
@@ -473,6 +568,27 @@ class NodeConfig:
         self.data.label_map(self.network.layers[-1])
         self._check_dp_plan()
         self._check_shift()
+        self._check_clustering()
+
+    def _check_clustering(self) -> None:
+        """``clustering.mode = "auto"`` needs a global model, local neurons to convert,
+        a public split to project on and rounds left after the pre-training."""
+        c = self.clustering
+        if not c.auto:
+            return
+        layout = self.layout()
+        c.global_model(layout)
+        c.semi_local_counts(layout)
+        if self.data.public_size == 0:
+            raise ConfigError(
+                "clustering.mode: \"auto\" projects every node on the task's public split, "
+                "but data.public_size is 0; set data.public_size (e.g. 500)",
+                key="clustering.mode")
+        if self.training.rounds and self.training.rounds <= c.pretrain_rounds:
+            raise ConfigError(
+                f"clustering.pretrain_rounds: {c.pretrain_rounds} leaves no round of "
+                f"training.rounds = {self.training.rounds} to train the groups; expected "
+                "fewer pre-training rounds", key="clustering.pretrain_rounds")
 
     def _check_shift(self) -> None:
         """``training.shift`` moves images: the network must take images, and not train with DP."""

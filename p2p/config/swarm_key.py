@@ -2,6 +2,8 @@
 
 The key file is configuration the operator provides (``security.swarm_key_file``);
 ``p2p keygen`` and the swarm launcher write it with :func:`write_swarm_key`.
+:func:`load_swarm_key` refuses a file owned by another user or that other
+users can read or write (:mod:`p2p.file_safety`).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import secrets
 from pathlib import Path
 
 from p2p.config.errors import ConfigError
+from p2p.file_safety import read_private_file
 from p2p.files import write_private_file
 
 __all__ = [
@@ -28,6 +31,8 @@ logger = logging.getLogger(__name__)
 
 SWARM_KEY_BYTES = 32
 _KEY = "security.swarm_key_file"
+_FRESH_KEY = ("make a new key with `p2p keygen --out FILE` and give it to every node of the "
+              "swarm")
 
 
 class SwarmKeyError(ConfigError):
@@ -56,13 +61,13 @@ def load_swarm_key(path: str | os.PathLike[str]) -> bytes:
     """Read a swarm key file written by ``p2p keygen`` and return the 32 bytes.
 
     Raises :class:`SwarmKeyError` naming the file when it is missing, unreadable,
-    not base64, or not 32 bytes long. Logs a warning when other users can read it.
+    not base64, or not 32 bytes long, and :class:`p2p.file_safety.UnsafeFileError`
+    when it is not owned by this process's user or other users can read or write it.
     """
     p = Path(path).expanduser()
     expected = f"one line of base64 encoding {SWARM_KEY_BYTES} bytes (as `p2p keygen` writes)"
     try:
-        raw = p.read_bytes()
-        mode = p.stat().st_mode
+        raw = read_private_file(p, what="swarm key file", origin=_FRESH_KEY)
     except FileNotFoundError:
         raise SwarmKeyError(f"swarm key file {p} does not exist (create one with "
                             "`p2p keygen --out FILE`)", key=_KEY) from None
@@ -80,7 +85,4 @@ def load_swarm_key(path: str | os.PathLike[str]) -> bytes:
     if len(decoded) != SWARM_KEY_BYTES:
         raise SwarmKeyError(f"swarm key file {p} holds {len(decoded)} bytes; expected "
                             f"{SWARM_KEY_BYTES} (as `p2p keygen` writes)", key=_KEY)
-    if mode & 0o077:
-        logger.warning("swarm key file %s is readable by other users (mode %o); "
-                       "consider chmod 600", p, mode & 0o777)
     return decoded

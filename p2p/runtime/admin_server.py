@@ -1,7 +1,9 @@
 """Admin socket server: a local control channel for a running node.
 
 The node listens on a Unix stream socket, ``admin.sock`` in its data
-directory, created with mode 0600 (only the node's user may connect). The
+directory, created with mode 0600 (only the node's user may connect); on
+Linux the server also asks the kernel who connected (``SO_PEERCRED``) and
+answers any user other than the node's own and root with an error. The
 protocol is one JSON object per line in each direction, so ``socat`` works::
 
     $ echo '{"cmd": "status"}' | socat - UNIX-CONNECT:/var/lib/p2p/admin.sock
@@ -34,7 +36,12 @@ them; handlers may return those dataclasses or plain dicts):
     DP-SGD: ``mode``, ``epsilon`` spent so far at ``delta``,
     ``noise_multiplier``, ``clip_norm``, ``sample_rate``, ``steps`` (DP-SGD
     steps counted, across restarts), ``budget`` (epsilon budget or null) and
-    ``budget_spent`` (true once the node has stopped training for it)).
+    ``budget_spent`` (true once the node has stopped training for it)),
+    ``groups`` (null unless ``clustering`` is on: a summary of ``groups``'
+    result: ``phase``, ``epoch``, ``records``, ``expected``, ``fingerprint``,
+    ``count`` (groups of two or more), ``model`` and ``members`` (the node's
+    own group: its semi-local model or null, its size), ``peers_agreeing``,
+    ``disagreements``, ``attempt``).
 ``peers``
     ``view``: list of peers, each ``id``, ``address``, ``age`` (shuffle periods
     since the descriptor was fresh), ``last_contact`` (seconds ago or null),
@@ -50,6 +57,17 @@ them; handlers may return those dataclasses or plain dicts):
 ``metrics``
     ``counters``: name -> number; ``timings``: name -> ``count``, ``mean``,
     ``max``, ``total`` (seconds).
+``groups``
+    automatic semi-local groups (``clustering``): ``id`` (this node, hex),
+    ``phase`` (``off``, ``pretraining``, ``collecting``, ``agreed``),
+    ``epoch``, ``records`` (projection records held), ``expected`` (node count
+    the table is checked against, or null), ``fingerprint`` (of the agreed
+    grouping, or null), ``groups`` (each ``model`` (null for a singleton),
+    ``members`` (node ids, hex), ``barycentre_distance`` and ``gain`` (this
+    node's, own group only, else null)), ``own`` (the node's group, same
+    fields, or null), ``peers_agreeing``, ``disagreements``, ``attempt`` (0 first,
+    one more each time every node was found alone and the nodes looked again). A node without
+    automatic grouping answers ``phase`` ``off``.
 ``checkpoint``
     writes a checkpoint now: ``path``, ``bytes``, ``round``, ``seconds``.
 ``stop``
@@ -78,6 +96,8 @@ from typing import Any, ClassVar, Protocol, TypeAlias, runtime_checkable
 
 import trio
 
+from p2p.peer_credentials import admin_peer_refusal, read_peer_credentials
+
 logger = logging.getLogger(__name__)
 
 __all__ = [
@@ -105,7 +125,7 @@ __all__ = [
 ]
 
 ADMIN_SOCKET_NAME = "admin.sock"
-ADMIN_COMMANDS = ("status", "peers", "models", "metrics", "checkpoint", "stop")
+ADMIN_COMMANDS = ("status", "peers", "models", "metrics", "checkpoint", "stop", "groups")
 MAX_REQUEST_BYTES = 64 * 1024
 # AF_UNIX paths are limited to sizeof(sun_path) - 1 on Linux.
 _MAX_UNIX_PATH = 107
@@ -147,6 +167,7 @@ class StatusReport:
     rounds: int = 0
     training: str | None = None
     privacy: dict[str, Any] | None = None
+    groups: dict[str, Any] | None = None  # clustering on: summary of the ``groups`` command
 
 
 @dataclass(frozen=True)
@@ -246,7 +267,8 @@ class AdminHandler(Protocol):
 
     Each method returns a dict or a report dataclass, or an awaitable of one
     (``async def`` is fine). Methods run in the admin server's trio task: keep
-    them quick (``stop`` should only *request* shutdown).
+    them quick (``stop`` should only *request* shutdown). A ``groups`` method
+    is optional: without one, ``groups`` answers that automatic grouping is off.
     """
 
     def status(self) -> Report | Awaitable[Report]: ...
@@ -299,6 +321,17 @@ def _reply_error(message: str) -> bytes:
 # --------------------------------------------------------------------------- server
 
 
+def _groups_command(handler: AdminHandler) -> Callable[[], Report | Awaitable[Report]]:
+    """The handler's ``groups`` method; a handler without one (no automatic grouping:
+    an older node, a test double) answers that grouping is off."""
+    groups = getattr(handler, "groups", None)
+    if callable(groups):
+        return groups
+    from p2p.runtime.grouping_status import GroupsStatus
+
+    return lambda: GroupsStatus.off()
+
+
 class AdminServer:
     """Serves admin commands on a Unix socket, dispatching to ``handler``.
 
@@ -321,6 +354,7 @@ class AdminServer:
         self.max_clients = max_clients
         self.idle_timeout = idle_timeout
         self._clients = 0
+        self._refused_uids: set[int] = set()
         self._commands: dict[str, Callable[[], Report | Awaitable[Report]]] = {
             "status": handler.status,
             "peers": handler.peers,
@@ -328,6 +362,7 @@ class AdminServer:
             "metrics": handler.metrics,
             "checkpoint": handler.checkpoint,
             "stop": handler.stop,
+            "groups": _groups_command(handler),
             "help": lambda: {"commands": [*ADMIN_COMMANDS, "help"]},
         }
 
@@ -413,6 +448,10 @@ class AdminServer:
         self._clients += 1
         try:
             async with stream:
+                refusal = self._peer_refusal(stream)
+                if refusal is not None:
+                    await stream.send_all(_reply_error(refusal))
+                    return
                 if self._clients > self.max_clients:
                     await stream.send_all(_reply_error(
                         f"too many admin clients (limit {self.max_clients}); try again"))
@@ -424,6 +463,21 @@ class AdminServer:
             logger.exception("admin client handler failed")
         finally:
             self._clients -= 1
+
+    def _peer_refusal(self, stream: trio.SocketStream) -> str | None:
+        """Why this client may not use the socket (SO_PEERCRED: another user
+        than the node's and root), or None. Without SO_PEERCRED (not Linux),
+        the socket's mode 0600 in a private directory is the only gate."""
+        creds = read_peer_credentials(stream.socket)
+        if creds is None:
+            return None
+        refusal = admin_peer_refusal(creds.uid, os.geteuid())
+        if refusal is not None and creds.uid not in self._refused_uids:
+            if len(self._refused_uids) < 64:  # one line per uid, and a bounded set
+                self._refused_uids.add(creds.uid)
+            logger.warning("admin socket: refused a client running as uid %d (pid %d): only "
+                           "the node's user and root may use it", creds.uid, creds.pid)
+        return refusal
 
     async def _client_loop(self, stream: trio.SocketStream) -> None:
         buffer = bytearray()

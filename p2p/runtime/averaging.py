@@ -2,7 +2,8 @@
 
 It runs what a node runs for one shared model, minus torch and training: the
 TCP :class:`~p2p.wire.transport.Transport`, peer sampling from a bootstrap
-list, a :class:`~gossip.driver.GossipDriver` and one
+list (signed descriptors and the Sybil rules, as the node:
+:func:`~p2p.runtime.signed_sampling.signed_sampler`), a :class:`~gossip.driver.GossipDriver` and one
 :class:`~gossip.pushsum.PushSum` core. Instead of pushing after training
 rounds it pushes back to back while :meth:`AveragingPeer.mix` runs.
 ``scripts/bench_averaging.py`` runs one per process to time the averaging
@@ -36,6 +37,7 @@ from gossip import RejectedPush as PushRejected
 from gossip.driver import GossipDriver, PushTransport
 from p2p.runtime.matched_schedule import MeetingLedger, matched_partner
 from p2p.runtime.protocol import register_node_messages
+from p2p.runtime.signed_sampling import signed_sampler
 from p2p.runtime.transport_adapters import PushOverTransport, ShuffleOverTransport
 from p2p.wire.codec import Message
 from p2p.wire.dispatch import RequestDispatcher
@@ -294,10 +296,9 @@ class AveragingPeer:
         try:
             async with trio.open_nursery() as nursery:
                 address: str = await nursery.start(self.transport.serve, self._requests)
-                self._sampler = PeerSampler(
-                    Descriptor(self.identity.node_id, address, 0, frozenset({self.model})),
-                    rng=random.Random(self.identity.node_id),
-                )
+                # the node's rules: signed descriptors, Sybil rules, limited lines
+                self._sampler = signed_sampler(self.identity, address, frozenset({self.model}),
+                                               rng=random.Random(self.identity.node_id))
                 nursery.start_soon(self._discover)
                 task_status.started(address)
         finally:

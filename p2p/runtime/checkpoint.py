@@ -43,6 +43,7 @@ __all__ = [
     "CheckpointError",
     "CheckpointStore",
     "DataDirError",
+    "GroupsRecord",
     "NodeState",
     "PeerRecord",
     "PushSumRecord",
@@ -52,9 +53,14 @@ __all__ = [
 
 CHECKPOINT_FILENAME = "checkpoint.pt"
 CHECKPOINT_FORMAT = "p2p-gossip-learning/checkpoint"
-CHECKPOINT_VERSION = 2
-#: Versions this program reads: 1 lacks the push-sum duplicate windows (``seen``).
-READABLE_VERSIONS = (1, 2)
+CHECKPOINT_VERSION = 4
+#: Versions this program reads: 1 lacks the push-sum duplicate windows (``seen``),
+#: 1 and 2 the automatic groups (read as none: such a node had not grouped).
+#: 3 added the groups so that an older program, which would drop them, refuses it;
+#: 4 their grouping attempt (a version 3 checkpoint's groups read as attempt 0), so
+#: that a program without attempts, which would mix an attempt's records into
+#: the first one, refuses it.
+READABLE_VERSIONS = (1, 2, 3, 4)
 
 
 class CheckpointError(Exception):
@@ -154,6 +160,34 @@ class PushSumRecord:
     seen: tuple[tuple[bytes, int, int, int], ...] = ()
 
 
+@dataclass(frozen=True)
+class GroupsRecord:
+    """Automatic groups a node applied (``clustering.mode = "auto"``): a restart
+    declares the same semi-local model again instead of redoing the agreement.
+
+    Saved from the node's own record on: before agreement ``fingerprint`` is
+    "" and only ``records`` count. ``groups`` is the agreed grouping (its
+    ``fingerprint``); ``group`` this node's (for a late joiner, the group it
+    ``joined``); ``model`` the
+    semi-local model's name with its ``counts`` and ``depends_on`` (None, (),
+    () for a node staying alone); ``records`` the projection records held,
+    as (node id, record epoch, float64 little-endian bytes, signature);
+    ``attempt`` the grouping attempt they belong to (``clustering.retries``; a
+    checkpoint written before attempts existed reads as attempt 0).
+    """
+
+    epoch: int
+    fingerprint: str
+    groups: tuple[tuple[bytes, ...], ...]
+    group: tuple[bytes, ...]
+    joined: bool
+    model: str | None
+    counts: tuple[int, ...] = ()
+    depends_on: tuple[str, ...] = ()
+    records: tuple[tuple[bytes, int, bytes, bytes], ...] = ()
+    attempt: int = 0
+
+
 @dataclass
 class NodeState:
     """Everything a node needs to resume where it stopped.
@@ -184,6 +218,7 @@ class NodeState:
     accuracy: float | None = None
     test_loss: float | None = None
     privacy_history: list[tuple[float, float, int]] | None = None
+    groups: GroupsRecord | None = None
 
 
 def _tag(tag: object) -> str | bytes:
@@ -225,7 +260,52 @@ def _state_to_plain(state: NodeState) -> dict[str, Any]:
                      "test_loss": state.test_loss},
         "privacy_history": None if state.privacy_history is None
         else [(float(s), float(q), int(n)) for s, q, n in state.privacy_history],
+        "groups": None if state.groups is None else _groups_to_plain(state.groups),
     }
+
+
+def _groups_to_plain(g: GroupsRecord) -> dict[str, Any]:
+    return {"epoch": int(g.epoch), "fingerprint": str(g.fingerprint),
+            "groups": [[bytes(m) for m in group] for group in g.groups],
+            "group": [bytes(m) for m in g.group], "joined": bool(g.joined),
+            "model": g.model, "counts": [int(c) for c in g.counts],
+            "depends_on": [str(d) for d in g.depends_on],
+            "records": [(bytes(n), int(e), bytes(v), bytes(sig)) for n, e, v, sig in g.records],
+            "attempt": int(g.attempt)}
+
+
+def _groups_from_plain(raw: object, path: Path) -> GroupsRecord | None:
+    """The groups of a version 3 or 4 checkpoint (older ones have none; version 3 has no
+    ``attempt``: attempt 0)."""
+    if raw is None:
+        return None
+
+    def ids(value: object) -> bool:
+        return isinstance(value, list | tuple) and all(isinstance(m, bytes) for m in value)
+
+    if not (isinstance(raw, Mapping) and isinstance(raw.get("epoch"), int)
+            and isinstance(raw.get("fingerprint"), str)
+            and isinstance(raw.get("groups"), list | tuple) and all(ids(g) for g in raw["groups"])
+            and ids(raw.get("group")) and isinstance(raw.get("joined"), bool)
+            and (raw.get("model") is None or isinstance(raw.get("model"), str))
+            and isinstance(raw.get("counts"), list | tuple)
+            and all(isinstance(c, int) for c in raw["counts"])
+            and isinstance(raw.get("depends_on"), list | tuple)
+            and all(isinstance(d, str) for d in raw["depends_on"])
+            and isinstance(raw.get("records"), list | tuple)
+            and isinstance(raw.get("attempt", 0), int) and raw.get("attempt", 0) >= 0):
+        raise _bad(path, "groups are malformed")
+    records = []
+    for rec in raw["records"]:
+        if (not isinstance(rec, list | tuple) or len(rec) != 4 or not isinstance(rec[0], bytes)
+                or not isinstance(rec[1], int) or not isinstance(rec[2], bytes)
+                or not isinstance(rec[3], bytes)):
+            raise _bad(path, "a projection record of the groups is malformed")
+        records.append((rec[0], rec[1], rec[2], rec[3]))
+    return GroupsRecord(raw["epoch"], raw["fingerprint"],
+                        tuple(tuple(g) for g in raw["groups"]), tuple(raw["group"]),
+                        raw["joined"], raw["model"], tuple(raw["counts"]),
+                        tuple(raw["depends_on"]), tuple(records), int(raw.get("attempt", 0)))
 
 
 def _bits(value: int) -> bytes:
@@ -334,6 +414,7 @@ def _state_from_plain(raw: object, path: Path) -> NodeState:
         accuracy=_finite(progress.get("accuracy")),
         test_loss=_finite(progress.get("test_loss")),
         privacy_history=privacy_history,
+        groups=_groups_from_plain(raw.get("groups"), path),
     )
 
 

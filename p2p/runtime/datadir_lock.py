@@ -21,6 +21,7 @@ import os
 from pathlib import Path
 from types import TracebackType
 
+from p2p.file_safety import check_private_dir
 from p2p.files import describe_os_error
 
 __all__ = [
@@ -79,10 +80,16 @@ class DataDirLock:
 
         Raises :class:`DataDirLocked` (naming the owner's pid) when another
         process holds it, :class:`DataDirLockError` when the file cannot be
-        opened or locked.
+        opened or locked, and :class:`p2p.file_safety.UnsafeFileError` when
+        the directory belongs to another user or others can write it (checked
+        first: a node never takes a lock in, or starts from, such a directory).
         """
         if self._fd is not None:
             return
+        try:
+            check_private_dir(self.data_dir)
+        except OSError:
+            pass  # missing or unreadable: the open below says so, naming the lock file
         try:
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         except OSError as exc:

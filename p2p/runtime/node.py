@@ -12,6 +12,7 @@ middle of an SGD step.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import os
@@ -23,11 +24,13 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import TypeVar
 
+import numpy as np
 import torch
 import trio
 
 from gossip import (
     GossipDriver,
+    LogLimiter,
     ModelSync,
     Push,
     PushAck,
@@ -35,20 +38,32 @@ from gossip import (
     RejectedPush,
 )
 from learner.dp_accounting import PrivacySpent
+from learner.layout import ModelLayout
+from learner.spec import PartialModelSpec
 from learner.trainer import Evaluation
 from p2p.config import ConfigError, NodeConfig, load_swarm_key
 from p2p.runtime.admin_server import serve_admin
 from p2p.runtime.assembly import LearningSetup, build_learning
-from p2p.runtime.checkpoint import CheckpointError, CheckpointStore, check_data_dir_writable
+from p2p.runtime.checkpoint import (
+    CheckpointError,
+    CheckpointStore,
+    GroupsRecord,
+    check_data_dir_writable,
+)
 from p2p.runtime.collaboration import (
     CollaborationReporter,
     CollaborationStatus,
     ContactLog,
     assess,
 )
+from p2p.runtime.grouping_agreement import FindGroups, JoinGroup
+from p2p.runtime.grouping_messages import GroupsPull, GroupsReply
+from p2p.runtime.grouping_runtime import NodeGrouping
+from p2p.runtime.grouping_status import GroupsStatus
 from p2p.runtime.node_admin import NodeAdmin
-from p2p.runtime.node_transport import NodeTransport
+from p2p.runtime.node_transport import NodeTransport, node_frame_limit
 from p2p.runtime.protocol import register_node_messages
+from p2p.runtime.signed_sampling import signed_sampler
 from p2p.runtime.state import COUNTER_SEP, resume_from, snapshot_state
 from p2p.runtime.timing import TimingStats
 from p2p.runtime.training_record import training_record
@@ -58,8 +73,14 @@ from p2p.wire.dispatch import RequestDispatcher
 from p2p.wire.handshake import PeerInfo
 from p2p.wire.identity import Identity
 from p2p.wire.messages import ERROR_BAD_REQUEST, ERROR_REJECTED, Error
-from p2p.wire.transport import Transport
-from peersampling import Descriptor, PeerSampler, ShuffleReply, ShuffleRequest, run_peer_sampling
+from p2p.wire.transport import Transport, TransportError
+from peersampling import (
+    Descriptor,
+    PeerSampler,
+    ShuffleReply,
+    ShuffleRequest,
+    run_peer_sampling,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -92,7 +113,9 @@ class Node:
     """
 
     def __init__(self, config: NodeConfig, *, transport: NodeTransport | None = None,
-                 swarm_key: bytes | None = None, fresh: bool = False) -> None:
+                 swarm_key: bytes | None = None, fresh: bool = False,
+                 find_groups: FindGroups | None = None,
+                 join_group: JoinGroup | None = None) -> None:
         if config.node.data_dir is None:
             raise ConfigError("node.data_dir: required (set it in the file or pass --data-dir)")
         self.config = config
@@ -107,10 +130,17 @@ class Node:
         # The node composes the wire: every subsystem's messages and request handlers.
         register_node_messages()
         self.requests = RequestDispatcher(on_unknown=self._unexpected_request)
+        # lines a peer's requests cause: one per peer and interval, then a summary
+        self._offences = LogLimiter(logger)
         self.requests.add(ShuffleRequest, self._serve_shuffle)
         self.requests.add(Push, self._serve_push)
         self._build_models()
         self.by_fingerprint = {fp: name for name, fp in self.learning.fingerprints.items()}
+        # automatic semi-local groups (clustering.mode "auto"); find/join: tests inject theirs
+        self.grouping = self._make_grouping(find_groups, join_group)
+        self._held_for_groups = -1  # the grouping attempt training last waited for (clustering.hold)
+        if self.grouping is not None:
+            self.requests.add(GroupsPull, self._serve_groups_pull)
         listen = config.node.listen
         self.transport: NodeTransport = transport or Transport(
             self.identity,
@@ -122,7 +152,7 @@ class Node:
             max_connections=config.limits.max_connections,
             connect_timeout=config.limits.connect_timeout,
             read_timeout=config.limits.read_timeout,
-            max_frame_size=config.limits.max_frame_size,
+            max_frame_size=node_frame_limit(config),  # sized from its models
             max_messages_per_second=config.limits.max_messages_per_second,
             advertise_address=None if config.node.advertise is None else str(config.node.advertise),
         )
@@ -167,24 +197,172 @@ class Node:
     def _build_models(self) -> None:
         """Fresh network, trainer and push-sum cores from the configuration."""
         self.learning: LearningSetup = build_learning(self.config)
-        g = self.config.gossip
         self.cores: dict[str, PushSum] = {
-            name: PushSum(
-                fp,
-                self.learning.network.extract(name),
-                fanout=g.fanout,
-                privacy=g.masking,
-                masked_pushes=g.masked_pushes,
-                mask_std=g.mask_std,
-                unmask_after=g.unmask_after,
-                exchange=g.exchange,
-                encoding=g.encoding,
-                delta_encoding=g.delta_encoding,
-                max_in_flight=g.max_in_flight,
-                guard=g.guard,
-            )
-            for name, fp in self.learning.fingerprints.items()
+            name: self._new_core(name, fp) for name, fp in self.learning.fingerprints.items()
         }
+
+    def _new_core(self, name: str, fingerprint: bytes) -> PushSum:
+        """A push-sum core for shared model ``name``, starting from the network's values."""
+        g = self.config.gossip
+        return PushSum(
+            fingerprint,
+            self.learning.network.extract(name),
+            fanout=g.fanout,
+            privacy=g.masking,
+            masked_pushes=g.masked_pushes,
+            mask_std=g.mask_std,
+            unmask_after=g.unmask_after,
+            exchange=g.exchange,
+            encoding=g.encoding,
+            delta_encoding=g.delta_encoding,
+            max_in_flight=g.max_in_flight,
+            guard=g.guard,
+        )
+
+    # ------------------------------------------------------------------ groups
+
+    def _make_grouping(self, find: FindGroups | None,
+                       join: JoinGroup | None) -> NodeGrouping | None:
+        """The node's automatic grouping (None with ``clustering.mode = "off"``)."""
+        c = self.config.clustering
+        if not c.auto:
+            return None
+        data, layout = self.learning.data, self.learning.layout
+        if len(data.public_y) == 0:
+            raise ConfigError(
+                f"clustering.mode: \"auto\" projects the node on the task's public split, but "
+                f"task {self.config.data.task!r} has none here; set data.public_size (e.g. 300)",
+                key="clustering.mode")
+        base = c.global_model(layout)
+        return NodeGrouping(c, self.identity, global_model=base,
+                            global_fingerprint=layout.fingerprint(base),
+                            counts=c.semi_local_counts(layout),
+                            length=data.num_classes * layout.network.sizes[-1],
+                            find=find, join=join, training_rounds=self.config.training.rounds)
+
+    def groups_status(self) -> GroupsStatus:
+        """Where automatic grouping stands (``p2p groups``, ``p2p status``)."""
+        if self.grouping is None:
+            return GroupsStatus.off()
+        return self.grouping.status(self.progress.round)
+
+    def groups_record(self) -> GroupsRecord | None:
+        """The applied groups, for the checkpoint (None before, or without grouping)."""
+        return None if self.grouping is None else self.grouping.record()
+
+    def restore_groups(self, groups: GroupsRecord) -> None:
+        """Resume a checkpoint's groups: declare its semi-local model again (before
+        the node runs; no agreement is redone)."""
+        if self.grouping is None:
+            logger.warning("the checkpoint holds automatic groups (epoch %d) but "
+                           "clustering.mode is \"off\": their semi-local model is dropped",
+                           groups.epoch)
+            return
+        spec = self.grouping.restore(groups)
+        if spec is not None:
+            self._declare(spec)
+        if not groups.fingerprint:
+            logger.info("resumed %d projection records of grouping epoch %d; still collecting",
+                        len(groups.records), groups.epoch)
+            return
+        logger.info("resumed the groups of epoch %d (%s)%s", groups.epoch,
+                    groups.fingerprint[:12],
+                    f": semi-local model {spec.name}" if spec is not None else ": alone")
+
+    def _declare(self, spec: PartialModelSpec) -> str:
+        """Add shared model ``spec`` to the layout, network, cores and tags (caller holds
+        the model lock, or the node is not running yet). The other models' vectors and
+        fingerprints do not change (asserted)."""
+        old = self.learning.layout
+        layout = ModelLayout(old.network, [*(old.spec(n) for n in old.declared_models), spec],
+                             cross_models=old.cross_models_enabled)
+        for name in old.shared_models:
+            if layout.fingerprint(name) != old.fingerprint(name):
+                raise AssertionError(f"adding {spec.name!r} changed model {name!r}")
+        self.learning.network.relayout(layout)
+        added = [n for n in layout.shared_models if n not in old.shared_models]
+        fingerprints = {name: layout.fingerprint(name) for name in layout.shared_models}
+        self.learning = dataclasses.replace(self.learning, layout=layout,
+                                            fingerprints=fingerprints)
+        for name in added:
+            self.cores[name] = self._new_core(name, fingerprints[name])
+            self.by_fingerprint[fingerprints[name]] = name
+        tags = frozenset(self.by_fingerprint)
+        if isinstance(self.transport, Transport):  # the tags its HELLO sends
+            self.transport.tags = tags
+        if self._sampler is not None:
+            self._sampler.set_tags(tags)
+        return spec.name
+
+    async def add_semi_local(self, spec: PartialModelSpec, start: str) -> None:
+        """Add an automatic semi-local model while running, between rounds.
+
+        ``start``: "average" keeps this node's pre-trained values of those
+        neurons (push-sum averages them with the other members'); "reinit"
+        starts from the model's shared initialisation (the same on every member).
+        """
+        async with self._model_lock:
+            self.sync.sync()  # fold the last round and merges in before the layout changes
+            name = self._declare(spec)
+            if start == "reinit":
+                self.learning.network.assign(name, self.learning.network.initial_values(name))
+                self.cores[name].set_values(self.learning.network.extract(name))
+            self.sync = ModelSync(self.learning.network, self.cores)
+            self.gossip.add_core(name, self.cores[name])
+        try:
+            await self.save_checkpoint()
+        except CheckpointError as exc:
+            logger.error("checkpoint after grouping failed: %s", exc)
+
+    async def _serve_groups_pull(self, peer: PeerInfo, msg: GroupsPull) -> GroupsReply | Error:
+        if self.grouping is None:  # pragma: no cover - only registered with grouping on
+            return Error(code=ERROR_BAD_REQUEST, reason="this node does not group")
+        return self.grouping.on_pull(peer.node_id, msg)
+
+    async def pull_groups(self, peer: bytes, msg: GroupsPull) -> GroupsReply | None:
+        """One record exchange with ``peer`` (None when it failed: tried again later)."""
+        address = self._addresses.get(peer)
+        if address is None:
+            return None
+        try:
+            with trio.move_on_after(self.shuffle_timeout):
+                reply = await self.transport.request(address, msg, node_id=peer,
+                                                     timeout=self.shuffle_timeout)
+                if isinstance(reply, GroupsReply):
+                    return reply
+                logger.debug("groups pull to %s answered with %s", address,
+                             type(reply).__name__)
+        except TransportError as exc:
+            logger.debug("groups pull to %s failed: %s", address, exc)
+        return None
+
+    def grouping_peer(self) -> bytes | None:
+        """A sampled peer to pull records from (a holder of the global model)."""
+        if self._sampler is None or self.grouping is None:
+            return None
+        fp = self.learning.fingerprints[self.grouping.global_model]
+        d = self._sampler.sample(fp) or self._sampler.sample()
+        if d is None:
+            return None
+        _remember(self._addresses, d.node_id, d.address)
+        return d.node_id
+
+    async def project(self) -> np.ndarray:
+        """This node's projection on the task's public split (between rounds)."""
+        from learner.projection import project_network
+        data = self.learning.data
+        async with self._model_lock:
+            return await trio.to_thread.run_sync(
+                project_network, self.learning.network, data.public_x, data.public_y,
+                data.num_classes)
+
+    def rounds_done(self) -> int:
+        """Training rounds done so far (counting a resumed checkpoint's)."""
+        return self.progress.round
+
+    async def _grouping_loop(self) -> None:
+        if self.grouping is not None:
+            await self.grouping.run(self)
 
     def _resume(self, fresh: bool) -> None:
         """Resume the checkpoint (refusing one trained with another layout or
@@ -295,6 +473,7 @@ class Node:
             nursery.start_soon(self._gossip_in_scope)
             nursery.start_soon(self._checkpoint_loop)
             nursery.start_soon(self._watch_collaboration)
+            nursery.start_soon(self._grouping_loop)
             trainer_done = trio.Event()
             nursery.start_soon(self._trainer_loop, trainer_done)
             logger.info("node %s listening on %s", self.identity.node_id[:6].hex(),
@@ -325,11 +504,12 @@ class Node:
 
     def _start_sampler(self, address: str) -> None:
         ps = self.config.peer_sampling
-        self._sampler = PeerSampler(
-            Descriptor(self.identity.node_id, address, 0, frozenset(self.by_fingerprint)),
-            c=ps.view_size,
-            l=ps.shuffle_length,
+        # Signed self-descriptor, the Sybil-resistant rules and rate-limited
+        # lines (docs/peersampling.md), as every process of a swarm runs them.
+        self._sampler = signed_sampler(
+            self.identity, address, frozenset(self.by_fingerprint),
             rng=random.Random(int.from_bytes(os.urandom(8), "big")),
+            c=ps.view_size, l=ps.shuffle_length,
         )
         self._sampler.restore(self.restored_view)
         self._sampler.bootstrap([f"{b.host}:{b.port}" for b in self.config.node.bootstrap])
@@ -393,6 +573,7 @@ class Node:
                     self.gossip.signal_round()
                     await self._pause(max(t.round_interval, 0.2))
                     continue
+                await self._hold_for_groups()
                 t0 = time.perf_counter()
                 async with self._model_lock:
                     loss = await trio.to_thread.run_sync(trainer.train_steps, t.steps_per_round)
@@ -423,6 +604,27 @@ class Node:
             spent.epsilon, spent.budget, spent.delta, spent.steps, self.progress.round,
             extra={"epsilon": spent.epsilon, "epsilon_budget": spent.budget,
                    "dp_steps": spent.steps, "round": self.progress.round})
+
+    async def _hold_for_groups(self) -> None:
+        """Once per grouping attempt, at the end of its pre-training: wait
+        (``clustering.hold`` seconds at most) for the attempt to settle, so the rounds
+        after it train the groups (or pre-train for the next attempt)."""
+        g = self.grouping
+        if (g is None or self._held_for_groups >= g.attempt
+                or not g.holds_training(self.progress.round)):
+            return
+        self._held_for_groups = g.attempt
+        hold = self.config.clustering.hold
+        async with trio.open_nursery() as nursery:
+            async def stop_waits() -> None:
+                await self._stop.wait()
+                nursery.cancel_scope.cancel()
+            nursery.start_soon(stop_waits)
+            if not await g.wait_applied(hold):
+                logger.warning("grouping epoch %d: no groups applied %.0f s after pre-training "
+                               "(clustering.hold); training on, the groups apply when agreed",
+                               self.config.clustering.epoch, hold)
+            nursery.cancel_scope.cancel()
 
     async def _pause(self, seconds: float) -> None:
         """Sleep between rounds, waking at once on a stop request."""
@@ -522,8 +724,9 @@ class Node:
         name = self.by_fingerprint.get(msg.model)
         if name is None:
             self.counters["rejected_messages"] += 1
-            logger.warning("push from %s for a model this node does not hold (%s)",
-                           _short(peer), msg.model[:4].hex())
+            self._offences.warning(trio.current_time(), peer.node_id.hex(),
+                                   "push from %s for a model this node does not hold (%s)",
+                                   _short(peer), msg.model[:4].hex())
             return Error(code=ERROR_REJECTED, reason="this node does not hold that model")
         try:
             ack = self.cores[name].on_push(peer.node_id, msg, trio.current_time())
@@ -538,15 +741,17 @@ class Node:
         # A peer may only offer its own fresh descriptor as the sender, never another node's.
         if msg.sender.node_id != peer.node_id:
             self.counters["rejected_messages"] += 1
-            logger.warning("shuffle from %s claims to come from node %s", _short(peer),
-                           msg.sender.node_id[:4].hex())
+            self._offences.warning(trio.current_time(), peer.node_id.hex(),
+                                   "shuffle from %s claims to come from node %s", _short(peer),
+                                   msg.sender.node_id[:4].hex())
             return Error(code=ERROR_BAD_REQUEST, reason="shuffle sender is not the peer")
         return self.sampler.on_request(msg, trio.current_time())
 
     async def _unexpected_request(self, peer: PeerInfo, msg: Message) -> Error:
         # Ping never gets here: the transport answers it itself.
         self.counters["rejected_messages"] += 1
-        logger.warning("unexpected %s from %s", type(msg).__name__, _short(peer))
+        self._offences.warning(trio.current_time(), peer.node_id.hex(),
+                               "unexpected %s from %s", type(msg).__name__, _short(peer))
         return Error(code=ERROR_BAD_REQUEST, reason=f"{type(msg).__name__} is not a request")
 
 

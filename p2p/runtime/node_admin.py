@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from p2p.runtime.assembly import LearningSetup
     from p2p.runtime.checkpoint import CheckpointStore
     from p2p.runtime.collaboration import CollaborationStatus
+    from p2p.runtime.grouping_status import GroupsStatus
     from p2p.runtime.timing import TimingStats
     from p2p.wire.identity import Identity
     from peersampling import PeerSampler
@@ -98,6 +99,7 @@ class AdminSource(Protocol):
     def resumed_at(self) -> int | None: ...
 
     def collaboration(self) -> CollaborationStatus: ...
+    def groups_status(self) -> GroupsStatus: ...
     def privacy_spent(self) -> PrivacySpent | None: ...
     def model_counters(self, name: str) -> dict[str, int]: ...
     def flat_model_counters(self) -> dict[str, int]: ...
@@ -136,6 +138,32 @@ def budget_summary(spent: PrivacySpent, done: int) -> str:
 def privacy_report(mode: str, spent: PrivacySpent) -> dict[str, Any]:
     """``status``'s ``privacy`` field: the mode and what DP-SGD has spent."""
     return {"mode": mode, **asdict(spent)}
+
+
+def groups_summary(groups: GroupsStatus) -> dict[str, Any] | None:
+    """``status``'s ``groups`` field: where automatic grouping stands and the node's own
+    group, in a few numbers (None when clustering is off)."""
+    if groups.phase == "off":
+        return None
+    own = groups.own
+    return {
+        "phase": groups.phase,
+        "epoch": groups.epoch,
+        "attempt": groups.attempt,
+        "records": groups.records,
+        "expected": groups.expected,
+        "fingerprint": groups.fingerprint,
+        "count": sum(1 for g in groups.groups if len(g.members) > 1),
+        "model": None if own is None else own.model,
+        "members": None if own is None else len(own.members),
+        "peers_agreeing": groups.peers_agreeing,
+        "disagreements": groups.disagreements,
+    }
+
+
+def groups_report(node_id: bytes, groups: GroupsStatus) -> dict[str, Any]:
+    """The ``groups`` command's result: the node's id and its :class:`GroupsStatus`."""
+    return {"id": node_id.hex(), **asdict(groups)}
 
 
 #: ``metrics`` counters of a DP node -> the :class:`PrivacySpent` field they show.
@@ -179,7 +207,12 @@ class NodeAdmin:
             rounds=rounds,
             training=training,
             privacy=None if spent is None else privacy_report(n.config.gossip.privacy, spent),
+            groups=groups_summary(n.groups_status()),
         )
+
+    def groups(self) -> dict[str, Any]:
+        n = self._node
+        return groups_report(n.identity.node_id, n.groups_status())
 
     def peers(self) -> PeersReport:
         n = self._node

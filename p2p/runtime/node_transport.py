@@ -4,6 +4,7 @@ The node and its adapters for peer sampling and gossip are typed against these
 protocols, not against a concrete class: the TCP
 :class:`~p2p.wire.transport.Transport` satisfies them, and so does the
 in-memory :class:`~p2p.testing.memnet.MemoryTransport` that tests inject.
+:func:`node_frame_limit` is the frame cap a node gives its transport.
 """
 
 from __future__ import annotations
@@ -12,10 +13,25 @@ from typing import Protocol
 
 import trio
 
+from p2p.config.schema import NodeConfig, push_frame_bytes
+from p2p.wire.admission import receive_frame_limit
 from p2p.wire.codec import Message
 from p2p.wire.transport import Handler
 
-__all__ = ["NodeTransport", "Requester"]
+__all__ = ["NodeTransport", "Requester", "node_frame_limit"]
+
+
+def node_frame_limit(config: NodeConfig) -> int:
+    """The largest frame a node accepts: twice the largest push it can receive
+    (float64 values, the widest encoding a peer may choose), at least
+    :data:`~p2p.wire.admission.MIN_FRAME_LIMIT`, at most ``limits.max_frame_size``.
+
+    A frame larger than any message a peer may send is refused from its
+    header, so an unfinished frame costs the node little.
+    """
+    layout = config.layout()
+    largest = max((layout.vector_length(name) for name in layout.shared_models), default=0)
+    return receive_frame_limit(push_frame_bytes(largest), config.limits.max_frame_size)
 
 
 class Requester(Protocol):

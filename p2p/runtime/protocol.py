@@ -9,6 +9,7 @@ subsystem means adding its surface here, not editing the codec.
 from __future__ import annotations
 
 from gossip import WIRE_MESSAGES as GOSSIP_MESSAGES
+from p2p.runtime.grouping_messages import GROUPING_MESSAGES
 from p2p.wire import codec
 from p2p.wire.messages import MESSAGES as P2P_MESSAGES
 from peersampling import WIRE_MESSAGES as PEER_SAMPLING_MESSAGES
@@ -20,6 +21,7 @@ NODE_MESSAGES: tuple[codec.WireMessage, ...] = (
     *P2P_MESSAGES,
     *PEER_SAMPLING_MESSAGES,
     *GOSSIP_MESSAGES,
+    *GROUPING_MESSAGES,
 )
 
 

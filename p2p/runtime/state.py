@@ -18,6 +18,7 @@ from p2p.runtime.checkpoint import (
     CheckpointConflict,
     CheckpointError,
     CheckpointStore,
+    GroupsRecord,
     NodeState,
     PeerRecord,
     PushSumRecord,
@@ -71,6 +72,8 @@ class StatefulNode(Protocol):
     def trained_with(self) -> TrainingRecord: ...
 
     def flat_model_counters(self) -> dict[str, int]: ...
+    def groups_record(self) -> GroupsRecord | None: ...
+    def restore_groups(self, groups: GroupsRecord) -> None: ...
 
 
 
@@ -103,6 +106,7 @@ def snapshot_state(node: StatefulNode) -> NodeState:
         accuracy=node.progress.accuracy,
         test_loss=node.progress.test_loss,
         privacy_history=_privacy_history(node),
+        groups=node.groups_record(),
     )
 
 
@@ -167,6 +171,9 @@ def _restore_privacy(node: StatefulNode, state: NodeState) -> None:
 
 def restore_state(node: StatefulNode, state: NodeState) -> None:
     """Load ``state`` into a freshly built ``node`` (before it starts running)."""
+    if state.groups is not None:
+        # the automatic semi-local model first: its push-sum state is restored below
+        node.restore_groups(state.groups)
     node.learning.network.load_state_dict(state.model_state)
     if state.optimizer_state is not None:
         try:

@@ -13,6 +13,8 @@ builders load the node runtime (and so torch) on first use.
   :func:`memory_node`, :func:`memory_swarm`, :func:`running`,
   :func:`admin_request`, :func:`write_swarm_key`.
 - :mod:`p2p.testing.wire_client`: a (hostile) peer speaking raw wire protocol.
+- :mod:`p2p.testing.relay_attack`: :class:`RelayAttacker`, a member relaying
+  between two nodes and claiming their ids (:class:`ClaimedIdentity`).
 - :mod:`p2p.testing.faults`: :func:`run_with_faults`, a measured swarm run
   under message loss and delay.
 - :mod:`p2p.testing.scripts`: :func:`load_script`, a file of ``scripts/`` as a
@@ -35,6 +37,7 @@ from p2p.testing.memnet import (
     TransportOptions,
     TransportTuning,
 )
+from p2p.testing.relay_attack import ClaimedIdentity, RelayAttacker
 from p2p.testing.scripts import load_script
 from p2p.testing.waiting import DEFAULT_WAIT, wait_until
 from p2p.testing.wire_client import (
@@ -80,6 +83,8 @@ def __getattr__(name: str) -> object:
 
 __all__ = [
     "DEFAULT_WAIT",
+    "ClaimedIdentity",
+    "RelayAttacker",
     "LOOPBACK",
     "FaultRunReport",
     "FaultyStream",

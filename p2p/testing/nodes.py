@@ -101,7 +101,7 @@ def memory_node(net: MemoryNetwork, data_dir: Path, spec: SwarmSpec, index: int,
     identity and checkpoint). ``swarm_key`` goes to both the node and its
     transport; ``transport`` passes options such as timeouts to the transport.
     """
-    data_dir.mkdir(parents=True, exist_ok=True)
+    data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)  # private, as a node requires
     config = node_config(spec, index, data_dir, None).with_overrides(
         listen=address, bootstrap=list(bootstrap))
     config = tune_config(config, push_timeout=push_timeout)

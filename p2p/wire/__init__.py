@@ -4,6 +4,7 @@ Nothing here knows about models or training; the node runtime composes the
 messages and handlers of each subsystem on top of this layer.
 """
 
+from p2p.wire.admission import Admission, AdmissionLimits, FrameBudget
 from p2p.wire.codec import (
     DecodeError,
     EncodeError,
@@ -18,14 +19,24 @@ from p2p.wire.dispatch import RequestDispatcher
 from p2p.wire.framing import FrameDecoder, FrameTooLarge, encode_frame
 from p2p.wire.handshake import Handshake, HandshakeError, PeerInfo
 from p2p.wire.identity import Identity, IdentityError
-from p2p.wire.messages import MESSAGES, Error, Hello, HelloAuth, Ping, Pong
+from p2p.wire.messages import (
+    MESSAGES,
+    Error,
+    HandshakePayload,
+    NoiseHello,
+    NoiseMessage,
+    Ping,
+    Pong,
+)
 from p2p.wire.sealing import CIPHERS, SealError
 from p2p.wire.transport import PeerUnreachable, Rejected, RemoteError, Transport, TransportError
 
 __all__ = [
+    "Admission", "AdmissionLimits", "FrameBudget",
     "CIPHERS", "MESSAGES", "DecodeError", "EncodeError", "Error", "FrameDecoder",
-    "FrameTooLarge", "Handshake", "HandshakeError", "Hello", "HelloAuth", "Identity",
-    "IdentityError", "PeerInfo", "PeerUnreachable", "Ping", "Pong", "RegistrationError",
+    "FrameTooLarge", "Handshake", "HandshakeError", "HandshakePayload", "Identity",
+    "IdentityError", "NoiseHello", "NoiseMessage", "PeerInfo", "PeerUnreachable", "Ping",
+    "Pong", "RegistrationError",
     "Rejected", "RemoteError", "RequestDispatcher", "SealError", "Transport",
     "TransportError", "WireMessage", "decode", "encode", "encode_frame", "register",
     "register_messages",

@@ -70,7 +70,7 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 # 2: pushes carry encoded vectors (issue 13): push-pull replies, delta requests
-PROTOCOL_VERSION = 2
+PROTOCOL_VERSION = 3
 
 
 class Message(Protocol):

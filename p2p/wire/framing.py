@@ -19,8 +19,11 @@ from collections.abc import Callable
 
 import numpy as np
 
+from p2p.wire.admission import FrameBudget
+
 __all__ = [
     "DEFAULT_MAX_FRAME_SIZE",
+    "FrameBudgetExceeded",
     "FrameDecoder",
     "FrameTooLarge",
     "FramingError",
@@ -64,6 +67,17 @@ class FrameTooLarge(FramingError):
         self.size = size
         self.limit = limit
         self.header = header
+
+
+class FrameBudgetExceeded(FramingError):
+    """A frame whose buffer would take the bytes held by unfinished frames (all
+    connections together) over the :class:`~p2p.wire.admission.FrameBudget`."""
+
+    def __init__(self, size: int, budget: FrameBudget) -> None:
+        super().__init__(
+            f"frame of {size} bytes refused: unfinished frames already hold {budget.held} "
+            f"of the {budget.limit} bytes they may hold together")
+        self.size = size
 
 
 # First bytes another server sends (or a client of another protocol sends us)
@@ -130,7 +144,8 @@ class FrameDecoder:
     be resynchronised) and every further call raises again.
     """
 
-    def __init__(self, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE) -> None:
+    def __init__(self, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
+                 budget: FrameBudget | None = None) -> None:
         #: Consulted when a frame's buffer is allocated, with the frame's size:
         #: the byte it names lands on a 64-byte boundary, so that arrays viewed
         #: in the payload are aligned (see codec.decode).
@@ -140,6 +155,10 @@ class FrameDecoder:
                 f"max_frame_size must be in 1..{_MAX_REPRESENTABLE}, got {max_frame_size}"
             )
         self.max_frame_size = max_frame_size
+        #: Shared with other decoders: a frame body is reserved there before it
+        #: is allocated and released when complete (or by :meth:`release`).
+        self.budget = budget
+        self._reserved = 0
         # Bytes received but not yet parsed live in _stage[_start:_end]; only a
         # partial header (< 4 bytes) ever stays there between reads.
         self._stage = bytearray(_STAGE_SIZE)
@@ -149,7 +168,7 @@ class FrameDecoder:
         # arrive with it: received straight into its final buffer.
         self._body: memoryview | None = None
         self._have = 0
-        self._failed: FrameTooLarge | None = None
+        self._failed: FramingError | None = None
 
     @property
     def buffered(self) -> int:
@@ -204,6 +223,7 @@ class FrameDecoder:
             if self._have < len(self._body):
                 return []
             body, self._body, self._have = self._body, None, 0
+            self.release()
             return [body]
         self._end += nbytes
         return self._parse_stage()
@@ -222,7 +242,24 @@ class FrameDecoder:
             if pos >= end:
                 return frames
 
+    def release(self) -> None:
+        """Give back the budget the frame in progress holds (its connection is
+        closing, or it is complete). Idempotent."""
+        if self._reserved and self.budget is not None:
+            self.budget.release(self._reserved)
+        self._reserved = 0
+
     def _new_body(self, size: int) -> memoryview:
+        # Frames no larger than the staging area are bounded per connection like
+        # the stage itself, and must get through when the budget is spent (a
+        # handshake message, an ack): only larger ones draw on the shared budget.
+        if self.budget is not None and size > _STAGE_SIZE:
+            if not self.budget.reserve(size):
+                self._start = self._end = 0
+                failure = FrameBudgetExceeded(size, self.budget)
+                self._failed = failure
+                raise failure
+            self._reserved = size
         offset = self.align_at(size) if self.align_at is not None else None
         if offset is None or not 0 <= offset < size:
             return uninitialized_buffer(size)

@@ -1,27 +1,36 @@
-"""Sans-IO handshake: mutual Ed25519 authentication and session key derivation.
+"""Sans-IO handshake: a Noise ``XX`` handshake (``XXpsk0`` with a swarm key)
+that binds each side's Ed25519 node id to the session.
 
-Message flow (all in clear, before any sealing)::
+Message flow (Noise tokens, then what the encrypted payload holds)::
 
-    initiator                                   responder
-      HELLO_i  ------------------------------------>   check HELLO_i
-               <------------------------------------   HELLO_r, AUTH_r
-      check HELLO_r, verify AUTH_r
-      AUTH_i   ------------------------------------>   verify AUTH_i
+    initiator                                       responder
+      NoiseHello(protocol, [psk] e)  ------------>  check protocol; with a swarm
+                                                    key, the tag must verify (else
+                                                    close without a word)
+                 <------------  NoiseMessage(e, ee, s, es, {responder payload})
+      verify the responder's payload
+      NoiseMessage(s, se, {initiator payload})  -->  verify the initiator's payload
+      (first request, sealed, may follow immediately)
 
-A HELLO carries the protocol version, node id (Ed25519 public key), listen
-address, tags, a fresh 32-byte nonce, the sender's sealing cipher and, when a
-swarm key is configured, ``swarm_proof`` = HMAC-SHA256 over those fields under a
-key derived from the swarm key (the responder's proof also covers the
-initiator's nonce). A node without the swarm key therefore cannot produce a
-HELLO that a member accepts.
+``protocol`` is ``Noise_XXpsk0_25519_ChaChaPoly_SHA256`` with a swarm key (the
+swarm key is the pre-shared key, mixed in before anything else, so a node
+without it learns nothing, not even a static key) and
+``Noise_XX_25519_ChaChaPoly_SHA256`` without. The prologue names the wire
+protocol version.
 
-AUTH is an Ed25519 signature over ``role || SHA-256(HELLO_i bytes, HELLO_r
-bytes)``: each side proves it holds the private key of the node id it claims,
-bound to this very exchange (both fresh nonces are in the transcript).
+A payload (:class:`~p2p.wire.messages.HandshakePayload`) carries the sender's
+node id, listen address, tags, sealing cipher and an Ed25519 signature, by the
+node id, of ``label || role || h || s``: ``h`` is the Noise handshake hash
+at the point the payload is added (it covers both ephemeral keys, so it is
+fresh for every handshake) and ``s`` the sender's static X25519 key. A member
+relaying between two nodes runs its own handshake with each and cannot sign
+either one's ``h`` with the other's key: it can neither claim another node's
+id nor learn the keys of a session it is not an end of.
 
-With a swarm key, each direction gets its own 32-byte AEAD key:
-HKDF-SHA256(ikm=swarm key, salt=nonce_i || nonce_r, info=label || direction ||
-transcript hash). Each side seals with the cipher it announced in its HELLO.
+Once done, each direction's AEAD key comes from Noise's Split(); each side
+seals with the cipher it announced. Without a swarm key the session is
+authenticated by the same handshake but frames travel in clear
+(:attr:`HandshakeResult.keys` is None).
 
 The object below performs no I/O: feed it received payloads, send what it
 returns. Payloads are codec-encoded messages (framing is the caller's job).
@@ -29,26 +38,21 @@ returns. Payloads are codec-encoded messages (framing is the caller's job).
 
 from __future__ import annotations
 
-import dataclasses
 import enum
-import hashlib
-import hmac
-import os
-import struct
 from dataclasses import dataclass
 from typing import TypeVar
 
-from cryptography.hazmat.primitives import hashes
-from cryptography.hazmat.primitives.kdf.hkdf import HKDF
-
 from p2p.wire import codec
 from p2p.wire.identity import Identity, verify_signature
-from p2p.wire.messages import NONCE_SIZE, Error, Hello, HelloAuth
-from p2p.wire.sealing import CIPHERS, DEFAULT_CIPHER, KEY_SIZE, Opener, Sealer, check_cipher
+from p2p.wire.messages import Error, HandshakePayload, NoiseHello, NoiseMessage
+from p2p.wire.noise import HandshakeState, NoiseError, public_bytes
+from p2p.wire.sealing import CIPHERS, DEFAULT_CIPHER, Opener, Sealer, check_cipher
 
-_M = TypeVar("_M", Hello, HelloAuth)  # the messages of a handshake
+_M = TypeVar("_M", NoiseHello, NoiseMessage)  # the messages of a handshake
 
 __all__ = [
+    "PROTOCOL_KEYED",
+    "PROTOCOL_PLAIN",
     "SWARM_KEY_SIZE",
     "Handshake",
     "HandshakeError",
@@ -58,9 +62,10 @@ __all__ = [
 ]
 
 SWARM_KEY_SIZE = 32
-_HELLO_LABEL = b"p2p-gossip hello v1"
-_TRANSCRIPT_LABEL = b"p2p-gossip transcript v1"
-_SESSION_LABEL = b"p2p-gossip session v1 "
+PROTOCOL_KEYED = "Noise_XXpsk0_25519_ChaChaPoly_SHA256"
+PROTOCOL_PLAIN = "Noise_XX_25519_ChaChaPoly_SHA256"
+_PROLOGUE = b"p2p-gossip handshake, wire protocol version "
+_SIGNATURE_LABEL = b"p2p-gossip noise identity v1 "
 _ROLE_INITIATOR = b"initiator"
 _ROLE_RESPONDER = b"responder"
 
@@ -69,17 +74,29 @@ class HandshakeError(Exception):
     """The handshake failed; the connection must be closed.
 
     ``remote`` is True when the peer refused us (it sent an error), False when
-    this side detected the problem (and may tell the peer why). ``reason`` is
-    worded for this node's operator; ``peer_reason`` for the peer's, who reads
-    it as "peer refused the handshake: ..." (there, "the peer" is this node).
+    this side detected the problem. ``reason`` is worded for this node's
+    operator; ``peer_reason`` for the peer's, who reads it as "peer refused the
+    handshake: ..." (there, "the peer" is this node). ``silent`` failures (a
+    message that does not authenticate) are not explained to the peer: the
+    connection is just closed. ``seal_with`` is set when the failure came after
+    the Noise handshake completed (the responder refusing the initiator's
+    identity, which has begun to seal): the refusal is then sent sealed with
+    these keys, as the reply the initiator reads first.
     """
 
     def __init__(self, reason: str, *, remote: bool = False,
-                 peer_reason: str | None = None) -> None:
+                 peer_reason: str | None = None, silent: bool = False) -> None:
         super().__init__(reason)
         self.reason = reason
         self.remote = remote
+        self.silent = silent
         self.peer_reason = reason if peer_reason is None else peer_reason
+        self.seal_with: SessionKeys | None = None
+
+    @property
+    def tell_peer(self) -> bool:
+        """True if the peer should be sent ``peer_reason`` (in clear) before closing."""
+        return not self.remote and not self.silent
 
 
 @dataclass(frozen=True)
@@ -119,35 +136,11 @@ class HandshakeResult:
 
 class _State(enum.Enum):
     START = "start"
-    WAIT_HELLO = "wait_hello"
-    WAIT_AUTH = "wait_auth"
+    WAIT_HELLO = "wait_hello"  # responder
+    WAIT_REPLY = "wait_reply"  # initiator
+    WAIT_FINISH = "wait_finish"  # responder
     DONE = "done"
     FAILED = "failed"
-
-
-def _lp(data: bytes) -> bytes:
-    return struct.pack(">I", len(data)) + data
-
-
-def _hkdf(key: bytes, salt: bytes | None, info: bytes) -> bytes:
-    return HKDF(algorithm=hashes.SHA256(), length=KEY_SIZE, salt=salt, info=info).derive(key)
-
-
-def _hello_mac_input(hello: Hello, role: bytes, peer_nonce: bytes) -> bytes:
-    """Canonical bytes covered by a HELLO's swarm proof (everything but the proof)."""
-    parts = [
-        _HELLO_LABEL,
-        _lp(role),
-        struct.pack(">Q", hello.version),
-        _lp(hello.node_id),
-        _lp(hello.listen_address.encode()),
-        _lp(hello.cipher.encode()),
-        _lp(hello.nonce),
-        _lp(peer_nonce),
-        struct.pack(">I", len(hello.tags)),
-        *sorted(hello.tags),
-    ]
-    return b"".join(parts)
 
 
 def _node(node_id: bytes) -> str:
@@ -163,6 +156,21 @@ def _version_mismatch(remote_version: str) -> HandshakeError:
         peer_reason=f"protocol version mismatch: peer speaks version {ours}, "
                     f"this node speaks version {remote_version}",
     )
+
+
+_MAX_REMOTE_REASON = 300
+
+
+def _printable(text: str) -> str:
+    """``text`` as one log line: control characters escaped, at most
+    :data:`_MAX_REMOTE_REASON` characters kept."""
+    cut = text[:_MAX_REMOTE_REASON]
+    clean = "".join(c if c.isprintable() else repr(c)[1:-1] for c in cut)
+    return clean + ("…" if len(text) > len(cut) else "")
+
+
+def _signed_data(role: bytes, handshake_hash: bytes, static_key: bytes) -> bytes:
+    return _SIGNATURE_LABEL + role + handshake_hash + static_key
 
 
 class Handshake:
@@ -183,7 +191,6 @@ class Handshake:
         swarm_key: bytes | None = None,
         cipher: str = DEFAULT_CIPHER,
         expected_node_id: bytes | None = None,
-        nonce: bytes | None = None,
     ) -> None:
         if swarm_key is not None and len(swarm_key) != SWARM_KEY_SIZE:
             raise ValueError(f"swarm key must be {SWARM_KEY_SIZE} bytes, got {len(swarm_key)}")
@@ -195,17 +202,14 @@ class Handshake:
         self.cipher = cipher
         self.expected_node_id = expected_node_id
         self._swarm_key = swarm_key
-        self._hello_key = (
-            _hkdf(swarm_key, None, _HELLO_LABEL + b" auth") if swarm_key is not None else None
+        self.protocol = PROTOCOL_PLAIN if swarm_key is None else PROTOCOL_KEYED
+        self._noise = HandshakeState(
+            self.protocol, initiator=initiator,
+            prologue=_PROLOGUE + str(codec.PROTOCOL_VERSION).encode(),
+            static=identity.noise_static_key,
+            psks=() if swarm_key is None else (swarm_key,),
         )
-        self._nonce = nonce if nonce is not None else os.urandom(NONCE_SIZE)
-        if len(self._nonce) != NONCE_SIZE:
-            raise ValueError(f"nonce must be {NONCE_SIZE} bytes, got {len(self._nonce)}")
         self._state = _State.START
-        self._hello_i: bytes | None = None  # wire bytes, for the transcript
-        self._hello_r: bytes | None = None
-        self._peer_hello: Hello | None = None
-        self._transcript: bytes | None = None
         self.result: HandshakeResult | None = None
 
     @property
@@ -216,14 +220,14 @@ class Handshake:
     # -- public steps -------------------------------------------------------
 
     def start(self) -> list[bytes]:
-        """Payloads to send first (the initiator's HELLO; nothing for the responder)."""
+        """Payloads to send first (the initiator's hello; nothing for the responder)."""
         if self._state is not _State.START:
             raise HandshakeError("handshake already started")
-        self._state = _State.WAIT_HELLO
         if not self.initiator:
+            self._state = _State.WAIT_HELLO
             return []
-        self._hello_i = codec.encode(self._make_hello(peer_nonce=b""))
-        return [self._hello_i]
+        self._state = _State.WAIT_REPLY
+        return [codec.encode(NoiseHello(self.protocol, self._noise.write_message()))]
 
     def receive(self, payload: bytes) -> list[bytes]:
         """Process one received payload; returns payloads to send in reply."""
@@ -233,28 +237,42 @@ class Handshake:
             self._state = _State.FAILED
             raise
 
+    def explain_close(self, reason: str) -> str:
+        """``reason`` (the connection ended during the handshake) with what it
+        most likely means: a keyed node closes without a word on a first
+        message that does not authenticate under its swarm key."""
+        if self._state is _State.WAIT_REPLY and self._swarm_key is not None:
+            return (f"{reason} before answering the first handshake message: wrong swarm "
+                    "key? (a member closes without a reason when the message does not "
+                    "authenticate under its swarm key; every node of a swarm needs the same "
+                    "--swarm-key-file)")
+        return reason
+
     # -- internals ----------------------------------------------------------
 
     def _receive(self, payload: bytes) -> list[bytes]:
         if self._state is _State.WAIT_HELLO:
-            hello = self._decode(payload, Hello)
-            self._check_hello(hello)
-            self._peer_hello = hello
-            if self.initiator:
-                self._hello_r = payload
-                self._transcript = self._transcript_hash()
-                self._state = _State.WAIT_AUTH
-                return []
-            self._hello_i = payload
-            self._hello_r = codec.encode(self._make_hello(peer_nonce=hello.nonce))
-            self._transcript = self._transcript_hash()
-            self._state = _State.WAIT_AUTH
-            return [self._hello_r, codec.encode(HelloAuth(self._sign()))]
-        if self._state is _State.WAIT_AUTH:
-            auth = self._decode(payload, HelloAuth)
-            self._verify(auth)
-            self._finish()
-            return [codec.encode(HelloAuth(self._sign()))] if self.initiator else []
+            hello = self._decode(payload, NoiseHello)
+            self._check_protocol(hello.protocol)
+            self._read(hello.noise, first=True)
+            return [codec.encode(NoiseMessage(self._write_with_identity()))]
+        if self._state is _State.WAIT_REPLY:
+            reply = self._decode(payload, NoiseMessage)
+            peer = self._read(reply.noise, first=False)
+            out = [codec.encode(NoiseMessage(self._write_with_identity()))]
+            self._finish(peer)
+            return out
+        if self._state is _State.WAIT_FINISH:
+            finish = self._decode(payload, NoiseMessage)
+            try:
+                peer = self._read(finish.noise, first=False)
+            except HandshakeError as exc:
+                if self._noise.finished and not exc.silent:
+                    # the initiator already seals: it reads the refusal as its first reply
+                    exc.seal_with = self._session_keys(self.cipher)
+                raise
+            self._finish(peer)
+            return []
         if self._state is _State.START:
             raise HandshakeError("receive() called before start()")
         raise HandshakeError(f"unexpected message in handshake state {self._state.value}")
@@ -267,115 +285,134 @@ class Handshake:
         except codec.DecodeError as exc:
             raise HandshakeError(f"malformed handshake message: {exc}") from None
         if isinstance(msg, Error):
-            raise HandshakeError(f"peer refused the handshake: {msg.reason}", remote=True)
+            # unauthenticated text (in clear; anyone on the path can send it)
+            # bound for this node's log: one short line of printable characters
+            raise HandshakeError(f"peer refused the handshake: {_printable(msg.reason)}",
+                                 remote=True)
         if type(msg) is not expected:
             raise HandshakeError(
                 f"expected {expected.__name__} during handshake, got {type(msg).__name__}"
             )
         return msg
 
-    def _make_hello(self, peer_nonce: bytes) -> Hello:
-        hello = Hello(
-            version=codec.PROTOCOL_VERSION,
-            node_id=self.identity.node_id,
-            listen_address=self.listen_address,
-            tags=self.tags,
-            nonce=self._nonce,
-            cipher=self.cipher,
-            swarm_proof=b"",
-        )
-        if self._hello_key is None:
-            return hello
-        role = _ROLE_INITIATOR if self.initiator else _ROLE_RESPONDER
-        proof = hmac.digest(self._hello_key, _hello_mac_input(hello, role, peer_nonce), "sha256")
-        return dataclasses.replace(hello, swarm_proof=proof)
-
-    def _check_hello(self, hello: Hello) -> None:
-        if hello.version != codec.PROTOCOL_VERSION:
-            raise _version_mismatch(str(hello.version))
-        # A pre-shared key cannot tell a member with another key from a stranger;
-        # it can tell who has a key at all. Each side is told what it can fix.
-        if self._hello_key is None:
-            if hello.swarm_proof:
-                raise HandshakeError(
-                    "missing swarm key: the peer uses a swarm key and this node has none "
-                    "(pass --swarm-key-file with the swarm's key to join it)",
-                    peer_reason="swarm key mismatch: the peer has no swarm key and this node "
-                                "uses one (start the peer with the same --swarm-key-file)",
-                )
-        else:
-            if not hello.swarm_proof:
-                raise HandshakeError(
-                    "missing swarm key: the peer has no swarm key but this node requires one "
-                    "(start the peer with the same --swarm-key-file)",
-                    peer_reason="missing swarm key: the peer requires a swarm key and this "
-                                "node has none (pass --swarm-key-file with the swarm's key)",
-                )
-            # The peer's role is the opposite of ours; a responder's proof covers our nonce.
-            role = _ROLE_RESPONDER if self.initiator else _ROLE_INITIATOR
-            peer_nonce = self._nonce if self.initiator else b""
-            expected = hmac.digest(
-                self._hello_key, _hello_mac_input(hello, role, peer_nonce), "sha256"
+    def _check_protocol(self, protocol: str) -> None:
+        if protocol == self.protocol:
+            return
+        # Who has a key at all shows in the protocol name; a different key does
+        # not (it fails authentication). Each side is told what it can fix.
+        if protocol == PROTOCOL_PLAIN:
+            raise HandshakeError(
+                "missing swarm key: the peer has no swarm key but this node requires one "
+                "(start the peer with the same --swarm-key-file)",
+                peer_reason="missing swarm key: the peer requires a swarm key and this "
+                            "node has none (pass --swarm-key-file with the swarm's key)",
             )
-            if not hmac.compare_digest(expected, hello.swarm_proof):
-                raise HandshakeError(
-                    "wrong swarm key: the peer's hello proof does not verify under this node's "
-                    "key (its key differs, or it is not a member of this swarm; every node "
-                    "needs the same --swarm-key-file)",
-                    peer_reason="wrong swarm key: the peer's swarm key differs from this "
-                                "node's (every node of a swarm needs the same --swarm-key-file)",
-                )
-            if hello.cipher not in CIPHERS:
-                raise HandshakeError(
-                    f"unsupported cipher {hello.cipher!r:.30}; expected one of {', '.join(CIPHERS)}"
-                )
-        if hello.node_id == self.identity.node_id:
+        if protocol == PROTOCOL_KEYED:
+            raise HandshakeError(
+                "missing swarm key: the peer uses a swarm key and this node has none "
+                "(pass --swarm-key-file with the swarm's key to join it)",
+                peer_reason="swarm key mismatch: the peer has no swarm key and this node "
+                            "uses one (start the peer with the same --swarm-key-file)",
+            )
+        raise HandshakeError(
+            f"unsupported handshake protocol {protocol!r:.100}; this node speaks "
+            f"{self.protocol}",
+            peer_reason=f"unsupported handshake protocol {protocol!r:.100}: the peer "
+                        f"speaks {self.protocol}",
+        )
+
+    def _read(self, message: bytes, *, first: bool) -> HandshakePayload | None:
+        """Read one Noise message; the peer's verified payload unless it is the first."""
+        noise = self._noise
+        try:
+            rest = noise.read_tokens(message)
+            signed_hash = noise.handshake_hash
+            plaintext = noise.read_payload(rest)
+        except NoiseError as exc:
+            raise self._unauthenticated(exc, first) from None
+        if first:
+            if plaintext:
+                raise HandshakeError("malformed handshake message: the first message "
+                                     "carries a payload")
+            self._state = _State.WAIT_FINISH
+            return None
+        try:
+            peer = codec.decode(plaintext)
+        except codec.DecodeError as exc:
+            raise HandshakeError(f"malformed handshake payload: {exc}") from None
+        if type(peer) is not HandshakePayload:
+            raise HandshakeError(f"expected HandshakePayload in the handshake, got "
+                                 f"{type(peer).__name__}")
+        self._check_peer(peer, signed_hash)
+        return peer
+
+    def _unauthenticated(self, exc: NoiseError, first: bool) -> HandshakeError:
+        if self._swarm_key is not None and first:
+            return HandshakeError(
+                "wrong swarm key: the peer's first handshake message does not authenticate "
+                "under this node's key (its key differs, or it is not a member of this "
+                f"swarm; every node needs the same --swarm-key-file): {exc}",
+                silent=True,
+            )
+        what = "reply" if self.initiator else "last message"
+        key_hint = "wrong swarm key or " if self._swarm_key is not None else ""
+        return HandshakeError(
+            f"the peer's handshake {what} does not authenticate ({key_hint}tampering on the "
+            f"way): {exc}",
+            silent=True,
+        )
+
+    def _check_peer(self, peer: HandshakePayload, signed_hash: bytes) -> None:
+        if peer.node_id == self.identity.node_id:
             raise HandshakeError("self-connection: the peer has this node's own identity")
-        if hmac.compare_digest(hello.nonce, self._nonce):
-            raise HandshakeError("reflected handshake: the peer echoed this node's nonce")
-        if self.expected_node_id is not None and hello.node_id != self.expected_node_id:
+        if self.expected_node_id is not None and peer.node_id != self.expected_node_id:
+            # no node id in the peer's version: it is sent in clear
             raise HandshakeError(
                 f"identity mismatch: expected node {_node(self.expected_node_id)}, "
-                f"peer is {_node(hello.node_id)}",
-                peer_reason=f"identity mismatch: the peer expected node "
-                            f"{_node(self.expected_node_id)} at this address, this node is "
-                            f"{_node(hello.node_id)}",
+                f"peer is {_node(peer.node_id)}",
+                peer_reason="identity mismatch: the peer expected another node at this "
+                            "address (this node may have a new identity)",
             )
-
-    def _transcript_hash(self) -> bytes:
-        assert self._hello_i is not None and self._hello_r is not None
-        return hashlib.sha256(_TRANSCRIPT_LABEL + _lp(self._hello_i) + _lp(self._hello_r)).digest()
-
-    def _sign(self) -> bytes:
-        assert self._transcript is not None
-        role = _ROLE_INITIATOR if self.initiator else _ROLE_RESPONDER
-        return self.identity.sign(role + self._transcript)
-
-    def _verify(self, auth: HelloAuth) -> None:
-        assert self._peer_hello is not None and self._transcript is not None
         role = _ROLE_RESPONDER if self.initiator else _ROLE_INITIATOR
-        if not verify_signature(self._peer_hello.node_id, auth.signature, role + self._transcript):
+        remote_static = self._noise.remote_static
+        assert remote_static is not None  # XX: the peer's s comes before its payload
+        if not verify_signature(peer.node_id, peer.signature,
+                                _signed_data(role, signed_hash, remote_static)):
             raise HandshakeError(
-                f"bad signature: peer {_node(self._peer_hello.node_id)} did not prove "
-                "its identity over the handshake transcript"
+                f"bad signature: peer {_node(peer.node_id)} did not prove "
+                "its identity over the handshake",
+                peer_reason="bad signature: the peer could not verify this node's identity "
+                            "over the handshake",
+            )
+        if peer.cipher not in CIPHERS:
+            raise HandshakeError(
+                f"unsupported cipher {peer.cipher!r:.30}; expected one of {', '.join(CIPHERS)}"
             )
 
-    def _finish(self) -> None:
-        peer_hello = self._peer_hello
-        assert peer_hello is not None and self._transcript is not None
-        keys = None
-        if self._swarm_key is not None:
-            nonce_i, nonce_r = (
-                (self._nonce, peer_hello.nonce)
-                if self.initiator
-                else (peer_hello.nonce, self._nonce)
-            )
-            salt = nonce_i + nonce_r
-            i2r = _hkdf(self._swarm_key, salt, _SESSION_LABEL + b"i2r " + self._transcript)
-            r2i = _hkdf(self._swarm_key, salt, _SESSION_LABEL + b"r2i " + self._transcript)
-            send, recv = (i2r, r2i) if self.initiator else (r2i, i2r)
-            keys = SessionKeys(send, recv, self.cipher, peer_hello.cipher)
-        self.result = HandshakeResult(
-            PeerInfo(peer_hello.node_id, peer_hello.listen_address, peer_hello.tags), keys
-        )
+    def _write_with_identity(self) -> bytes:
+        """The next Noise message, its payload saying (and proving) who this node is."""
+        noise = self._noise
+        try:
+            tokens = noise.write_tokens()
+        except NoiseError as exc:  # e.g. the peer's ephemeral key is a low-order point
+            raise HandshakeError(f"malformed handshake message: {exc}", silent=True) from None
+        role = _ROLE_INITIATOR if self.initiator else _ROLE_RESPONDER
+        signature = self.identity.sign(
+            _signed_data(role, noise.handshake_hash, public_bytes(self.identity.noise_static_key)))
+        payload = HandshakePayload(self.identity.node_id, self.listen_address, self.tags,
+                                   self.cipher, signature)
+        return tokens + noise.write_payload(codec.encode(payload))
+
+    def _session_keys(self, peer_cipher: str) -> SessionKeys | None:
+        if self._swarm_key is None:
+            return None
+        send, recv = self._noise.split()
+        assert send.key is not None and recv.key is not None
+        return SessionKeys(send.key, recv.key, self.cipher, peer_cipher)
+
+    def _finish(self, peer: HandshakePayload | None) -> None:
+        assert peer is not None
+        keys = self._session_keys(peer.cipher)
+        self.result = HandshakeResult(PeerInfo(peer.node_id, peer.listen_address, peer.tags),
+                                      keys)
         self._state = _State.DONE

@@ -6,18 +6,21 @@ written atomically (temp file + rename) so a crash never leaves half a key.
 
 from __future__ import annotations
 
+import functools
 import logging
-import stat
 from dataclasses import dataclass
 from pathlib import Path
 
 from cryptography.exceptions import InvalidSignature
-from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import (
     Ed25519PrivateKey,
     Ed25519PublicKey,
 )
+from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
+from p2p.file_safety import check_private_dir, read_private_file
 from p2p.files import FileWriteError, write_private_file
 
 __all__ = ["IDENTITY_FILE", "Identity", "IdentityError", "verify_signature"]
@@ -25,6 +28,8 @@ __all__ = ["IDENTITY_FILE", "Identity", "IdentityError", "verify_signature"]
 logger = logging.getLogger(__name__)
 
 IDENTITY_FILE = "identity.key"
+_FRESH_IDENTITY = ("the node creates a new identity when the data directory holds none; "
+                   "its peers then see a new node")
 NODE_ID_SIZE = 32
 
 
@@ -57,15 +62,32 @@ class Identity:
             raise IdentityError(f"Ed25519 seed must be 32 bytes, got {len(seed)}")
         return cls(Ed25519PrivateKey.from_private_bytes(seed))
 
+    @functools.cached_property
+    def noise_static_key(self) -> X25519PrivateKey:
+        """The node's static X25519 key for Noise handshakes, derived from the
+        Ed25519 key (one key file; an independent key through HKDF, since one
+        key must not serve two algorithms). The handshake binds it to the node
+        id with an Ed25519 signature."""
+        seed = self.private_key.private_bytes(
+            serialization.Encoding.Raw, serialization.PrivateFormat.Raw,
+            serialization.NoEncryption())
+        derived = HKDF(algorithm=hashes.SHA256(), length=32, salt=None,
+                       info=b"p2p-gossip noise static x25519 v1").derive(seed)
+        return X25519PrivateKey.from_private_bytes(derived)
+
     def sign(self, data: bytes) -> bytes:
         """Ed25519 signature (64 bytes) of ``data``."""
         return self.private_key.sign(data)
 
     @classmethod
     def load(cls, path: Path) -> Identity:
-        """Load the identity from key file ``path``."""
+        """Load the identity from key file ``path``.
+
+        Raises :class:`p2p.file_safety.UnsafeFileError` when the file is not
+        owned by this process's user or other users can read or write it.
+        """
         try:
-            pem = path.read_bytes()
+            pem = read_private_file(path, what="identity key", origin=_FRESH_IDENTITY)
         except OSError as exc:
             raise IdentityError(f"cannot read identity key {path}: {exc.strerror}") from exc
         try:
@@ -77,13 +99,6 @@ class Identity:
         if not isinstance(key, Ed25519PrivateKey):
             raise IdentityError(
                 f"identity key {path} holds a {type(key).__name__}, expected Ed25519"
-            )
-        mode = stat.S_IMODE(path.stat().st_mode)
-        if mode & 0o077:
-            logger.warning(
-                "identity key %s is accessible by group/others (mode %o); expected 0600",
-                path,
-                mode,
             )
         return cls(key)
 
@@ -102,9 +117,15 @@ class Identity:
 
     @classmethod
     def load_or_create(cls, data_dir: Path | str) -> Identity:
-        """Load ``<data_dir>/identity.key``, creating directory and key if missing."""
+        """Load ``<data_dir>/identity.key``, creating directory and key if missing.
+
+        An existing directory must be private to this process's user, and so
+        must the key (:mod:`p2p.file_safety`; else ``UnsafeFileError``).
+        """
         directory = Path(data_dir)
         path = directory / IDENTITY_FILE
+        if directory.is_dir():
+            check_private_dir(directory)
         if path.exists():
             return cls.load(path)
         try:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-# one bound for the models a node advertises, in its HELLO as in its descriptors
+# one bound for the models a node advertises, in its handshake as in its descriptors
 from peersampling.descriptor import MAX_TAGS
 
 __all__ = [
@@ -20,23 +20,27 @@ __all__ = [
     "ERROR_REJECTED",
     "MESSAGES",
     "Error",
-    "Hello",
-    "HelloAuth",
+    "NOT_REQUESTS",
+    "HandshakePayload",
+    "NoiseHello",
+    "NoiseMessage",
     "Ping",
     "Pong",
 ]
 
 NODE_ID_SIZE = 32
-NONCE_SIZE = 32
+SIGNATURE_SIZE = 64
 TAG_SIZE = 32
 MAX_ADDRESS_LENGTH = 300
+MAX_PROTOCOL_LENGTH = 100
 
 # Error codes (``Error.code``).
 ERROR_REJECTED = "rejected"  # the handler refused the request (e.g. unknown model)
 ERROR_BAD_REQUEST = "bad_request"  # a message that is not a request this node serves
 ERROR_INTERNAL = "internal"  # the handler failed unexpectedly
 ERROR_NO_REPLY = "no_reply"  # the handler had nothing to answer
-ERROR_HANDSHAKE = "handshake"  # handshake refused; sent in clear before closing
+ERROR_HANDSHAKE = "handshake"  # handshake refused; sent in clear before closing (never
+# after a failed authentication: then the node closes without a word)
 
 
 def _check_len(name: str, value: bytes, size: int) -> None:
@@ -45,38 +49,55 @@ def _check_len(name: str, value: bytes, size: int) -> None:
 
 
 @dataclass(frozen=True)
-class Hello:
-    """First handshake message of each side (sent in clear).
+class NoiseHello:
+    """First handshake message (initiator to responder), the only one with a
+    field in clear besides the Noise bytes: the Noise protocol it starts.
 
-    ``swarm_proof`` is an HMAC over the other fields under a key derived from
-    the swarm key (empty when the sender has no swarm key). ``cipher`` names the
-    AEAD the sender seals its frames with once the handshake is done.
+    ``noise`` is Noise message 1: the initiator's ephemeral X25519 key and,
+    under ``XXpsk0``, the tag of an empty payload keyed by the swarm key.
     """
 
-    version: int
+    protocol: str
+    noise: bytes
+
+    def __post_init__(self) -> None:
+        if len(self.protocol) > MAX_PROTOCOL_LENGTH:
+            raise ValueError(f"protocol name longer than {MAX_PROTOCOL_LENGTH} characters")
+
+
+@dataclass(frozen=True)
+class NoiseMessage:
+    """A later handshake message: Noise message 2 (responder) or 3 (initiator),
+    whose encrypted payload is the sender's :class:`HandshakePayload`."""
+
+    noise: bytes
+
+
+@dataclass(frozen=True)
+class HandshakePayload:
+    """Who the sender is; travels only inside an encrypted Noise handshake payload.
+
+    ``signature`` is the Ed25519 signature, by ``node_id``, of the handshake
+    hash at the point this payload is added and of the sender's static X25519
+    key (see :mod:`p2p.wire.handshake`). ``cipher`` names the AEAD the sender
+    seals its frames with once the handshake is done.
+    """
+
     node_id: bytes
     listen_address: str
     tags: frozenset[bytes]
-    nonce: bytes
     cipher: str
-    swarm_proof: bytes
+    signature: bytes
 
     def __post_init__(self) -> None:
         _check_len("node_id", self.node_id, NODE_ID_SIZE)
-        _check_len("nonce", self.nonce, NONCE_SIZE)
+        _check_len("signature", self.signature, SIGNATURE_SIZE)
         if len(self.listen_address) > MAX_ADDRESS_LENGTH:
             raise ValueError(f"listen_address longer than {MAX_ADDRESS_LENGTH} characters")
         if len(self.tags) > MAX_TAGS:
             raise ValueError(f"more than {MAX_TAGS} tags")
         for tag in self.tags:
             _check_len("each tag", tag, TAG_SIZE)
-
-
-@dataclass(frozen=True)
-class HelloAuth:
-    """Second handshake message: Ed25519 signature over the handshake transcript."""
-
-    signature: bytes
 
 
 @dataclass(frozen=True)
@@ -103,9 +124,13 @@ class Error:
 
 #: The wire surface of the p2p layer: (message class, wire type name) pairs.
 MESSAGES: tuple[tuple[type, str], ...] = (
-    (Hello, "hello"),
-    (HelloAuth, "hello_auth"),
+    (NoiseHello, "noise_hello"),
+    (NoiseMessage, "noise_message"),
+    (HandshakePayload, "handshake_payload"),
     (Ping, "ping"),
     (Pong, "pong"),
     (Error, "error"),
 )
+
+#: Messages a peer may send but never as a request (the transport refuses them).
+NOT_REQUESTS: tuple[type, ...] = (NoiseHello, NoiseMessage, HandshakePayload, Pong, Error)

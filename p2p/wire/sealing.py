@@ -1,6 +1,7 @@
 """AEAD sealing of frames after the handshake.
 
-Each direction has its own key and a 64-bit frame counter used as the nonce
+Each direction has its own key (from the Noise handshake's Split(), see
+:mod:`p2p.wire.handshake`) and a 64-bit frame counter used as the nonce
 (4 zero bytes + 8-byte big-endian counter). The receiver expects exactly the
 next counter value, so a replayed, reordered, dropped or forged frame fails to
 open; the connection must then be closed (an :class:`Opener` refuses to work

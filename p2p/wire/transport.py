@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import itertools
 import logging
 import math
 import os
@@ -32,7 +33,16 @@ from dataclasses import dataclass, field
 
 import trio
 
+from gossip.log_limit import LogLimiter
 from p2p.wire import codec
+from p2p.wire.admission import (
+    DEFAULT_FRAME_BUDGET,
+    Admission,
+    AdmissionLimits,
+    Decision,
+    FrameBudget,
+    source_of,
+)
 from p2p.wire.codec import Message
 from p2p.wire.framing import (
     DEFAULT_MAX_FRAME_SIZE,
@@ -52,9 +62,8 @@ from p2p.wire.messages import (
     ERROR_HANDSHAKE,
     ERROR_INTERNAL,
     ERROR_NO_REPLY,
+    NOT_REQUESTS,
     Error,
-    Hello,
-    HelloAuth,
     Ping,
     Pong,
 )
@@ -204,12 +213,14 @@ class MessageStream:
         max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
         write_timeout: float = 10.0,
         sent: ByteCount | None = None,
+        budget: FrameBudget | None = None,
     ) -> None:
         self.stream = stream
         self.sent = sent if sent is not None else ByteCount()  # shared by a transport's streams
         self.max_frame_size = max_frame_size
         self.write_timeout = write_timeout
-        self._decoder = FrameDecoder(max_frame_size)
+        # budget: shared by a transport's streams, bounds their unfinished frames together
+        self._decoder = FrameDecoder(max_frame_size, budget)
         # Frame size -> where array data began in the last frame of that size:
         # the next is received so that it starts aligned (then decoded arrays
         # view it instead of being copied). Frames of one size share a layout.
@@ -477,7 +488,9 @@ class MessageStream:
             raise ConnectionFailure(f"bad message: {exc}") from None
 
     async def aclose(self) -> None:
-        """Close the underlying stream without waiting."""
+        """Close the underlying stream without waiting (and give back the frame
+        budget an unfinished frame held)."""
+        self._decoder.release()
         await trio.aclose_forcefully(self.stream)
 
 
@@ -537,6 +550,16 @@ class Transport:
 
     ``tags`` (frozenset of 32-byte model fingerprints) and ``advertise_address``
     may be changed at any time; they are sent in the HELLO of new connections.
+
+    Incoming connections are admitted by :class:`~p2p.wire.admission.Admission`
+    (``admission``; default: derived from ``max_connections``): handshake slots
+    apart from session slots, caps per source address and node id, silent
+    sessions closed first. Outgoing connections are capped apart
+    (``max_outgoing``, default ``max_connections``) and never closed to admit
+    an incoming one. ``frame_budget`` bounds the bytes all unfinished frames
+    hold together (default: 16 MiB or 4 frames of ``max_frame_size``, the
+    larger; 0: no bound). Log lines a peer can cause are rate-limited per
+    source (:class:`gossip.log_limit.LogLimiter`).
     """
 
     def __init__(
@@ -556,9 +579,14 @@ class Transport:
         max_messages_per_second: float | None = None,
         advertise_address: str | None = None,
         connector: Connector | None = None,
+        max_outgoing: int | None = None,
+        admission: AdmissionLimits | None = None,
+        frame_budget: int | None = None,
     ) -> None:
         if max_connections < 1:
             raise ValueError(f"max_connections must be >= 1, got {max_connections}")
+        if max_outgoing is not None and max_outgoing < 1:
+            raise ValueError(f"max_outgoing must be >= 1, got {max_outgoing}")
         if swarm_key is not None and len(swarm_key) != 32:
             raise ValueError(f"swarm key must be 32 bytes, got {len(swarm_key)}")
         self.identity = identity
@@ -580,7 +608,17 @@ class Transport:
         self._bound_address: str | None = None
         self._pool: dict[str, _Outgoing] = {}
         self._dial_locks: dict[str, trio.Lock] = {}
-        self._open = 0  # open connections, incoming and outgoing (incl. handshaking)
+        self._open = 0  # open outgoing connections (incl. handshaking); incoming: admission
+        self.max_outgoing = max_outgoing or max_connections
+        self.admission = Admission(admission or AdmissionLimits.for_connections(
+            max_connections, idle_limit=2 * idle_timeout))
+        if frame_budget is None:
+            frame_budget = max(DEFAULT_FRAME_BUDGET, 4 * max_frame_size)
+        self.frame_budget = FrameBudget(frame_budget)
+        self._offences = LogLimiter(logger)  # lines a peer causes: per source and interval
+        self._conn_ids = itertools.count()
+        # incoming connection id -> (its cancel scope, its remote label)
+        self._inbound: dict[int, tuple[trio.CancelScope, str]] = {}
         self.bytes_sent = ByteCount()  # everything this transport's streams wrote
         self._serve_scope: trio.CancelScope | None = None
         self._bound_sockets: list[socket.socket] | None = None  # bound by bind(), not yet served
@@ -604,8 +642,8 @@ class Transport:
 
     @property
     def open_connections(self) -> int:
-        """Open connections, incoming and outgoing."""
-        return self._open
+        """Open connections, incoming (handshaking or authenticated) and outgoing."""
+        return self._open + self.admission.handshakes + self.admission.sessions
 
     @property
     def pooled_addresses(self) -> list[str]:
@@ -669,32 +707,43 @@ class Transport:
                 remote = format_address(peer_host, peer_port)
             except OSError:
                 remote = "unknown"
-            nursery.start_soon(self._serve_counted, stream, handler, remote)
-
-    async def _serve_counted(self, stream: trio.abc.Stream, handler: Handler, remote: str) -> None:
-        if self._open >= self.max_connections and not await self._evict_idle_outgoing():
-            logger.warning(
-                "closing connection from %s: connection limit of %d reached",
-                remote,
-                self.max_connections,
-            )
-            await trio.aclose_forcefully(stream)
-            return
-        self._open += 1
-        try:
-            await self.serve_stream(stream, handler, remote)
-        finally:
-            self._open -= 1
+            nursery.start_soon(self.serve_stream, stream, handler, remote)
 
     async def serve_stream(self, stream: trio.abc.Stream, handler: Handler, remote: str) -> None:
         """Run the responder side of one connection on ``stream`` until it ends.
 
-        Never raises for connection problems: they are logged (one warning) and
-        the stream is closed. ``remote`` names the peer in log lines.
+        Never raises for connection problems: they are logged (one warning per
+        source and interval, the rest summed up) and the stream is closed.
+        ``remote`` names the peer in log lines; its host is the source the
+        admission caps count (see :mod:`p2p.wire.admission`).
         """
+        source = source_of(remote)
+        conn = next(self._conn_ids)
+        decision = self.admission.open_handshake(conn, source, trio.current_time())
+        if not decision.admitted:
+            self._offence(source, "closing connection from %s: %s", remote, decision.reason)
+            await trio.aclose_forcefully(stream)
+            return
+        self._close_inbound(decision)
         ms = self._message_stream(stream)
+        scope = trio.CancelScope()
+        self._inbound[conn] = (scope, remote)
+        try:
+            with scope:
+                await self._serve_admitted(conn, ms, handler, remote, source)
+        finally:
+            self._inbound.pop(conn, None)
+            self.admission.close(conn)
+            await ms.aclose()
+
+    async def _serve_admitted(self, conn: int, ms: MessageStream, handler: Handler,
+                              remote: str, source: str) -> None:
         try:
             peer = await self._handshake(ms, initiator=False, expected_node_id=None)
+            decision = self.admission.finish_handshake(conn, peer.node_id, trio.current_time())
+            if not decision.admitted:
+                raise ConnectionFailure(f"session refused: {decision.reason}", "protocol")
+            self._close_inbound(decision)
             logger.debug("accepted %s (node %s)", remote, peer.node_id.hex()[:16])
             limiter = (
                 _RateLimiter(self.max_messages_per_second)
@@ -704,6 +753,8 @@ class Transport:
             with ms.deadlines():  # one cancel scope for the connection, not one per step
                 while True:
                     msg = await ms.receive(self.idle_timeout * 2, self.read_timeout)
+                    if not isinstance(msg, Ping):  # a ping keeps TCP alive but is no work
+                        self.admission.request(conn, trio.current_time())
                     if limiter is not None:
                         await limiter.wait()  # throttle a flooding peer: it waits for replies
                     reply = await self._dispatch(handler, peer, msg, remote)
@@ -712,11 +763,28 @@ class Transport:
             if exc.quiet:
                 logger.debug("connection from %s ended: %s", remote, exc.reason)
             else:
-                logger.warning("closing connection from %s: %s", remote, exc.reason)
+                self._offence(source, "closing connection from %s: %s", remote, exc.reason)
         except Exception:  # a bug must not take the whole server down
             logger.exception("closing connection from %s: unexpected error", remote)
-        finally:
-            await ms.aclose()
+
+    def _offence(self, source: str, msg: str, *args: object) -> None:
+        """One warning line a peer caused, rate-limited per source."""
+        self._offences.warning(trio.current_time(), source, msg, *args)
+
+    def _close_inbound(self, decision: Decision, *, quiet: bool = False) -> None:
+        """Close the incoming connections the admission gave up (their slots are
+        free already); one INFO line each (rate-limited), DEBUG when ``quiet``."""
+        for conn in decision.close:
+            entry = self._inbound.pop(conn, None)
+            if entry is None:
+                continue
+            scope, remote = entry
+            if quiet:
+                logger.debug("closing connection from %s: %s", remote, decision.why_close)
+            else:
+                self._offences.log(trio.current_time(), source_of(remote), logging.INFO,
+                                   "closing connection from %s: %s", remote, decision.why_close)
+            scope.cancel()
 
     @staticmethod
     def _encode_reply(reply: Message, request: Message) -> list[bytes | memoryview]:
@@ -731,7 +799,7 @@ class Transport:
                         remote: str) -> Message:
         if isinstance(msg, Ping):
             return Pong(msg.nonce)
-        if isinstance(msg, Hello | HelloAuth | Pong | Error):
+        if isinstance(msg, NOT_REQUESTS):
             return Error(ERROR_BAD_REQUEST, f"{type(msg).__name__} is not a request")
         try:
             reply = await handler(peer, msg)
@@ -745,10 +813,15 @@ class Transport:
         return reply
 
     async def _reap_idle(self) -> None:
-        period = max(self.idle_timeout / 4, 0.05)
+        period = max(min(self.idle_timeout / 4, self.admission.limits.silence / 3), 0.05)
         while True:
             await trio.sleep(period)
             now = trio.current_time()
+            self._offences.flush(now)
+            self._close_inbound(Decision(
+                True, close=tuple(self.admission.expired(now)),
+                why_close="silent session (no request for a while; sooner when session "
+                          "slots are short)"), quiet=True)
             for conn in list(self._pool.values()):
                 if not conn.lock.locked() and now - conn.last_used >= self.idle_timeout:
                     logger.debug("closing idle connection to %s", conn.address)
@@ -803,7 +876,8 @@ class Transport:
                     if exc.kind in ("eof", "broken") and not fresh and attempt == 0:
                         continue
                     if exc.kind == "protocol":
-                        logger.warning("closing connection to %s: %s", address, exc.reason)
+                        self._offence(source_of(address), "closing connection to %s: %s",
+                                      address, exc.reason)
                     raise PeerUnreachable(address, exc.reason, maybe_delivered=True) from None
                 conn.last_used = trio.current_time()
             finally:
@@ -812,9 +886,16 @@ class Transport:
                 reply = codec.decode(reply_payload.toreadonly())  # handed over: no copy
             except codec.DecodeError as exc:
                 await self._drop(conn)
-                logger.warning("closing connection to %s: bad reply: %s", address, exc)
+                self._offence(source_of(address), "closing connection to %s: bad reply: %s",
+                              address, exc)
                 raise PeerUnreachable(address, f"bad reply: {exc}", maybe_delivered=True) from None
             if isinstance(reply, Error):
+                if reply.code == ERROR_HANDSHAKE and fresh:
+                    # refused at the end of the handshake (the peer checks our
+                    # identity last): a handshake failure, and the peer closes
+                    await self._drop(conn)
+                    raise PeerUnreachable(
+                        address, f"handshake failed: peer refused the handshake: {reply.reason}")
                 raise RemoteError(address, reply.code, reply.reason)
             return reply
         raise PeerUnreachable(address, "connection closed repeatedly")
@@ -854,8 +935,9 @@ class Transport:
         return conn
 
     async def _dial(self, address: str, node_id: bytes | None) -> _Outgoing:
-        if self._open >= self.max_connections and not await self._evict_idle_outgoing():
-            raise PeerUnreachable(address, f"connection limit of {self.max_connections} reached")
+        if self._open >= self.max_outgoing and not await self._evict_idle_outgoing():
+            raise PeerUnreachable(address, f"outgoing connection limit of {self.max_outgoing} "
+                                  "reached")
         self._open += 1
         ms: MessageStream | None = None
         try:
@@ -869,7 +951,8 @@ class Transport:
                     peer = await self._handshake(ms, initiator=True, expected_node_id=node_id)
                 except ConnectionFailure as exc:
                     if exc.kind == "protocol":
-                        logger.warning("closing connection to %s: %s", address, exc.reason)
+                        self._offence(source_of(address), "closing connection to %s: %s",
+                                      address, exc.reason)
                     raise PeerUnreachable(address, exc.reason) from None
             # (no stream yet means the timeout struck while connecting)
             if scope.cancelled_caught or ms is None:
@@ -910,7 +993,7 @@ class Transport:
     def _message_stream(self, stream: trio.abc.Stream) -> MessageStream:
         return MessageStream(
             stream, max_frame_size=self.max_frame_size, write_timeout=self.read_timeout,
-            sent=self.bytes_sent,
+            sent=self.bytes_sent, budget=self.frame_budget,
         )
 
     async def _handshake(
@@ -936,8 +1019,11 @@ class Transport:
                     for out in hs.receive(bytes(payload)):
                         await ms.send_payload(out)
             except HandshakeError as exc:
-                if not exc.remote:
-                    # Tell the peer why, in clear, so its operator sees the reason.
+                if exc.tell_peer:
+                    # Tell the peer why (in clear, or sealed once the peer seals) so
+                    # that its operator sees the reason.
+                    if exc.seal_with is not None:
+                        ms.start_sealing(exc.seal_with)
                     with trio.move_on_after(min(1.0, self.read_timeout)):
                         try:
                             await ms.send(Error(ERROR_HANDSHAKE, exc.peer_reason))
@@ -946,7 +1032,9 @@ class Transport:
                 raise ConnectionFailure(f"handshake failed: {exc.reason}", "protocol") from None
             except ConnectionFailure as exc:
                 kind = "protocol" if exc.kind == "protocol" else "io"
-                raise ConnectionFailure(f"handshake failed: {exc.reason}", kind) from None
+                reason = hs.explain_close(exc.reason) if exc.kind in ("eof", "broken") \
+                    else exc.reason
+                raise ConnectionFailure(f"handshake failed: {reason}", kind) from None
         if deadline_scope.cancelled_caught:
             raise ConnectionFailure(
                 f"handshake timed out after {self.connect_timeout:g} s", "protocol"

@@ -1,0 +1,42 @@
+"""The peer sampler a daemon runs: signed descriptors, Sybil rules, limited log lines.
+
+One definition for every process that joins a swarm (the training node and
+:class:`~p2p.runtime.averaging.AveragingPeer`), so that they all follow the
+same rules (docs/peersampling.md, "Signed descriptors and fake identities").
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+
+from gossip import LogLimiter
+from p2p.wire.identity import Identity, verify_signature
+from peersampling import Descriptor, PeerSampler, SybilRules
+
+
+def signed_sampler(identity: Identity, address: str, tags: frozenset[bytes], *,
+                   rng: random.Random, c: int = 20, l: int = 5,  # noqa: E741
+                   ) -> PeerSampler:
+    """A :class:`PeerSampler` for ``identity`` listening at ``address`` and holding ``tags``.
+
+    Its descriptor is signed with the identity key under an epoch of wall-clock
+    milliseconds (so a restart supersedes what peers remember), received
+    descriptors must verify (Ed25519), every view follows :class:`SybilRules`,
+    and the lines peers cause are rate-limited per offender
+    (:class:`gossip.log_limit.LogLimiter` on peer sampling's own logger).
+    """
+    return PeerSampler(
+        Descriptor(identity.node_id, address, 0, tags, time.time_ns() // 1_000_000),
+        c=c,
+        l=l,
+        rng=rng,
+        sign=identity.sign,
+        verify=verify_signature,
+        sybil=SybilRules(),
+        offences=LogLimiter(logging.getLogger(PeerSampler.__module__)),
+    )
+
+
+__all__ = ["signed_sampler"]
