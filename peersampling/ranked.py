@@ -22,8 +22,9 @@ from __future__ import annotations
 
 import hashlib
 import random
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 
+from .aged import AgedEntries
 from .descriptor import Descriptor, with_age
 
 _EMPTY = 1 << 33  # rank of an empty slot: worse than anything
@@ -41,7 +42,7 @@ def slot_and_rank(key: bytes, node_id: bytes, slots: int) -> tuple[int, int]:
     return (h >> 32) % slots, h & 0xFFFFFFFF
 
 
-class RankedView:
+class RankedView(AgedEntries):
     """``capacity`` seeded samplers plus the candidates waiting for a probe.
 
     ``max_candidates`` bounds the candidate list; when it is full a pushed
@@ -73,64 +74,14 @@ class RankedView:
 
     # ----------------------------------------------------------- the view
 
-    def __len__(self) -> int:
-        return len(self._desc)
-
-    def __contains__(self, node_id: object) -> bool:
-        return node_id in self._desc
-
-    def __iter__(self) -> Iterator[bytes]:
-        return iter(list(self._desc))
-
     @property
     def is_full(self) -> bool:
         return not self._empty
-
-    def age_of(self, node_id: bytes) -> int | None:
-        return self._age.get(node_id)
-
-    def get(self, node_id: bytes) -> Descriptor | None:
-        d = self._desc.get(node_id)
-        return None if d is None else with_age(d, self._age[node_id])
-
-    def descriptors(self) -> list[Descriptor]:
-        ages = self._age
-        return [with_age(d, ages[k]) for k, d in self._desc.items()]
-
-    def addresses(self) -> list[str]:
-        return [d.address for d in self._desc.values()]
-
-    def increase_age(self) -> None:
-        ages = self._age
-        for k in ages:
-            ages[k] += 1
 
     def refresh(self, node_id: bytes) -> None:
         """``node_id`` answered us: its age restarts at 0."""
         if node_id in self._age:
             self._age[node_id] = 0
-
-    def oldest(self, rng: random.Random) -> bytes | None:
-        ages = self._age
-        if not ages:
-            return None
-        top = max(ages.values())
-        candidates = [k for k, a in ages.items() if a == top]
-        return candidates[0] if len(candidates) == 1 else rng.choice(candidates)
-
-    def random_subset(
-        self, rng: random.Random, k: int, exclude: bytes | None = None
-    ) -> list[Descriptor]:
-        keys = [n for n in self._age if n != exclude]
-        if len(keys) > k:
-            keys = rng.sample(keys, k)
-        return [with_age(self._desc[n], self._age[n]) for n in keys]
-
-    def random_entry(self, rng: random.Random) -> Descriptor | None:
-        if not self._age:
-            return None
-        n = rng.choice(list(self._age))
-        return with_age(self._desc[n], self._age[n])
 
     def slot_holders(self) -> list[bytes | None]:
         """The holder of every slot (``None`` = empty), for tests and metrics."""

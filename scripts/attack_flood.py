@@ -33,8 +33,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import resource
 import struct
 import sys
 import time
@@ -48,10 +46,12 @@ import trio
 from p2p.config import load_swarm_key
 from p2p.runtime.protocol import register_node_messages
 from p2p.swarm import Swarm, SwarmSpec
+from p2p.testing.procfs import cpu_seconds, memory_kib, reset_peak_memory
+from p2p.testing.wire_client import connect_from
 from p2p.wire.admission import MIN_FRAME_LIMIT
 from p2p.wire.identity import Identity
 from p2p.wire.messages import Ping
-from p2p.wire.transport import ConnectionFailure, MessageStream, Transport, parse_address
+from p2p.wire.transport import ConnectionFailure, MessageStream, Transport
 
 ATTACKER, OUTSIDER, BIG_FRAMES, UNDER_CAP = "127.0.0.2", "127.0.0.3", "127.0.0.4", "127.0.0.5"
 _GONE = (ConnectionFailure, OSError, trio.BrokenResourceError, trio.ClosedResourceError)
@@ -64,47 +64,6 @@ class Tally:
     connects: int = 0
     lost: int = 0
     errors: dict[str, int] = field(default_factory=dict)
-
-
-def proc_status(pid: int) -> dict[str, int]:
-    """VmRSS and VmHWM of ``pid`` in KiB."""
-    out = {}
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith(("VmRSS:", "VmHWM:")):
-            out[line.split(":")[0]] = int(line.split()[1])
-    return out
-
-
-def reset_peak(pid: int) -> None:
-    """Reset VmHWM to the current RSS (``clear_refs`` 5; our own child process)."""
-    try:
-        Path(f"/proc/{pid}/clear_refs").write_text("5")
-    except OSError:
-        pass
-
-
-async def connect_from(address: str, source: str) -> trio.SocketStream:
-    """A TCP connection from the loopback address ``source``; numeric addresses
-    only, so no resolver thread per connection (the attacker's CPU is the
-    victim's too on one machine)."""
-    host, port = parse_address(address)
-    sock = trio.socket.socket()
-    try:
-        await sock.bind((source, 0))
-        await sock.connect((host, port))
-    except BaseException:
-        sock.close()
-        raise
-    return trio.SocketStream(sock)
-
-
-def cpu_seconds(pid: int | None = None) -> float:
-    """CPU time (user + system) of ``pid``, or of this process."""
-    if pid is None:
-        usage = resource.getrusage(resource.RUSAGE_SELF)
-        return usage.ru_utime + usage.ru_stime
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 async def session_from(address: str, source: str, key: bytes) -> MessageStream:
@@ -192,8 +151,8 @@ class Victim:
 
 async def measure(victim: Victim, window: float, name: str,
                   attack: Callable[[trio.Nursery], None] | None, settle: float) -> dict[str, Any]:
-    reset_peak(victim.pid)
-    before = proc_status(victim.pid)  # before the attack: what it adds is measured
+    reset_peak_memory(victim.pid)
+    before = memory_kib(victim.pid)  # before the attack: what it adds is measured
     async with trio.open_nursery() as nursery:
         if attack is not None:
             attack(nursery)
@@ -203,7 +162,7 @@ async def measure(victim: Victim, window: float, name: str,
         await trio.sleep(window)
         acks1, lines = await victim.acks(), victim.log_lines()[lines0:]
         cpu1, own1 = cpu_seconds(victim.pid), cpu_seconds()
-        after = proc_status(victim.pid)
+        after = memory_kib(victim.pid)
         nursery.cancel_scope.cancel()
     row = {
         "row": name, "acks": acks1 - acks0,

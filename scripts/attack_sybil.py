@@ -48,11 +48,12 @@ from p2p.cli.admin_client import AdminClientError
 from p2p.config import NodeConfig, load_swarm_key, render_config_toml
 from p2p.runtime.protocol import register_node_messages
 from p2p.swarm import Swarm, SwarmSpec, node_config
+from p2p.testing.wire_client import connect_from
 from p2p.wire.codec import Message
 from p2p.wire.handshake import PeerInfo
 from p2p.wire.identity import Identity
 from p2p.wire.messages import ERROR_BAD_REQUEST, Error
-from p2p.wire.transport import Transport, TransportError, parse_address
+from p2p.wire.transport import Transport, TransportError
 from peersampling import Descriptor, PeerUnreachable, ShuffleReply, ShuffleRequest, sign_descriptor
 
 SHUFFLE_LENGTH = 5  # the daemons' default peer_sampling.shuffle_length
@@ -99,15 +100,7 @@ class Fakes:
     @staticmethod
     def _connector(source: str) -> Any:
         async def connect(address: str) -> trio.abc.Stream:
-            host, port = parse_address(address)
-            sock = trio.socket.socket()
-            try:
-                await sock.bind((source, 0))
-                await sock.connect((host, port))
-            except BaseException:
-                sock.close()
-                raise
-            return trio.SocketStream(sock)
+            return await connect_from(address, source)
         return connect
 
     async def serve(self, nursery: trio.Nursery) -> None:

@@ -36,17 +36,10 @@ from p2p.cli.admin_client import AdminClient
 from p2p.runtime.protocol import register_node_messages
 from p2p.swarm import Swarm, SwarmSpec
 from p2p.testing import ask, open_session, push_payload, raw_exchange
+from p2p.testing.procfs import memory_kib
 from p2p.wire import codec
 from p2p.wire.messages import Ping
 from p2p.wire.transport import HANDSHAKE_MAX_FRAME_SIZE, parse_address
-
-
-def rss(pid: int) -> dict[str, int]:
-    out = {}
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith(("VmRSS:", "VmHWM:")):
-            out[line.split(":")[0]] = int(line.split()[1])
-    return out
 
 
 async def garbage_wave(address: str, count: int, rng: np.random.Generator) -> None:
@@ -133,24 +126,24 @@ async def flood_wave(address: str, count: int, client: AdminClient) -> list[floa
 async def attack(address: str, pid: int, client: AdminClient, model: bytes, length: int,
                  scale: int) -> dict[str, Any]:
     register_node_messages()
-    phases: dict[str, Any] = {"start": rss(pid)}
+    phases: dict[str, Any] = {"start": memory_kib(pid)}
     before = client.request("models")["models"][0]
     rng = np.random.default_rng(0)
     t0 = time.perf_counter()
     await garbage_wave(address, 400 * scale, rng)
-    phases["garbage"] = {**rss(pid), "connections": 400 * scale,
+    phases["garbage"] = {**memory_kib(pid), "connections": 400 * scale,
                          "seconds": time.perf_counter() - t0}
     t0 = time.perf_counter()
     sent = await bad_push_wave(address, 20 * scale, model, length)
-    phases["bad_pushes"] = {**rss(pid), "pushes": sent, "seconds": time.perf_counter() - t0}
+    phases["bad_pushes"] = {**memory_kib(pid), "pushes": sent, "seconds": time.perf_counter() - t0}
     await big_frame_wave(address, 60)
-    phases["big_frames"] = {**rss(pid), "connections": 60}
+    phases["big_frames"] = {**memory_kib(pid), "connections": 60}
     latencies = await flood_wave(address, 200 * scale, client)
-    phases["flood"] = {**rss(pid), "connections": 200 * scale,
+    phases["flood"] = {**memory_kib(pid), "connections": 200 * scale,
                        "admin_status_seconds_median": statistics.median(latencies),
                        "admin_status_seconds_max": max(latencies)}
     await trio.sleep(2)
-    phases["after"] = rss(pid)
+    phases["after"] = memory_kib(pid)
     ms, _ = await open_session(address)
     assert (await ask(ms, codec.encode(Ping(1)))).nonce == 1  # type: ignore[attr-defined]
     await ms.aclose()

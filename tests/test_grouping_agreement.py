@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import random
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -17,7 +17,12 @@ from p2p.runtime.grouping_agreement import (
     grouping_seed,
     model_name,
 )
-from p2p.runtime.grouping_messages import GroupsPull, ProjectionRecord, record_payload
+from p2p.runtime.grouping_messages import (
+    GroupsPull,
+    GroupsReply,
+    ProjectionRecord,
+    record_payload,
+)
 from p2p.wire.identity import Identity
 
 LENGTH = 4
@@ -102,6 +107,20 @@ class Swarm:
     def run(self, limit: float = 60.0) -> None:
         while len(self.applied) < len(self.nodes) and self.now < limit:
             self.tick()
+
+
+def pulled_from(swarm: Swarm, peer: GroupingAgreement, ident: Identity, kind: float, *,
+                tamper: Callable[[GroupsReply], GroupsReply] = lambda reply: reply,
+                **kw: object) -> GroupingAgreement:
+    """A node joining late (record of ``kind``) after three pulls from ``peer`` of
+    ``swarm``, each reply passed through ``tamper`` (a lying peer) on the way;
+    these pulls bring the records and the agreed groups."""
+    late = agreement(ident, **kw)
+    late.set_own(record(ident, kind), swarm.now)
+    for _ in range(3):
+        reply = peer.on_pull(late.own_id, late.make_pull(), swarm.now)
+        late.on_reply(peer.own_id, tamper(reply), swarm.now)
+    return late
 
 
 def test_every_node_applies_the_same_grouping() -> None:
@@ -210,25 +229,14 @@ def test_a_late_joiner_verifies_the_agreed_groups_and_joins_the_nearest() -> Non
     swarm = Swarm(kinds, expected=4)
     swarm.run()
     assert len(swarm.applied) == 4
-    late_id = identity(10)
-    late = agreement(late_id, expected=4)
-    late.set_own(record(late_id, 1.1), swarm.now)
-    for _ in range(3):  # pulls bring the records and the agreed groups
-        reply = swarm.nodes[0].on_pull(late.own_id, late.make_pull(), swarm.now)
-        late.on_reply(swarm.nodes[0].own_id, reply, swarm.now)
+    late = pulled_from(swarm, swarm.nodes[0], identity(10), 1.1, expected=4)
     decided = late.step(swarm.now)
     assert decided is not None and decided.joined
     group = tuple(sorted(swarm.ids[k].node_id for k in (2, 3)))
     assert decided.group == group and decided.model == model_name(EPOCH, group)
     assert late.fingerprint == swarm.nodes[0].fingerprint
     # one far from every group stays alone
-    alone_id = identity(11)
-    alone = agreement(alone_id)
-    alone.set_own(record(alone_id, 5.0), swarm.now)
-    for _ in range(3):
-        alone.on_reply(swarm.nodes[1].own_id,
-                       swarm.nodes[1].on_pull(alone.own_id, alone.make_pull(), swarm.now),
-                       swarm.now)
+    alone = pulled_from(swarm, swarm.nodes[1], identity(11), 5.0)
     decided = alone.step(swarm.now)
     assert decided is not None and decided.model is None and decided.group == (alone.own_id,)
 
@@ -238,12 +246,8 @@ def test_announced_groups_that_the_records_do_not_reproduce_are_rejected() -> No
     swarm = Swarm(kinds, expected=4)
     swarm.run()
     liar = swarm.nodes[0]
-    late_id = identity(10)
-    late = agreement(late_id)
-    late.set_own(record(late_id, 0), swarm.now)
-    for _ in range(3):
-        reply = liar.on_pull(late.own_id, late.make_pull(), swarm.now)
-        late.on_reply(liar.own_id, replace(reply, fingerprint="f" * 64), swarm.now)
+    late = pulled_from(swarm, liar, identity(10), 0,
+                       tamper=lambda reply: replace(reply, fingerprint="f" * 64))
     assert late.step(swarm.now) is None
     assert late.counters.rejected_groupings >= 1 and late.applied is None
 
@@ -253,13 +257,10 @@ def test_adopted_groups_are_the_recomputed_ones_not_the_announced_ones() -> None
     swarm = Swarm(kinds, expected=4)
     swarm.run()
     liar = swarm.nodes[0]
-    late_id = identity(10)
-    late = agreement(late_id)
-    late.set_own(record(late_id, 0), swarm.now)
-    for _ in range(3):
-        reply = liar.on_pull(late.own_id, late.make_pull(), swarm.now)
-        lie = tuple((m,) for g in reply.agreed for m in g)  # "everyone alone"
-        late.on_reply(liar.own_id, replace(reply, agreed=lie), swarm.now)
+
+    def everyone_alone(reply: GroupsReply) -> GroupsReply:
+        return replace(reply, agreed=tuple((m,) for g in reply.agreed for m in g))
+    late = pulled_from(swarm, liar, identity(10), 0, tamper=everyone_alone)
     decided = late.step(swarm.now)
     assert decided is not None
     assert decided.grouping.groups == liar.applied.grouping.groups  # type: ignore[union-attr]

@@ -101,13 +101,16 @@ def agreed(nodes: list[Node]) -> bool:
     return all(n.groups_status().phase == "agreed" for n in nodes)
 
 
-async def test_nodes_of_two_kinds_agree_add_the_same_semi_local_model_and_resume_it(
-        tmp_path: Path, autojump_clock: trio.testing.MockClock) -> None:
-    net = MemoryNetwork()
-    addresses = memory_addresses(NODES)
-    nodes = [grouping_node(net, tmp_path, i, addresses) for i in range(NODES)]
-    global_fp = nodes[0].learning.fingerprints["global"]
-    applied_at: dict[int, int] = {}  # node index -> its rounds done when its model was added
+def groups_by_kind(nodes: list[Node]) -> list[tuple[bytes, ...]]:
+    """The groups the nodes should find: one per feature permutation, ids sorted."""
+    ids = [n.identity.node_id for n in nodes]
+    return [tuple(sorted(ids[i] for i in range(NODES) if PERMUTATIONS[i] == p))
+            for p in (None, SHIFT)]
+
+
+def rounds_when_added(nodes: list[Node]) -> dict[int, int]:
+    """Node index -> its rounds done when it added its semi-local model (filled as they do)."""
+    applied_at: dict[int, int] = {}
     for i, n in enumerate(nodes):
         async def add(spec: PartialModelSpec, start: str, i: int = i, n: Node = n,
                       add: Callable[[PartialModelSpec, str], Awaitable[None]] = n.add_semi_local
@@ -115,6 +118,16 @@ async def test_nodes_of_two_kinds_agree_add_the_same_semi_local_model_and_resume
             applied_at[i] = n.progress.round
             await add(spec, start)
         n.add_semi_local = add  # type: ignore[method-assign]
+    return applied_at
+
+
+async def test_nodes_of_two_kinds_agree_add_the_same_semi_local_model_and_resume_it(
+        tmp_path: Path, autojump_clock: trio.testing.MockClock) -> None:
+    net = MemoryNetwork()
+    addresses = memory_addresses(NODES)
+    nodes = [grouping_node(net, tmp_path, i, addresses) for i in range(NODES)]
+    global_fp = nodes[0].learning.fingerprints["global"]
+    applied_at = rounds_when_added(nodes)
     async with running(nodes):
         assert {n.groups_status().phase for n in nodes} <= {"pretraining", "collecting"}
         await wait_until(lambda: agreed(nodes), LIMIT, what="every node applied the groups")
@@ -125,9 +138,7 @@ async def test_nodes_of_two_kinds_agree_add_the_same_semi_local_model_and_resume
         # one fingerprint everywhere, every record held, every peer agreeing
         assert len({s.fingerprint for s in statuses}) == 1 and statuses[0].fingerprint
         assert all(s.records == NODES and s.expected == NODES for s in statuses)
-        ids = [n.identity.node_id for n in nodes]
-        kinds = [tuple(sorted(ids[i] for i in range(NODES) if PERMUTATIONS[i] == p))
-                 for p in (None, SHIFT)]
+        kinds = groups_by_kind(nodes)
         assert sorted(g.members for g in statuses[0].groups) == sorted(kinds)
         for n, s in zip(nodes, statuses, strict=True):
             group = next(k for k in kinds if n.identity.node_id in k)
@@ -350,7 +361,7 @@ async def test_every_node_alone_looks_again_after_more_rounds_and_the_next_attem
     net = MemoryNetwork()
     nodes = retry_nodes(net, tmp_path, rounds=16)
     moved_at: dict[int, int] = {}  # node index -> rounds done when attempt 0 ended all alone
-    applied_at: dict[int, int] = {}  # node index -> rounds done when its model was added
+    applied_at = rounds_when_added(nodes)
     for i, n in enumerate(nodes):
         g = n.grouping
         assert g is not None
@@ -359,13 +370,6 @@ async def test_every_node_alone_looks_again_after_more_rounds_and_the_next_attem
             moved_at[i] = n.progress.round
             step()
         g._next_attempt = moved  # type: ignore[method-assign]
-
-        async def add(spec: PartialModelSpec, start: str, i: int = i, n: Node = n,
-                      add: Callable[[PartialModelSpec, str], Awaitable[None]] = n.add_semi_local
-                      ) -> None:
-            applied_at[i] = n.progress.round
-            await add(spec, start)
-        n.add_semi_local = add  # type: ignore[method-assign]
     async with running(nodes):
         await wait_until(lambda: agreed(nodes) and all(
             n.groups_status().attempt == 1 for n in nodes), LIMIT,
@@ -376,9 +380,7 @@ async def test_every_node_alone_looks_again_after_more_rounds_and_the_next_attem
         statuses = [n.groups_status() for n in nodes]
         assert len({s.fingerprint for s in statuses}) == 1 and statuses[0].fingerprint
         assert all(s.records == NODES for s in statuses)
-        ids = [n.identity.node_id for n in nodes]
-        kinds = [tuple(sorted(ids[i] for i in range(NODES) if PERMUTATIONS[i] == p))
-                 for p in (None, SHIFT)]
+        kinds = groups_by_kind(nodes)
         assert sorted(g.members for g in statuses[0].groups) == sorted(kinds)
         for n, s in zip(nodes, statuses, strict=True):
             group = next(k for k in kinds if n.identity.node_id in k)

@@ -9,17 +9,15 @@ from typing import Any
 
 import pytest
 
-from p2p.config import NodeConfig, load_config, render_config_toml
 from p2p.swarm import (
     AUTO_PUBLIC_SIZE,
     AUTO_ROUNDS,
     SwarmError,
     SwarmSpec,
     grouping_summary,
-    node_config,
     partition,
 )
-from p2p.testing import load_script
+from p2p.testing import load_script, swarm_node_configs
 
 PERMS_12 = "id,8:9,7:8,7:8:9,7:9:8,7:9"
 
@@ -34,16 +32,6 @@ def _spec(script: ModuleType, *argv: str) -> SwarmSpec:
     return spec
 
 
-def _configs(spec: SwarmSpec, tmp_path: Path) -> list[NodeConfig]:
-    """Every node's config, written and loaded back as the daemon reads it."""
-    out = []
-    for i in range(spec.nodes):
-        path = tmp_path / f"node{i}.toml"
-        path.write_text(render_config_toml(node_config(spec, i, tmp_path / f"n{i}", None)))
-        out.append(load_config(path))
-    return out
-
-
 def test_semi_local_auto_turns_clustering_on_and_declares_only_the_global_model(
         swarm_script: ModuleType, tmp_path: Path) -> None:
     spec = _spec(swarm_script, "--nodes", "12", "--permuted", PERMS_12, "--semi-local", "auto",
@@ -52,7 +40,7 @@ def test_semi_local_auto_turns_clustering_on_and_declares_only_the_global_model(
     assert spec.rounds == AUTO_ROUNDS  # pre-training, then the groups' rounds
     assert _spec(swarm_script, "--semi-local", "auto", "--rounds", "70").rounds == 70
     assert _spec(swarm_script, "--semi-local").rounds == SwarmSpec().rounds
-    for config in _configs(spec, tmp_path):
+    for config in swarm_node_configs(spec, tmp_path):
         c = config.clustering
         assert (c.mode, c.share, c.expected_nodes, c.pretrain_rounds) == ("auto", 0.2, 12, 15)
         assert c.start == "average"  # the node's default unless --grouping-start
@@ -64,23 +52,23 @@ def test_semi_local_auto_turns_clustering_on_and_declares_only_the_global_model(
         # digits carves no public split by default: the groups need one to project on
         assert config.data.public_size == AUTO_PUBLIC_SIZE
     given = _spec(swarm_script, "--semi-local", "auto", "--public-size", "120")
-    assert {c.data.public_size for c in _configs(given, tmp_path)} == {120}
+    assert {c.data.public_size for c in swarm_node_configs(given, tmp_path)} == {120}
     reinit = _spec(swarm_script, "--nodes", "2", "--semi-local", "auto", "--grouping-start", "reinit")
     (tmp_path / "reinit").mkdir()
-    assert {c.clustering.start for c in _configs(reinit, tmp_path / "reinit")} == {"reinit"}
+    assert {c.clustering.start for c in swarm_node_configs(reinit, tmp_path / "reinit")} == {"reinit"}
 
 
 def test_semi_local_alone_keeps_the_manual_groups(swarm_script: ModuleType,
                                                   tmp_path: Path) -> None:
     spec = _spec(swarm_script, "--nodes", "4", "--permuted", "id,8:9", "--semi-local")
     assert (spec.semi_local, spec.grouping) == (True, "manual")
-    configs = _configs(spec, tmp_path)
+    configs = swarm_node_configs(spec, tmp_path)
     assert {c.clustering.mode for c in configs} == {"off"}
     assert {c.data.public_size for c in configs} == {None}  # shards as before
     assert [[m.name for m in c.models] for c in configs] == [["global", "semi0"],
                                                              ["global", "semi1"]] * 2
     plain = _spec(swarm_script, "--nodes", "4")
-    assert not plain.semi_local and {c.clustering.mode for c in _configs(plain, tmp_path)} == {
+    assert not plain.semi_local and {c.clustering.mode for c in swarm_node_configs(plain, tmp_path)} == {
         "off"}
     with pytest.raises(SwarmError, match="--pretrain-rounds goes with --semi-local auto"):
         _spec(swarm_script, "--semi-local", "--pretrain-rounds", "5")

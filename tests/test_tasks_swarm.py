@@ -11,9 +11,9 @@ from types import ModuleType
 
 import pytest
 
-from p2p.config import load_config, render_config_toml
-from p2p.swarm import SwarmError, SwarmSpec, latency_summary, node_config, rounds_per_second
-from p2p.testing import load_script
+from p2p.config import render_config_toml
+from p2p.swarm import SwarmError, SwarmSpec, latency_summary, rounds_per_second
+from p2p.testing import load_script, swarm_node_configs
 
 
 @pytest.fixture
@@ -26,21 +26,11 @@ def _spec(script: ModuleType, *argv: str) -> SwarmSpec:
     return spec
 
 
-def _configs(spec: SwarmSpec, tmp_path: Path) -> list:
-    """Every node's config, written and loaded back as the daemon reads it."""
-    out = []
-    for i in range(spec.nodes):
-        path = tmp_path / f"node{i}.toml"
-        path.write_text(render_config_toml(node_config(spec, i, tmp_path / f"n{i}", None)))
-        out.append(load_config(path))
-    return out
-
-
 def test_no_flags_is_the_digits_demo(swarm_script: ModuleType, tmp_path: Path) -> None:
     spec = _spec(swarm_script)
     assert spec == SwarmSpec(permutations=spec.permutations)  # make swarm: defaults unchanged
     assert spec.task == "digits" and spec.network().sizes == (64, 48, 32, 10)
-    configs = _configs(spec, tmp_path)
+    configs = swarm_node_configs(spec, tmp_path)
     assert [c.data.node_index for c in configs] == list(range(8))
     assert {c.data.task for c in configs} == {"digits"}
     assert configs[0].training.lr == 0.1 and configs[0].training.batch_size == 16
@@ -51,7 +41,7 @@ def test_task_network_and_training_flags_reach_every_node(swarm_script: ModuleTy
     spec = _spec(swarm_script, "--task", "mnist5k", "--nodes", "3", "--lr", "0.02",
                  "--optimizer", "adam", "--batch-size", "32", "--rounds", "7",
                  "--permuted", "id,8:9")
-    configs = _configs(spec, tmp_path)
+    configs = swarm_node_configs(spec, tmp_path)
     for i, config in enumerate(configs):
         assert config.data.task == "mnist5k"
         assert (config.data.node_index, config.data.num_nodes) == (i, 3)
@@ -88,7 +78,7 @@ def test_config_template_is_kept_but_shards_permutations_and_flags_apply(
     spec = _spec(swarm_script, "--config", str(template), "--nodes", "4", "--batch-size", "4",
                  "--permuted", "id,8:9")
     assert spec.template == str(template.resolve())
-    configs = _configs(spec, tmp_path)
+    configs = swarm_node_configs(spec, tmp_path)
     for i, config in enumerate(configs):
         # the template's settings everywhere ...
         assert config.data.task == "mnist1d" and config.network.layers == (40, 32, 10)
@@ -123,12 +113,12 @@ def test_swarm_speed_figures() -> None:
 def test_a_convolutional_network_travels_through_the_node_config(
         swarm_script: ModuleType, tmp_path: Path) -> None:
     spec = _spec(swarm_script, "--task", "mnist5k", "--network", "cnn", "--nodes", "2")
-    config = _configs(spec, tmp_path)[1]
+    config = swarm_node_configs(spec, tmp_path)[1]
     assert config.network.spec == spec.network()  # image shape and convolutions kept
     assert config.network.spec.image_size == (28, 28) and len(config.network.spec.convs) == 2
     assert render_config_toml(config).count('layers = "1x28x28=c16k5=pool2=c32k5=pool2=100=10"')
     mlp = _spec(swarm_script, "--task", "mnist5k", "--network", "784=300=100=10", "--nodes", "2")
-    assert _configs(mlp, tmp_path)[0].network.layers == (784, 300, 100, 10)  # a plain tuple
+    assert swarm_node_configs(mlp, tmp_path)[0].network.layers == (784, 300, 100, 10)  # a plain tuple
     with pytest.raises(SwarmError, match="samples of shape 1x28x28"):
         _spec(swarm_script, "--task", "mnist5k", "--network", "1x8x8=c4k3=10")
     assert _spec(swarm_script, "--task", "digits", "--network", "1x8x8=c4k3=10").task == "digits"

@@ -19,6 +19,9 @@ builders load the node runtime (and so torch) on first use.
   under message loss and delay.
 - :mod:`p2p.testing.scripts`: :func:`load_script`, a file of ``scripts/`` as a
   module.
+- :mod:`p2p.testing.swarm_configs`: :func:`swarm_node_configs`, the configs a
+  swarm spec makes, read back as a daemon reads them.
+- :mod:`p2p.testing.procfs`: a daemon process's memory and CPU time.
 
 Daemon processes (``p2p run``) are started with :class:`p2p.swarm.Swarm`.
 """
@@ -37,11 +40,13 @@ from p2p.testing.memnet import (
     TransportOptions,
     TransportTuning,
 )
+from p2p.testing.procfs import cpu_seconds, memory_kib, reset_peak_memory
 from p2p.testing.relay_attack import ClaimedIdentity, RelayAttacker
 from p2p.testing.scripts import load_script
 from p2p.testing.waiting import DEFAULT_WAIT, wait_until
 from p2p.testing.wire_client import (
     ask,
+    connect_from,
     encoded_vector_fields,
     open_session,
     push_payload,
@@ -63,6 +68,7 @@ if TYPE_CHECKING:
         tune_config,
         write_swarm_key,
     )
+    from p2p.testing.swarm_configs import swarm_node_configs
 
 # The node builders load the node runtime (torch, the config schema): imported
 # on first use, so that wire-level tests using only the network stay light.
@@ -71,6 +77,7 @@ _LAZY = {
     **dict.fromkeys(("LOOPBACK", "admin_request", "fast_spec", "memory_addresses",
                      "memory_node", "memory_swarm", "running", "tcp_node", "tune_config",
                      "write_swarm_key"), "p2p.testing.nodes"),
+    "swarm_node_configs": "p2p.testing.swarm_configs",
 }
 
 
@@ -95,19 +102,24 @@ __all__ = [
     "TransportTuning",
     "admin_request",
     "ask",
+    "connect_from",
+    "cpu_seconds",
     "encoded_vector_fields",
     "fast_spec",
     "load_script",
     "lossy_swarm",
     "memory_addresses",
+    "memory_kib",
     "memory_node",
     "memory_swarm",
     "open_session",
     "push_payload",
     "raw_exchange",
+    "reset_peak_memory",
     "run_in_virtual_time",
     "run_with_faults",
     "running",
+    "swarm_node_configs",
     "tcp_node",
     "tune_config",
     "valid_push",

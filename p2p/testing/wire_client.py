@@ -19,11 +19,29 @@ from p2p.wire import codec
 from p2p.wire.identity import Identity
 from p2p.wire.transport import MessageStream, Transport, parse_address
 
-__all__ = ["ask", "encoded_vector_fields", "open_session", "push_payload", "raw_exchange",
-           "valid_push"]
+__all__ = ["ask", "connect_from", "encoded_vector_fields", "open_session", "push_payload",
+           "raw_exchange", "valid_push"]
 
 # Any value the msgpack encoder takes (a hand-built message field).
 WireValue = None | bool | int | float | str | bytes | list[object] | dict[str, object]
+
+
+async def connect_from(address: str, source: str) -> trio.SocketStream:
+    """A TCP connection to ``address`` from the loopback address ``source``.
+
+    Each attacker identity gets its own source address (127.0.1.x), as
+    distinct hosts would. Numeric addresses only: no resolver thread per
+    connection (on one machine the attacker's CPU is the victim's too).
+    """
+    host, port = parse_address(address)
+    sock = trio.socket.socket()
+    try:
+        await sock.bind((source, 0))
+        await sock.connect((host, port))
+    except BaseException:
+        sock.close()
+        raise
+    return trio.SocketStream(sock)
 
 
 async def raw_exchange(address: str, data: bytes, *, close_write: bool = False,
