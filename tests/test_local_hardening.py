@@ -307,6 +307,9 @@ class _Handler:
     def stop(self) -> dict[str, Any]:
         return self._record("stop")
 
+    def groups(self) -> dict[str, Any]:
+        return self._record("groups")
+
 
 def _system_python() -> str:
     """A Python that another user can run (the venv's may live under /root)."""

@@ -47,6 +47,7 @@ from p2p.runtime.admin_server import (
     to_jsonable,
 )
 from p2p.runtime.collaboration import CollaborationStatus, assess
+from p2p.runtime.grouping_status import GroupsStatus
 
 NODE_ID = "9f" * 32
 
@@ -98,6 +99,9 @@ class FakeHandler:
     def stop(self) -> StopReport:
         self.stopped = True
         return StopReport()
+
+    def groups(self) -> GroupsStatus:
+        return GroupsStatus.off()
 
 
 EXPECTED_FIELDS = {

@@ -21,6 +21,7 @@ import trio
 from p2p.cli.main import JsonLogFormatter, main, setup_logging
 from p2p.config import HostPort, NodeConfig, load_config, load_swarm_key
 from p2p.runtime.admin_server import admin_socket_path, serve_admin
+from p2p.runtime.grouping_status import GroupsStatus
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
@@ -243,6 +244,9 @@ class _Handler:
     def stop(self) -> dict[str, Any]:
         self.stopped = True
         return {"stopping": True}
+
+    def groups(self) -> GroupsStatus:
+        return GroupsStatus.off()
 
 
 async def test_client_verbs_against_a_live_socket(tmp_path: Path,

@@ -267,8 +267,7 @@ class AdminHandler(Protocol):
 
     Each method returns a dict or a report dataclass, or an awaitable of one
     (``async def`` is fine). Methods run in the admin server's trio task: keep
-    them quick (``stop`` should only *request* shutdown). A ``groups`` method
-    is optional: without one, ``groups`` answers that automatic grouping is off.
+    them quick (``stop`` should only *request* shutdown).
     """
 
     def status(self) -> Report | Awaitable[Report]: ...
@@ -282,6 +281,8 @@ class AdminHandler(Protocol):
     def checkpoint(self) -> Report | Awaitable[Report]: ...
 
     def stop(self) -> Report | Awaitable[Report]: ...
+
+    def groups(self) -> Report | Awaitable[Report]: ...
 
 
 # --------------------------------------------------------------------------- JSON
@@ -321,17 +322,6 @@ def _reply_error(message: str) -> bytes:
 # --------------------------------------------------------------------------- server
 
 
-def _groups_command(handler: AdminHandler) -> Callable[[], Report | Awaitable[Report]]:
-    """The handler's ``groups`` method; a handler without one (no automatic grouping:
-    an older node, a test double) answers that grouping is off."""
-    groups = getattr(handler, "groups", None)
-    if callable(groups):
-        return groups
-    from p2p.runtime.grouping_status import GroupsStatus
-
-    return lambda: GroupsStatus.off()
-
-
 class AdminServer:
     """Serves admin commands on a Unix socket, dispatching to ``handler``.
 
@@ -362,7 +352,7 @@ class AdminServer:
             "metrics": handler.metrics,
             "checkpoint": handler.checkpoint,
             "stop": handler.stop,
-            "groups": _groups_command(handler),
+            "groups": handler.groups,
             "help": lambda: {"commands": [*ADMIN_COMMANDS, "help"]},
         }
 
