@@ -32,6 +32,7 @@ from gossip.errors import (
 )
 from gossip.log_limit import LogLimiter
 from gossip.mask_epochs import (
+    MASK_MESSAGES,
     EpochSettings,
     MaskEpochs,
     PairAccept,
@@ -39,13 +40,15 @@ from gossip.mask_epochs import (
     hiding_warning,
     magnitude_bound,
     noise_bound,
+    pair_secret,
     pair_seed,
-    session_secret,
 )
 from gossip.masking import MaskSource, mask_source_from
 from gossip.merge_guard import GuardSettings, MergeGuard, RefusedByGuard
-from gossip.messages import FINGERPRINT_BYTES, WIRE_MESSAGES, Push, PushAck
+from gossip.messages import FINGERPRINT_BYTES, Push, PushAck
+from gossip.messages import WIRE_MESSAGES as _PUSH_MESSAGES
 from gossip.model_sync import AveragingCore, ModelSync, VectorModel
+from gossip.partner_choice import PartnerChoice, PartnerSettings
 from gossip.pushsum import (
     EXCHANGES,
     PRIVACY_MODES,
@@ -70,6 +73,9 @@ from gossip.simulator import (
 )
 from gossip.wave_rule import AUTO, Next, WavePlan, WaveRule
 
+#: The wire surface of gossip: push-sum exchanges and masking pairs.
+WIRE_MESSAGES: tuple[tuple[type, str], ...] = (*_PUSH_MESSAGES, *MASK_MESSAGES)
+
 if TYPE_CHECKING:
     from gossip.driver import DurationSink, GossipDriver, Holders, PushTransport
 
@@ -90,6 +96,7 @@ __all__ = [
     "GossipDriver",
     "GossipError",
     "GuardSettings",
+    "MASK_MESSAGES",
     "Holders",
     "InvalidValues",
     "LeastRecentSampler",
@@ -103,12 +110,14 @@ __all__ = [
     "magnitude_bound",
     "noise_bound",
     "pair_seed",
-    "session_secret",
+    "pair_secret",
     "MergeGuard",
     "Next",
     "ModelSpec",
     "ModelSync",
     "PairReferences",
+    "PartnerChoice",
+    "PartnerSettings",
     "Push",
     "PushAck",
     "PushRefused",

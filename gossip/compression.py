@@ -241,7 +241,8 @@ def _encode_int8(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     # Round the scale up, never down: then |x| / scale <= 127 and the error of
     # every value is at most half its block's scale, even where float32 runs out
     # of precision (tiny blocks whose scale would round to 0 or a subnormal).
-    low = scales < exact
+    # (absmax / 127 itself underflows to 0 for float64 subnormals)
+    low = (scales < exact) | ((scales == 0) & (absmax > 0))
     if low.any():
         scales[low] = np.nextafter(scales[low], np.float32(np.inf))
     # Quantize with the float32 scale the receiver will multiply by.

@@ -36,3 +36,4 @@ class PushSumCounters:
     clipped: int = 0  # push-pull requests merged clipped (the excess handed back)
     clipped_replies: int = 0  # replies merged clipped (the excess not merged)
     unreciprocated: int = 0  # push-pull requests acked without a reply: share kept (guard)
+    guard_held: int = 0  # candidates skipped: we gave them balance_cap net (guard)

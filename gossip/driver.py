@@ -26,8 +26,9 @@ from typing import Protocol
 
 import trio
 
-from .errors import PushRefused, PushUndelivered, RejectedAck
+from .errors import PushRefused, PushUndelivered, RejectedAck, RejectedReply
 from .messages import Push, PushAck
+from .partner_choice import PartnerChoice
 from .pushsum import PushSum
 from .wave_rule import AUTO, Next, WavePlan, WaveRule
 
@@ -58,6 +59,28 @@ class DurationSink(Protocol):
     def add(self, seconds: float) -> None: ...
 
 
+class EpochHook(Protocol):
+    """Masking epochs around the exchanges (the node's
+    :class:`~p2p.runtime.mask_runtime.NodeMasking`; None: no epochs)."""
+
+    async def prepare(self, name: str, core: PushSum) -> None:
+        """After a training round, before the model's pushes: start an epoch if due and
+        return once its pairs are agreed (noise first, then data)."""
+        ...
+
+    def pushed(self, name: str, peer: bytes, fraction: float) -> None:
+        """A push was acknowledged; it took ``fraction`` of the sender's mass."""
+        ...
+
+    def settle(self, name: str, core: PushSum) -> None:
+        """After pushes were made: the core may have folded its noise."""
+        ...
+
+    def unreachable(self, peer: bytes, *, surely: bool, failures: int) -> None:
+        """A push to ``peer`` got no answer (``surely``: it did not reach it)."""
+        ...
+
+
 class GossipDriver:
     """Drives the push-sum cores of one node (one per shared model, by name)."""
 
@@ -73,13 +96,17 @@ class GossipDriver:
         push_durations: DurationSink | None = None,
         clock: Callable[[], float] = trio.current_time,
         max_tracked_peers: int = MAX_TRACKED_PEERS,
+        partners: PartnerChoice | None = None,
+        epochs: EpochHook | None = None,
     ) -> None:
         """``push_timeout``: seconds before an unacknowledged push is retransmitted.
 
         ``pushes_per_round``: ``"auto"`` or a fixed count of waves after each
         round (:class:`~gossip.wave_rule.WaveRule`).  ``push_durations``
         receives how long each acknowledged push took; ``clock`` gives the
-        time the cores see (trio's clock by default).
+        time the cores see (trio's clock by default).  ``partners`` chooses
+        the targets among sampled holders from how earlier exchanges went
+        (:mod:`gossip.partner_choice`; None: the holders as sampled).
         """
         if not push_timeout > 0:
             raise ValueError(f"push_timeout: expected a number > 0, got {push_timeout!r}")
@@ -97,6 +124,8 @@ class GossipDriver:
         self._durations = push_durations
         self._clock = clock
         self._max_tracked = max_tracked_peers
+        self.partners = partners
+        self.epochs = epochs  # masking epochs (privacy "masked"), see EpochHook
         self._failures: dict[bytes, int] = {}
         self._undelivered: dict[str, int] = dict.fromkeys(self._cores, 0)
         self._plans: dict[str, WavePlan] = {name: self.rule.plan() for name in self._cores}
@@ -180,12 +209,18 @@ class GossipDriver:
             for name, core in self._cores.items():
                 for peer, push in core.expire(now, self.push_timeout):
                     nursery.start_soon(self._send, name, core, peer, push)
-                peers = self._holders(core.fingerprint, core.holders_wanted)
-                for peer, push in core.make_pushes(list(peers), now):
+                for peer, push in core.make_pushes(self._targets(core, now), now):
                     nursery.start_soon(self._send, name, core, peer, push)
+                if self.epochs is not None:
+                    self.epochs.settle(name, core)
 
     async def mix_round(self) -> None:
         """After a training round: mix every model as its plan decides; wait for every answer."""
+        if self.epochs is not None:
+            # masking epochs due now agree their pairs before any data push
+            async with trio.open_nursery() as nursery:
+                for name, core in self._cores.items():
+                    nursery.start_soon(self.epochs.prepare, name, core)
         async with trio.open_nursery() as nursery:
             for name, core in self._cores.items():
                 if self._plans[name].begin_round():
@@ -221,8 +256,9 @@ class GossipDriver:
                 if step is Next.STOP:
                     break
                 if step is Next.START:
-                    peers = self._holders(core.fingerprint, core.holders_wanted)
-                    pushes = core.make_pushes(list(peers), now)
+                    pushes = core.make_pushes(self._targets(core, now), now)
+                    if self.epochs is not None:
+                        self.epochs.settle(name, core)
                     if pushes:
                         plan.waves += 1
                         self._waves[name] = self._waves.get(name, 0) + 1
@@ -239,6 +275,14 @@ class GossipDriver:
                   name, plan.waves, core.round_drift, [f"{g:.3g}" for g in plan.gaps],
                   plan.interval)
 
+    def _targets(self, core: PushSum, now: float) -> list[bytes]:
+        """The holders to offer ``core.make_pushes``, in the order to try them."""
+        wanted = core.holders_wanted
+        if self.partners is None:
+            return list(self._holders(core.fingerprint, wanted))
+        pool = self._holders(core.fingerprint, max(wanted, self.partners.settings.candidates))
+        return self.partners.choose(pool, wanted, now)
+
     async def _send(self, name: str, core: PushSum, peer: bytes, push: Push) -> float | None:
         """Deliver one push and feed the outcome to the core; the partner gap it measured, if any."""
         started = self._clock()
@@ -254,17 +298,26 @@ class GossipDriver:
             core.on_undelivered(push.push_id, maybe_delivered=exc.maybe_delivered)
             self._undelivered[name] = self._undelivered.get(name, 0) + 1
             failures = self._count_failure(peer)
+            if self.epochs is not None:
+                self.epochs.unreachable(peer, surely=not exc.maybe_delivered, failures=failures)
             # Said at the 1st, 10th, 100th... failure in a row: visible, yet
             # bounded however often a peer fails.
             level = logging.INFO if _is_power_of_ten(failures) else logging.DEBUG
             log.log(level, "push of %s to %s failed (%d in a row): %s", name, _short(peer),
                     failures, exc.reason or type(exc).__name__)
             return None
+        weight = core.weight  # before the ack removes the share
         try:
             core.on_ack(peer, ack, self._clock())
         except RejectedAck as exc:
             log.warning("ack from %s for %s rejected: %s", _short(peer), name, exc)
+            if self.partners is not None and isinstance(exc, RejectedReply):
+                self.partners.strike(peer, self._clock())  # merged our share, lied in its reply
             return None
+        if self.partners is not None:
+            self.partners.on_answer(peer, push, ack, self._clock())
+        if self.epochs is not None and ack.reply is None:
+            self.epochs.pushed(name, peer, push.weight / weight)
         if self._durations is not None:
             self._durations.add(self._clock() - started)
         self._failures.pop(peer, None)
@@ -292,6 +345,7 @@ __all__ = [
     "MAX_TRACKED_PEERS",
     "NOISY_WAVE_PAUSE",
     "DurationSink",
+    "EpochHook",
     "GossipDriver",
     "Holders",
     "PushTransport",

@@ -11,8 +11,11 @@ An epoch, at one node:
 
 1. **Setup (noise).**  The node offers a pair to ``partners`` holders of the
    model (:meth:`MaskEpochs.start` returns the :class:`PairOffer` messages).
-   Both ends derive the pair's noise from their session's key agreement
-   (:func:`session_secret`, :func:`pair_seed`): no noise travels.  The
+   Both ends derive the pair's noise from a key agreement run inside their
+   authenticated session: each message carries a fresh X25519 public key,
+   the two ends compute the same shared secret (:func:`pair_secret`) and
+   the pair's seed from it (:func:`pair_seed`): no noise travels, and the
+   ephemeral private keys are dropped once the pair is applied.  The
    responder applies its side (``-a * n``) when the offer arrives and answers
    a :class:`PairAccept`; the initiator applies its side (``+a * n``) when the
    accept arrives.  ``a = mask_scale * min(w_initiator, w_responder)`` (both
@@ -30,6 +33,11 @@ An epoch, at one node:
    values take the averaged value (``PushSum``'s ``unmask_after`` rule).
    :meth:`MaskEpochs.on_folded` closes the epoch; ``clear_rounds`` training
    rounds later :attr:`MaskEpochs.due` says the next one may start.
+
+Fresh pairs join only young noise (:meth:`MaskEpochs.may_take_noise`): held
+noise ages with the exchanges a node makes, merging a noisy push keeps the
+younger age, and the fold waits for ``mix_exchanges``; pairs applied at any
+age would keep resetting the swarm's ages and postpone every fold for good.
 
 Crash or departure of a partner (:meth:`MaskEpochs.partner_lost`): the
 survivor removes what it still holds of its own side of that pair.  It knows
@@ -49,11 +57,13 @@ import enum
 import logging
 import math
 import struct
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from gossip.errors import InvalidValues
@@ -62,11 +72,16 @@ from gossip.messages import FINGERPRINT_BYTES
 
 log = logging.getLogger(__name__)
 
-_SESSION_LABEL = b"p2p gossip mask pairs v1"
+_SECRET_LABEL = b"p2p gossip mask pairs v2"
+PUBLIC_KEY_BYTES = 32
+_ANSWERED = 256  # answered offers remembered per model, for retransmissions
 _PAIR_LABEL = b"p2p gossip mask pair v1"
 #: Largest |N(0, 1)| a :class:`~gossip.masking.MaskSource` can draw (Box-Muller
 #: radius with 53-bit uniforms in (0, 1]).
 GAUSSIAN_TAIL = math.sqrt(-2.0 * math.log(2.0**-53))
+#: The largest trained value an honest node is taken to hold (network parameters
+#: are O(0.1-1); a diverged model far beyond it is refused as a poisoner would be).
+VALUE_BOUND = 100.0
 #: Fewest holders of a model for pairwise masks to hide a push from its
 #: receiver: the sender needs two pair partners besides the receiver.
 MIN_HIDING_HOLDERS = 4
@@ -79,11 +94,13 @@ class EpochSettings:
     partners: int = 3  # pairs a node offers per epoch
     mask_scale: float = 10.0  # noise per pair in the estimate, in the values' units
     mix_exchanges: int = 40  # exchanges after the last pair before the fold
-    clear_rounds: int = 0  # training rounds between an epoch's fold and the next start
-    max_accepted: int = 8  # pairs a node accepts from others per epoch of its own
+    clear_rounds: int = 10  # training rounds between an epoch's fold and the next start
+    max_accepted: int = 8  # pairs from others a node holds at once (until its next fold)
+    # fresh pairs join held noise only while it is this young (exchanges): see may_take_noise
+    join_window: int = 10
 
     def __post_init__(self) -> None:
-        for name in ("partners", "mix_exchanges", "max_accepted"):
+        for name in ("partners", "mix_exchanges", "max_accepted", "join_window"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise InvalidValues(f"{name}: expected an int >= 1, got {value!r}")
@@ -97,11 +114,12 @@ class EpochSettings:
 
 @dataclass(frozen=True)
 class PairOffer:
-    """Opens a noise pair for ``model`` in the initiator's epoch ``epoch``."""
+    """Opens a noise pair for ``model`` in the initiator's epoch ``epoch`` (a request)."""
 
     model: bytes
     epoch: int
     weight: float  # the initiator's push-sum weight: sets the pair's amplitude
+    public: bytes  # the initiator's ephemeral X25519 public key for this pair
 
 
 @dataclass(frozen=True)
@@ -111,6 +129,14 @@ class PairAccept:
     model: bytes
     epoch: int
     weight: float  # the responder's weight
+    public: bytes  # the responder's ephemeral X25519 public key
+
+
+#: The wire surface of masking epochs: (message class, wire type name) pairs.
+MASK_MESSAGES: tuple[tuple[type, str], ...] = (
+    (PairOffer, "pair_offer"),
+    (PairAccept, "pair_accept"),
+)
 
 
 class Phase(enum.Enum):
@@ -131,19 +157,34 @@ class _Pair:
     mixed: bool = False  # some of our side went to a third node
 
 
-def session_secret(send_key: bytes, recv_key: bytes) -> bytes:
-    """A secret both ends of one secure session derive alike (32 bytes).
+def new_private_key(rng: np.random.Generator | None = None) -> X25519PrivateKey:
+    """A fresh ephemeral X25519 key (from os.urandom; from ``rng`` for reproducible tests)."""
+    if rng is None:
+        return X25519PrivateKey.generate()
+    return X25519PrivateKey.from_private_bytes(rng.bytes(32))
 
-    ``send_key``/``recv_key``: the session's traffic keys
-    (:class:`p2p.wire.handshake.SessionKeys`); one end's send key is the
-    other's receive key, so they are combined in sorted order.  HKDF with its
-    own label keeps the result independent of the traffic keys themselves.
+
+def public_bytes(key: X25519PrivateKey) -> bytes:
+    """The 32 raw bytes of ``key``'s public key (what a pair message carries)."""
+    return key.public_key().public_bytes_raw()
+
+
+def pair_secret(private: X25519PrivateKey, peer_public: bytes) -> bytes:
+    """The 32-byte secret both ends of a pair derive alike: X25519 of our ephemeral key
+    and the peer's, through HKDF with its own label.
+
+    Only the two ends know it (the public keys travel inside their
+    authenticated session; the private keys never leave the node and are
+    dropped once the pair is applied).  Raises InvalidValues for a malformed
+    public key or one that yields no shared secret (a low-order point).
     """
-    for name, key in (("send_key", send_key), ("recv_key", recv_key)):
-        if not isinstance(key, bytes) or len(key) < 16:
-            raise InvalidValues(f"{name}: expected at least 16 bytes of key")
-    low, high = sorted((send_key, recv_key))
-    return HKDF(hashes.SHA256(), KEY_BYTES, salt=None, info=_SESSION_LABEL).derive(low + high)
+    if not isinstance(peer_public, bytes) or len(peer_public) != PUBLIC_KEY_BYTES:
+        raise InvalidValues(f"public: expected a {PUBLIC_KEY_BYTES}-byte X25519 public key")
+    try:
+        shared = private.exchange(X25519PublicKey.from_public_bytes(peer_public))
+    except ValueError as exc:
+        raise InvalidValues(f"public: no shared secret with this key ({exc})") from None
+    return HKDF(hashes.SHA256(), KEY_BYTES, salt=None, info=_SECRET_LABEL).derive(shared)
 
 
 def pair_seed(secret: bytes, model: bytes, epoch: int, initiator: bytes,
@@ -182,7 +223,7 @@ def noise_bound(settings: EpochSettings, pairs: int | None = None) -> float:
     return count * settings.mask_scale * GAUSSIAN_TAIL
 
 
-def magnitude_bound(settings: EpochSettings, value_bound: float) -> float:
+def magnitude_bound(settings: EpochSettings, value_bound: float = VALUE_BOUND) -> float:
     """The receivers' magnitude bound that follows from the mask scale in use.
 
     ``value_bound``: the largest honest trained value (model parameters and
@@ -216,7 +257,9 @@ class MaskEpochs:
     """One node's masking epochs for one model (sans-IO; see the module docstring)."""
 
     def __init__(self, node_id: bytes, model: bytes, length: int,
-                 settings: EpochSettings | None = None) -> None:
+                 settings: EpochSettings | None = None,
+                 rng: np.random.Generator | None = None) -> None:
+        """``rng`` only seeds the ephemeral keys (tests); None draws them from os.urandom."""
         if not isinstance(node_id, bytes) or not node_id:
             raise InvalidValues("node_id: expected non-empty bytes")
         if not isinstance(model, bytes) or len(model) != FINGERPRINT_BYTES:
@@ -229,14 +272,20 @@ class MaskEpochs:
         self.settings = settings or EpochSettings()
         self.epoch = 0  # our epochs, numbered from 1
         self.phase = Phase.CLEAR
-        self._offered: dict[bytes, tuple[int, float]] = {}  # peer -> (epoch, our weight) unanswered
+        self._rng = rng
+        # peer -> (epoch, our weight, our ephemeral key) of unanswered offers
+        self._offered: dict[bytes, tuple[int, float, X25519PrivateKey]] = {}
         self._pairs: dict[tuple[bytes, int, bool], _Pair] = {}
         self._accepted_this_epoch = 0
+        # offers answered, for retransmissions (kept past the fold, bounded)
+        self._answered: OrderedDict[tuple[bytes, int], PairAccept] = OrderedDict()
         self._clear_rounds = self.settings.clear_rounds  # first epoch may start at once
         # pairs removed while our side had not left the two ends (exact if the
         # partner's had not either: it cannot be seen from here)
         self.removed_exact = 0
         self.removed_mixing = 0  # pairs removed after our side reached a third node
+        self.folds = 0  # epochs (ours or others' pairs) whose noise was folded in
+        self.refused = 0  # offers refused (too many accepted, or noise too old to join)
 
     # ----------------------------------------------------------------- views
     @property
@@ -266,6 +315,25 @@ class MaskEpochs:
         """Peers we hold live pairs with."""
         return sorted({p.peer for p in self._pairs.values()})
 
+    @property
+    def pending_offers(self) -> list[bytes]:
+        """Peers whose answer to our offer is awaited."""
+        return list(self._offered)
+
+    def may_take_noise(self, noisy: bool, noise_age: int) -> bool:
+        """Whether a fresh pair may be applied to a core holding noise of this age.
+
+        The fold waits until the youngest noise a node holds has had
+        ``mix_exchanges`` exchanges, and merging a noisy push passes the
+        sender's age on (the younger wins).  If pairs kept arriving at any
+        age, epochs started at different times would keep every node's noise
+        young and the fold would never come: the trained values would train
+        alone for the whole run (the ``min_peers`` collapse of issue 12).  So
+        fresh noise joins only noise younger than ``join_window`` exchanges;
+        the rest waits for the fold.
+        """
+        return not noisy or noise_age < self.settings.join_window
+
     # ---------------------------------------------------------- our epochs
     def start(self, candidates: Sequence[bytes], weight: float) -> list[tuple[bytes, PairOffer]]:
         """Begin an epoch: offers to the first ``partners`` distinct candidates (not us).
@@ -285,19 +353,32 @@ class MaskEpochs:
             return []
         self.epoch += 1
         self.phase = Phase.SETUP
-        self._accepted_this_epoch = 0
-        self._offered = {p: (self.epoch, float(weight)) for p in peers}
-        offer = PairOffer(self.model, self.epoch, float(weight))
-        return [(p, offer) for p in peers]
+        # (pairs accepted from others are counted until the fold clears them: live
+        # pairs stay within partners + max_accepted, as noise_bound assumes)
+        out = []
+        for p in peers:
+            key = new_private_key(self._rng)
+            self._offered[p] = (self.epoch, float(weight), key)
+            out.append((p, PairOffer(self.model, self.epoch, float(weight), public_bytes(key))))
+        return out
 
-    def on_accept(self, peer: bytes, accept: PairAccept, secret: bytes) -> np.ndarray:
+    def offer_to(self, peer: bytes) -> PairOffer | None:
+        """The pending offer to ``peer`` again (a retransmission: same key), or None."""
+        pending = self._offered.get(peer)
+        if pending is None:
+            return None
+        epoch, weight, key = pending
+        return PairOffer(self.model, epoch, weight, public_bytes(key))
+
+    def on_accept(self, peer: bytes, accept: PairAccept) -> np.ndarray:
         """Our offer was accepted: the mass to add to our core (our side, ``+a n``)."""
         pending = self._offered.get(peer)
         if accept.model != self.model or pending is None or pending[0] != accept.epoch:
             raise InvalidValues(f"accept for epoch {accept.epoch!r} from {peer[:4].hex()}: "
                                 "no such offer is pending")
         _check_weight(accept.weight, "accept.weight")
-        epoch, our_weight = pending
+        epoch, our_weight, key = pending
+        secret = pair_secret(key, accept.public)  # before dropping the offer: may raise
         del self._offered[peer]
         amplitude = self.settings.mask_scale * min(our_weight, accept.weight)
         seed = pair_seed(secret, self.model, epoch, self.node_id, peer)
@@ -312,13 +393,16 @@ class MaskEpochs:
             self._settle()
 
     # -------------------------------------------------------- others' epochs
-    def on_offer(self, peer: bytes, offer: PairOffer, secret: bytes,
-                 weight: float) -> tuple[PairAccept, np.ndarray | None]:
+    def on_offer(self, peer: bytes, offer: PairOffer, weight: float, *, noisy: bool = False,
+                 noise_age: int = 0) -> tuple[PairAccept, np.ndarray | None]:
         """A holder offers a pair: the accept to send and the mass to add (``-a n``).
 
-        A retransmitted offer gets the same accept and no second side (None).
-        Raises InvalidValues when the offer is malformed or more than
-        ``max_accepted`` pairs were accepted during our current epoch.
+        ``weight``, ``noisy`` and ``noise_age``: our core's state.  A
+        retransmitted offer gets the very same accept and no second side
+        (None).  Raises InvalidValues when the offer is malformed, when more
+        than ``max_accepted`` pairs were accepted during our current epoch, or
+        when the noise we hold is too old for a fresh pair to join it
+        (:meth:`may_take_noise`; the initiator asks someone else).
         """
         if offer.model != self.model:
             raise InvalidValues("offer: model fingerprint does not match")
@@ -326,17 +410,28 @@ class MaskEpochs:
             raise InvalidValues(f"offer.epoch: expected an int >= 1, got {offer.epoch!r}")
         _check_weight(offer.weight, "offer.weight")
         _check_weight(weight, "weight")
-        accept = PairAccept(self.model, offer.epoch, float(weight))
-        key = (peer, offer.epoch, False)
-        if key in self._pairs:
-            return accept, None
+        answered = self._answered.get((peer, offer.epoch))
+        if answered is not None:
+            # a retransmission (also after our fold cleared the pair): same answer
+            return answered, None
         if self._accepted_this_epoch >= self.settings.max_accepted:
+            self.refused += 1
             raise InvalidValues(f"offer: already {self.settings.max_accepted} pairs accepted")
+        if not self.may_take_noise(noisy, noise_age):
+            self.refused += 1
+            raise InvalidValues(f"offer: the noise held here is {noise_age} exchanges old, "
+                                f"past the join window ({self.settings.join_window})")
+        ours = new_private_key(self._rng)
+        secret = pair_secret(ours, offer.public)
+        accept = PairAccept(self.model, offer.epoch, float(weight), public_bytes(ours))
         self._accepted_this_epoch += 1
         amplitude = self.settings.mask_scale * min(offer.weight, float(weight))
         seed = pair_seed(secret, self.model, offer.epoch, peer, self.node_id)
         side = -amplitude * pair_noise(seed, self.length)
-        self._pairs[key] = _Pair(peer, offer.epoch, False, side)
+        self._pairs[(peer, offer.epoch, False)] = _Pair(peer, offer.epoch, False, side)
+        self._answered[(peer, offer.epoch)] = accept
+        while len(self._answered) > _ANSWERED:
+            self._answered.popitem(last=False)
         return accept, side.copy()
 
     # ------------------------------------------------------------- mixing
@@ -372,13 +467,26 @@ class MaskEpochs:
         return total
 
     def on_folded(self) -> None:
-        """The core folded its noise into the trained values: the epoch is over."""
-        self._pairs.clear()
-        self._offered.clear()
-        self._accepted_this_epoch = 0
-        if self.phase is not Phase.CLEAR:
-            self.phase = Phase.CLEAR
+        """The core folded its noise into the trained values: the pairs are over.
+
+        Starts the clear gap (``clear_rounds``) before our next epoch, also
+        when the folded noise was only others' pairs: the swarm's folds come
+        close together (held ages follow the youngest noise) and the gap lets
+        the last ones fold before fresh noise resets their ages.  Offers still
+        awaiting an answer stay pending (the partner may have applied its side).
+        """
+        if self._pairs or self.phase is Phase.MIXING:
+            self.folds += 1
             self._clear_rounds = 0
+        self._pairs.clear()
+        self._accepted_this_epoch = 0
+        if self.phase is Phase.MIXING:
+            self.phase = Phase.CLEAR
+
+    def ready(self, noisy: bool, noise_age: int) -> bool:
+        """True when our next epoch may start on a core in this state (:attr:`due` and
+        :meth:`may_take_noise`)."""
+        return self.due and self.may_take_noise(noisy, noise_age)
 
     def on_round(self) -> None:
         """A training round ended (counts the clear rounds between epochs)."""
@@ -398,7 +506,10 @@ def _check_weight(weight: object, what: str) -> None:
 
 __all__ = [
     "GAUSSIAN_TAIL",
+    "MASK_MESSAGES",
     "MIN_HIDING_HOLDERS",
+    "PUBLIC_KEY_BYTES",
+    "VALUE_BOUND",
     "EpochSettings",
     "MaskEpochs",
     "PairAccept",
@@ -407,7 +518,9 @@ __all__ = [
     "hiding_warning",
     "magnitude_bound",
     "noise_bound",
+    "new_private_key",
     "pair_noise",
+    "pair_secret",
     "pair_seed",
-    "session_secret",
+    "public_bytes",
 ]

@@ -11,37 +11,56 @@ A :class:`PushSum` built with ``guard=GuardSettings()`` consults a
   the largest honest share / receiver weight measured is 1.8 (see
   docs/gossip.md), so 4 leaves a margin of 2 while a liar can at most
   multiply a receiver's weight by 5 per accepted push.
-- **Weight budgets, both ways.**  Per peer two token buckets of *net*
-  weight, each holding up to ``weight_budget`` and refilled ``weight_budget``
-  per ``budget_period`` (seconds in the daemon, rounds in the simulator).
-  *Taken*: merging a push spends what stays here (``share - reply weight``);
-  a push of ours the peer took gives back what it kept.  A push that would
-  overdraw it is refused.  *Given*: the mirror image on the sending side; no
-  push goes to a peer whose bucket is empty (one push may overdraw it).  Honest
-  push-pull flows between two nodes go both ways and nearly cancel; a liar
-  that only gives (weight injection) or only takes (a sink) moves at most
-  ``weight_budget * (1 + elapsed / budget_period)`` per honest node.
+- **Net weight balance per peer.**  Per peer one number: the net weight it
+  handed us (what stays here of its pushes: share minus our reply) minus the
+  net weight we handed it (what it kept of ours).  Both ends of an honest
+  pair count the same flows with opposite signs, and push-pull flows go both
+  ways, so an honest pair's balance stays small; a liar that only gives
+  (weight injection) or only takes (a sink) moves it one way.  A push that
+  would take it above ``balance_cap`` is refused; no push goes to a peer we
+  already gave ``balance_cap`` net (counting the whole share of the push).
+  The balance decays towards 0 with ``balance_halflife`` (seconds in the
+  daemon, rounds in the simulator): honest flows can circulate around a cycle
+  of three nodes (A to B to C to A) without changing anyone's weight, a random
+  walk the decay keeps bounded.  A liar moves at most ``balance_cap`` at once
+  and then ``balance_cap * ln 2 / balance_halflife`` per time unit per honest
+  node.
 - **Reciprocity (sinks).**  A peer that answers a push-pull request of a
   privacy "none" node with a plain ack (an honest one replies unless it holds
   mask noise, which a guarded "none" node never does) did not give weight
   back: the core keeps the share (as for a refused push, so the honest sums
-  stay exact) and sends the peer nothing for ``budget_period``.  A plain sink
+  stay exact) and sends the peer nothing for ``sink_pause``.  A plain sink
   takes no weight at all.  A reply under ``1 / share_ratio`` of the share
   (a sink that returns a token weight) is merged but earns the same pause:
-  such a sink takes under one share per honest node and ``budget_period``.
+  such a sink takes under one share per honest node and ``sink_pause``.
 - **Flags.**  A push marked ``masked`` or ``noisy`` carries values that are
   large by design and escape clipping; it is refused unless this node itself
   runs a masked mode, and each sender may send at most ``flag_budget`` such
-  pushes per ``flag_period`` (an honest masked phase sends ``masked_pushes``
-  masked pushes and about ``unmask_after`` noisy ones, spread over holders).
+  pushes per ``flag_period``.  With masking epochs (:mod:`gossip.mask_epochs`)
+  an honest node's pushes are noisy for whole mixing phases, back to back by
+  default, at the rate acks come back: the default (a burst of 400, 40 per
+  second) is a ceiling far above that, not a tight budget; what bounds a
+  look-alike's size is the magnitude check derived from the mask scale.
 - **Value clipping** (ClippedGossip, He, Karimireddy, Jaggi 2022): the update
   ``y - x`` a merge applies is clipped to a radius ``tau``: ``clip_factor``
   times the median, over the latest ``clip_senders`` distinct senders, of the
   norm of the last update each of them proposed (one entry per sender, so one
   liar moves the median by at most one rank), at least ``clip_floor`` times
   the norm of our own estimate.  Before ``clip_warmup`` distinct senders
-  have been seen the radius is ``clip_start`` times that norm.  How a clipped update keeps mass exact is the
-  core's business (see :class:`gossip.pushsum.PushSum`).
+  have been seen the radius is ``clip_start`` times that norm.  How a clipped
+  update keeps mass exact is the core's business (see
+  :class:`gossip.pushsum.PushSum`).  The part of the share a clipped merge hands
+  back (the whole share for a poisoner's kick, a fraction for an honest
+  update just beyond the radius) is charged to the sender's *clip debt*, a
+  second decaying sum per sender (``clip_debt_cap``, ``clip_debt_halflife``),
+  in proportion to how many decades beyond the radius the update was (in full
+  from ``clip_debt_decades`` on): a merge that would take it over the cap is
+  refused, so a poisoner's kicks (updates 1e4 x the radius and more) cost it
+  its whole share, which it cannot spend faster than the debt decays, while
+  an honest node whose model lags (a late joiner, an update 10 x the radius)
+  pays a quarter of that.  It is kept apart from
+  the net balance because only the receiver sees it: the sender cannot
+  mirror it, so in the balance it would make honest senders overdraw.
 
 Every refusal raises :class:`RefusedByGuard` (a ``RejectedPush`` with the rule
 named in ``rule``) before any state changes.
@@ -55,13 +74,13 @@ from dataclasses import dataclass
 
 from gossip.errors import InvalidValues, RejectedPush
 
-#: Senders remembered per core (least recently heard from out first).  An
-#: evicted sender starts again with a full bucket: forcing an eviction takes
+#: Peers remembered per core (least recently heard from out first).  An
+#: evicted peer starts again from a zero balance: forcing an eviction takes
 #: this many identities.
 GUARD_SENDERS = 4096
 
 #: The rules a :class:`RefusedByGuard` names.
-RULES = ("weight_share", "weight_budget", "flag_mode", "flag_budget", "clip")
+RULES = ("weight_share", "weight_balance", "clip_debt", "flag_mode", "flag_budget", "clip")
 
 
 class RefusedByGuard(RejectedPush):
@@ -78,22 +97,25 @@ class GuardSettings:
 
     share_ratio: float = 4.0
     weight_floor: float = 1.0
-    weight_budget: float = 2.0
-    weight_overdraft: float = 1.0  # how far one push may overdraw a bucket
-    budget_period: float = 100.0
-    clip_factor: float = 2.0  # 0 turns clipping off
+    balance_cap: float = 3.0  # net weight per peer, each way
+    balance_halflife: float = 30.0  # seconds (daemon) or rounds (simulator)
+    sink_pause: float = 100.0  # no push to a peer that did not reciprocate, this long
+    clip_factor: float = 4.0  # 0 turns clipping off
     clip_floor: float = 1e-3
     clip_senders: int = 16
     clip_warmup: int = 1
     clip_start: float = 0.5  # the radius before clip_warmup senders: this x ||own x||
     reply_clip_factor: float = 4.0  # replies carry up to the responder's tau (returned excess)
-    flag_budget: int = 48
-    flag_period: float = 600.0
+    clip_debt_cap: float = 1.0  # clipped-away weight per sender, decaying with ...
+    clip_debt_halflife: float = 10.0  # ... this half-life
+    clip_debt_decades: float = 4.0  # an update this many decades beyond tau pays in full
+    flag_budget: int = 400  # flagged pushes per sender: a burst of this many ...
+    flag_period: float = 10.0  # ... refilled over this long (masking epochs mix continuously)
 
     def __post_init__(self) -> None:
-        positive = ("share_ratio", "weight_floor", "weight_budget", "weight_overdraft",
-                    "budget_period",
-                    "reply_clip_factor", "flag_period")
+        positive = ("share_ratio", "weight_floor", "balance_cap", "balance_halflife",
+                    "sink_pause", "reply_clip_factor", "clip_debt_cap",
+                    "clip_debt_halflife", "clip_debt_decades", "flag_period")
         for name in positive:
             value = getattr(self, name)
             if not (isinstance(value, int | float) and math.isfinite(value) and value > 0):
@@ -114,6 +136,39 @@ class GuardSettings:
         return self.clip_factor > 0
 
 
+class NetBalances:
+    """Per peer: net weight it handed us minus net weight we handed it, decaying to 0.
+
+    The value halves every ``halflife`` time units; peers beyond
+    :data:`GUARD_SENDERS` are forgotten least recently used first.
+    """
+
+    def __init__(self, halflife: float) -> None:
+        self._rate = math.log(2.0) / halflife
+        self._b: OrderedDict[bytes, tuple[float, float]] = OrderedDict()  # peer -> (value, at)
+
+    def value(self, peer: bytes, now: float) -> float:
+        """The balance with ``peer`` at ``now`` (positive: it gave us more than it got)."""
+        entry = self._b.get(peer)
+        if entry is None:
+            return 0.0
+        value, at = entry
+        return value * math.exp(-self._rate * max(0.0, now - at))
+
+    def add(self, peer: bytes, amount: float, now: float) -> None:
+        """``peer`` handed us ``amount`` net (negative: we handed it ``-amount``)."""
+        value = self.value(peer, now) + amount
+        self._b.pop(peer, None)
+        self._b[peer] = (value, now)
+        if len(self._b) > GUARD_SENDERS:
+            self._b.popitem(last=False)
+
+    def extremes(self, now: float) -> tuple[float, float]:
+        """The lowest and highest balance held at ``now`` (0, 0 with none)."""
+        values = [self.value(p, now) for p in self._b]
+        return (min(values, default=0.0), max(values, default=0.0))
+
+
 class _Bucket:
     """A token bucket: ``tokens`` refilled at ``rate`` per time unit up to ``capacity``."""
 
@@ -129,10 +184,6 @@ class _Bucket:
     def spend(self, amount: float, now: float) -> None:
         self.tokens = self.level(now) - amount
         self.at = max(self.at, now)
-
-    def give(self, amount: float, now: float) -> None:
-        self.spend(-amount, now)
-        self.tokens = min(self.tokens, self.capacity)
 
 
 class _Keyed:
@@ -195,23 +246,31 @@ class ClipRadius:
 
 
 class MergeGuard:
-    """Per-core state of the merge defences: weight and flag budgets, clipping radius."""
+    """Per-core state of the merge defences: net balances, flag budgets, clipping radius.
+
+    Not checkpointed: a restarted node starts from zero balances (its peers'
+    balances with it decay with ``balance_halflife``), which forgives at most
+    one ``balance_cap`` per peer and restart.
+    """
 
     def __init__(self, settings: GuardSettings) -> None:
         self.settings = settings
-        self._taken = _Keyed(settings.weight_budget, settings.budget_period)
-        self._given = _Keyed(settings.weight_budget, settings.budget_period)
+        self.balances = NetBalances(settings.balance_halflife)
+        self.clip_debt = NetBalances(settings.clip_debt_halflife)
         self._flags = _Keyed(float(settings.flag_budget), settings.flag_period)
         self._shunned: OrderedDict[bytes, float] = OrderedDict()  # peer -> until
         self.clip = ClipRadius(settings)
+        self.held_back = 0  # pushes not sent: the peer's balance was at -balance_cap
 
     def check_push(self, sender: bytes, weight: float, kept: float, own_weight: float,
-                   flagged: bool, masked_mode: bool, now: float) -> None:
+                   flagged: bool, masked_mode: bool, now: float,
+                   clipped_away: float = 0.0) -> None:
         """Raise :class:`RefusedByGuard` if a push may not be merged; change nothing.
 
         ``weight`` is the share the push carries, ``kept`` what of it stays
         here (the share minus our reply's weight), ``flagged`` whether it is
-        marked masked or noisy, ``masked_mode`` whether this node runs one.
+        marked masked or noisy, ``masked_mode`` whether this node runs one,
+        ``clipped_away`` the part of the share clipping handed back.
         """
         s = self.settings
         bound = s.share_ratio * max(own_weight, s.weight_floor)
@@ -219,14 +278,18 @@ class MergeGuard:
             raise RefusedByGuard(
                 "weight_share", f"share {weight:g} exceeds {s.share_ratio:g} x "
                 f"max(own weight {own_weight:g}, {s.weight_floor:g}) = {bound:g}")
-        # as on the sending side (may_push), one push may overdraw the bucket,
-        # by at most weight_overdraft: a sender whose bucket is empty sends nothing
-        left = self._taken.level(sender, now)
-        if kept > 0 and (left <= 0.0 or kept > left + s.weight_overdraft):
-            raise RefusedByGuard(
-                "weight_budget", f"net weight {kept:g} exceeds this sender's budget left "
-                f"{left:g} (+ {s.weight_overdraft:g} overdraft; {s.weight_budget:g} per "
-                f"{s.budget_period:g})")
+        if kept > 0:
+            balance = self.balances.value(sender, now)
+            if balance + kept > s.balance_cap:
+                raise RefusedByGuard(
+                    "weight_balance", f"net weight {kept:g} would take this sender's balance "
+                    f"{balance:g} over {s.balance_cap:g}")
+        if clipped_away > 0:
+            debt = self.clip_debt.value(sender, now)
+            if debt + clipped_away > s.clip_debt_cap:
+                raise RefusedByGuard(
+                    "clip_debt", f"a clipped merge of {clipped_away:g} clipped away would take "
+                    f"this sender's clip debt {debt:g} over {s.clip_debt_cap:g}")
         if flagged:
             if not masked_mode:
                 raise RefusedByGuard(
@@ -236,36 +299,50 @@ class MergeGuard:
                     "flag_budget", f"more than {s.flag_budget} masked or noisy pushes from "
                     f"this sender per {s.flag_period:g}")
 
-    def merged(self, sender: bytes, kept: float, flagged: bool, now: float) -> None:
-        """A push passed :meth:`check_push` and was merged: spend its budgets."""
-        self._taken.bucket(sender, now).spend(kept, now)
-        if kept > 0:
-            self._given.bucket(sender, now).give(kept, now)
+    def clip_charge(self, share: float, clipped_away: float) -> float:
+        """The clip debt a clipped merge of ``share`` that handed back ``clipped_away``
+        costs its sender (see the module docstring)."""
+        if clipped_away <= 0 or share <= 0:
+            return 0.0
+        # clipped_away = share (1 - tau / |update|): recover |update| / tau
+        inside = max(1.0 - clipped_away / share, 1e-300)
+        decades = math.log10(1.0 / inside)
+        return clipped_away * min(1.0, decades / self.settings.clip_debt_decades)
+
+    def merged(self, sender: bytes, kept: float, flagged: bool, now: float,
+               clipped_away: float = 0.0) -> None:
+        """A push passed :meth:`check_push` and was merged: ``kept`` joins the balance,
+        ``clipped_away`` the sender's clip debt."""
+        self.balances.add(sender, kept, now)
+        if clipped_away > 0:
+            self.clip_debt.add(sender, clipped_away, now)
         if flagged:
             self._flags.bucket(sender, now).spend(1.0, now)
 
-    def may_push(self, peer: bytes, now: float) -> bool:
-        """Whether a push may go to ``peer``: not shunned, and its given budget not spent."""
+    def may_push(self, peer: bytes, now: float, share: float = 0.0) -> bool:
+        """Whether a push of ``share`` may go to ``peer``: not paused, and what we
+        gave it net, with this whole share, stays within ``balance_cap``."""
         until = self._shunned.get(peer)
         if until is not None:
             if now < until:
                 return False
             del self._shunned[peer]
-        # a push may overdraw the bucket by its share: the first push to anyone goes
-        return self._given.level(peer, now) > 0.0
+        if self.balances.value(peer, now) - share < -self.settings.balance_cap:
+            self.held_back += 1
+            return False
+        return True
 
     def acked(self, peer: bytes, net: float, now: float, shun: bool) -> None:
         """``peer`` took ``net`` weight of ours (share minus its reply).
 
         ``shun``: it did not reciprocate (a plain ack to a push-pull request,
         or a reply under 1 / ``share_ratio`` of the share; see the module
-        docstring, reciprocity): no push to it for ``budget_period``.
+        docstring, reciprocity): no push to it for ``sink_pause``.
         """
-        if net > 0:
-            self._given.bucket(peer, now).spend(net, now)
-            self._taken.bucket(peer, now).give(net, now)
+        if net != 0.0:
+            self.balances.add(peer, -net, now)
         if shun:
-            self._shunned[peer] = now + self.settings.budget_period
+            self._shunned[peer] = now + self.settings.sink_pause
             self._shunned.move_to_end(peer)
             if len(self._shunned) > GUARD_SENDERS:
                 self._shunned.popitem(last=False)

@@ -5,9 +5,10 @@ State: the trained values ``z`` (what the trainer sees), the push-sum estimate
 over the holders of a model, sum(w) and sum(w * x) are unchanged by exchanges.
 Without masking ``x == z`` at all times.
 
-With masking (see docs/gossip.md) ``x = z + D / w``: ``D`` is mask noise plus
-averaging deviation held apart from the trained values until the noise has had
-``unmask_after`` rounds to cancel, then folded in (``z <- x``).
+With masking (see docs/gossip.md) ``x = z + D / w - T``: ``D`` is mask noise
+plus averaging deviation held apart from the trained values until the noise has
+had ``unmask_after`` merges to cancel, then folded in (``z <- x + T``); ``T``,
+the training steps made meanwhile, stays out of the pushed estimate until then.
 
 Wire precision: a push carries ``encode(x, encoding)`` (float32 by default) and
 both ends use exactly the decoded vector ``q``: the receiver merges ``share *
@@ -54,7 +55,7 @@ daemon's driver and the simulator both apply this one rule.
 Duplicates: the push ids merged per sender are a sliding window
 (:mod:`gossip.dup_window`, exported in :class:`PushSumSnapshot`).  Merge
 defences against a lying holder (``guard=``, :mod:`gossip.merge_guard`):
-bounded weight shares and budgets, masked flags honoured only by a masking
+bounded weight shares and net balances per peer, masked flags honoured only by a masking
 node, and updates clipped with the clipped part handed back in the push-pull
 reply, so mass stays exact (see :meth:`PushSum._clip_factor`).
 """
@@ -139,6 +140,7 @@ class PushSumTuning(TypedDict, total=False):
     reference_store_bytes: int
     guard: GuardSettings | None
     dup_span: int
+    max_abs_value: float
 
 
 class PushSumOptions(PushSumTuning, total=False):
@@ -247,6 +249,7 @@ class PushSum:
         reference_store_bytes: int = REFERENCE_STORE_BYTES,
         guard: GuardSettings | None = None,
         dup_span: int = DUP_SPAN,
+        max_abs_value: float = MAX_ABS_VALUE,
     ) -> None:
         """Create the core.
 
@@ -319,10 +322,19 @@ class PushSum:
         self.delta_encoding = delta_encoding
         self.max_in_flight = int(max_in_flight)
         self.reply_store_bytes = int(reply_store_bytes)
+        if not 0 < max_abs_value <= MAX_ABS_VALUE:
+            raise InvalidValues(f"max_abs_value: expected a float in (0, {MAX_ABS_VALUE:g}], "
+                                f"got {max_abs_value!r}")
+        # a received value beyond it is refused (masked mode: from the mask scale,
+        # gossip.mask_epochs.magnitude_bound)
+        self.max_abs_value = float(max_abs_value)
         self._masks = mask_source if mask_source is not None else mask_source_from(rng)
         self._masked_left = self.masked_pushes if privacy == "masked" else 0
         self._noisy = False
         self._noise_age = 0
+        # training steps made while noise is held: kept out of the pushed estimate
+        # until the fold (see set_values)
+        self._held_steps: np.ndarray | None = None
         # push ids start at 1 or more: ``Push.base == 0`` means "no reference"
         start = int(rng.integers(1, 2**62)) if rng is not None else secrets.randbits(62) | 1
         self._next_id = start
@@ -388,6 +400,11 @@ class PushSum:
     def noisy(self) -> bool:
         """True while mask noise is held apart from the trained values."""
         return self._noisy
+
+    @property
+    def noise_age(self) -> int:
+        """Exchanges since the youngest noise held apart arrived (meaningful while noisy)."""
+        return self._noise_age
 
     @property
     def outstanding(self) -> int:
@@ -461,7 +478,13 @@ class PushSum:
         step = np.subtract(new, self._z, out=self._buffer())
         self._round_drift = _rms(step) / max(_rms(self._z), 1e-12)
         if self._noisy:
-            self._x += step
+            # Held apart until the fold, not added to x: a push carries x, and two
+            # pushes of one epoch with no merge between them carry the same noise,
+            # so their difference would be exactly the local update.
+            if self._held_steps is None:
+                self._held_steps = step.copy()
+            else:
+                self._held_steps += step
             self._z = new
         else:
             self._x = self._z = new
@@ -502,15 +525,16 @@ class PushSum:
         if self._guard is not None:
             # a peer that took more than it gave back (a sink) gets nothing more;
             # the next candidate takes its place (see holders_wanted)
-            guard = self._guard
-            targets = [p for p in targets if guard.may_push(p, now)]
+            guard, whole = self._guard, self.available_weight / (self.fanout + 1)
+            held_before = guard.held_back
+            targets = [p for p in targets if guard.may_push(p, now, whole)]
+            self._c["guard_held"] += guard.held_back - held_before
         targets = targets[: self.fanout]
         if not targets:
             return []
-        # Noise ages with exchanges actually made, not with calls: a node that
-        # cannot push (no partner, push in flight) must not fold unmixed noise.
-        if self._noisy:
-            self._noise_age += 1
+        # Noise ages with merges received (see _merge), not with pushes made: a
+        # one-way push leaves the sender's estimate as it was, so a node that
+        # pushes but hears from nobody has mixed nothing into its own noise.
         self._maybe_unmask()
         # unacknowledged shares may still be taken: they must stay available
         share = self.available_weight / (self.fanout + 1)
@@ -650,6 +674,11 @@ class PushSum:
         """
         try:
             y = validate_push(push, self.fingerprint, self._n, self.max_weight)
+            if self.max_abs_value < MAX_ABS_VALUE and y.size:
+                largest = max(float(y.max()), -float(y.min()))
+                if largest > self.max_abs_value:
+                    raise RejectedPush(f"values: magnitude {largest:.3g} exceeds the bound "
+                                       f"{self.max_abs_value:.4g} the mask scale allows")
             if not isinstance(sender, bytes):
                 raise RejectedPush(f"sender: expected bytes, got {type(sender).__name__}")
             seen = self._seen.lookup(sender, push.push_id)
@@ -675,14 +704,15 @@ class PushSum:
             if push.base:
                 y = self._rebuild_request(sender, push, y)
             clip = self._clip_factor(sender, y, push.weight, r, flagged)
-            # a clipped merge also costs the sender the part of its share that
-            # was clipped away, (1 - clip) r = s (1 - tau / |update|): small when
-            # honest nodes clip a little, the whole share for a liar's kick, which
-            # would otherwise be free (the reply gives it all back)
-            kept = push.weight - clip * r
+            # a clipped merge also costs the sender (part of) what was clipped
+            # away, (1 - clip) r = s (1 - tau / |update|), as clip debt: little
+            # when an honest node is a little off, the whole share for a liar's
+            # kick, which would otherwise be free (the reply gives it back)
+            kept, clipped_away = push.weight - r, 0.0
             if self._guard is not None and clip != 1.0:
+                clipped_away = self._guard.clip_charge(push.weight, (1.0 - clip) * r)
                 self._guard.check_push(sender, push.weight, kept, self._w, flagged,
-                                       self.privacy == "masked", now)
+                                       self.privacy == "masked", now, clipped_away)
         except _MissingReference:
             raise  # not an offence: counted and logged in _rebuild_request
         except RejectedPush as exc:
@@ -697,7 +727,7 @@ class PushSum:
         self._c["pushes_received"] += 1
         self._c["bytes_received"] += push.nbytes
         if self._guard is not None:
-            self._guard.merged(sender, kept, flagged, now)
+            self._guard.merged(sender, kept, flagged, now, clipped_away)
             if clip != 1.0:
                 self._c["clipped"] += 1
         if not replying:
@@ -769,7 +799,7 @@ class PushSum:
                 now, _offender(sender),
                 "%s answered push-pull request %d for model %s without a reply: share kept, "
                 "no pushes to it for %gs", _short(sender), ack.push_id, _short(self.fingerprint),
-                self._guard.settings.budget_period if self._guard is not None else 0.0)
+                self._guard.settings.sink_pause if self._guard is not None else 0.0)
             return
         if reply is None:
             if o.masked:
@@ -826,7 +856,9 @@ class PushSum:
         return PushSumSnapshot(
             fingerprint=self.fingerprint,
             values=self._z.copy(),
-            estimate=self._x.copy(),
+            # the training held out of the estimate is kept (pushes after a restore carry it)
+            estimate=self._x + self._held_steps if self._held_steps is not None
+            else self._x.copy(),
             weight=self._w,
             noisy=self._noisy,
             noise_age=self._noise_age,
@@ -845,6 +877,7 @@ class PushSum:
             raise InvalidValues("snapshot: estimate must equal values when noisy is False")
         self._z, self._x, self._w = z, x if noisy else z, w
         self._noisy, self._noise_age = noisy, int(snapshot.noise_age)
+        self._held_steps = None
         if snapshot.seen:
             try:
                 self._seen.load(list(snapshot.seen))
@@ -874,6 +907,12 @@ class PushSum:
             self._noisy = True
         elif self._noisy:
             self._z += a * (y - self._z)
+        if self._noisy:
+            # the held noise ages with the mass that comes in: only a merge mixes
+            # others' estimates into ours (the min_peers collapse of issue 12:
+            # counted by pushes made, a node that pushed into idle peers folded
+            # its own unmixed noise into its trained values)
+            self._noise_age += 1
         step = np.subtract(y, self._x, out=y)
         step *= a
         self._x += step
@@ -1058,7 +1097,7 @@ class PushSum:
     def _unreciprocated(self, o: _Outstanding, reply: tuple[float, np.ndarray] | None,
                         now: float) -> bool:
         """Whether an ack answers our push-pull request without a (valid) reply, under the
-        guard: then the share is *kept* and the peer gets no push for ``budget_period``.
+        guard: then the share is *kept* and the peer gets no push for ``sink_pause``.
 
         The sink rule (docs/gossip.md, "Merge defences"): an honest responder
         of a privacy "none" swarm always replies to a request (it replies
@@ -1128,6 +1167,9 @@ class PushSum:
             return
         if any(o.masked for o in self._outstanding.values()):
             return  # its compensation must land before the noise is folded in
+        if self._held_steps is not None:
+            self._x += self._held_steps  # the epoch's training joins the averaged values
+            self._held_steps = None
         self._z = self._x  # one array again
         self._noisy = False
         self._c["unmasks"] += 1

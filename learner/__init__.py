@@ -34,6 +34,7 @@ from learner.tasks import TASKS, Task, TaskData, TaskShape, get_task, load_task,
 from learner.train_config import OPTIMIZERS, TrainConfig, TrainConfigError
 
 if TYPE_CHECKING:
+    from learner.batched_training import train_steps_batched
     from learner.dp import PrivacyBudgetSpent, PrivateSGD
     from learner.network import PartialMLP, PartialNetwork, assign, extract
     from learner.reference import (
@@ -100,6 +101,7 @@ __all__ = [
     "resolve_network",
     "run_reference",
     "semi_local_scheme",
+    "train_steps_batched",
     "write_idx",
 ]
 
@@ -119,6 +121,7 @@ _TORCH_NAMES = {
     "Evaluation": "learner.trainer",
     "Trainer": "learner.trainer",
     "evaluate_model": "learner.trainer",
+    "train_steps_batched": "learner.batched_training",
 }
 
 

@@ -32,6 +32,7 @@ node (a node's own permutation is not applied).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -116,7 +117,10 @@ class Task:
     def load(self, path: str | None, seed: int, num_classes: int | None = None, *,
              num_samples: int | None = None, public_size: int | None = None) -> TaskData:
         """All samples of the task (generated public samples included; carved ones are not)."""
-        return self.loader(self.request(path, seed, num_classes, num_samples, public_size))
+        request = self.request(path, seed, num_classes, num_samples, public_size)
+        if self.num_samples is None:
+            return self.loader(request)
+        return _generated(self, request)
 
     def shape(self, path: str | None, seed: int, num_classes: int | None = None) -> TaskShape:
         """Features and classes, cheaply (file tasks read headers and labels only)."""
@@ -129,6 +133,14 @@ class Task:
         if self.public == "generated":
             return 0
         return self.public_size if public_size is None else public_size
+
+
+@functools.lru_cache(maxsize=2)
+def _generated(task: Task, request: _Request) -> TaskData:
+    """A generated task is a pure function of its request: the nodes of one process (a
+    simulation of a thousand) share one copy instead of each generating it. Callers copy
+    what they keep (shards and test parts are indexed out), never write into it."""
+    return task.loader(request)
 
 
 def _path(request: _Request) -> Path:

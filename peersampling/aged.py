@@ -67,7 +67,7 @@ class AgedEntries:
         self, rng: random.Random, k: int, exclude: bytes | None = None
     ) -> list[Descriptor]:
         """Up to ``k`` distinct random entries, never the one for ``exclude``."""
-        keys = [n for n in self._age if n != exclude]
+        keys = list(self._age) if exclude is None else [n for n in self._age if n != exclude]
         if len(keys) > k:
             keys = rng.sample(keys, k)
         ages, desc = self._age, self._desc

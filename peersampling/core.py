@@ -59,6 +59,9 @@ AnyView = PartialView | RankedView
 
 log = logging.getLogger(__name__)
 
+#: Distrusted peers remembered at once (the oldest go first past the bound).
+_MAX_DISTRUSTED = 4096
+
 
 @dataclass
 class SamplerStats:
@@ -76,6 +79,7 @@ class SamplerStats:
     unsolicited_dropped: int = 0  # over the per-source / per-period caps
     probes_sent: int = 0
     probes_failed: int = 0  # answered with another id, or not at all
+    distrusted: int = 0  # peers removed and refused for a while (see PeerSampler.distrust)
 
 
 class SamplerTuning(TypedDict, total=False):
@@ -219,6 +223,8 @@ class PeerSampler:
         # address -> period it failed: second-hand copies older than the failure
         # are ignored, so a dead peer's descriptor cannot bounce back in.
         self._failed: dict[str, int] = {}
+        # node id -> period until which it is refused (see distrust)
+        self._distrusted: dict[bytes, int] = {}
         self._stats = SamplerStats()
         # a peer chooses how many bad messages it sends: lines go through this
         self._offences: OffenceLog = offences if offences is not None else EveryLine(log)
@@ -498,6 +504,8 @@ class PeerSampler:
     def _prune_contacts(self) -> None:
         horizon = self._period - 2 * self.c
         self._failed = {a: p for a, p in self._failed.items() if p > horizon}
+        if self._distrusted:
+            self._distrusted = {n: u for n, u in self._distrusted.items() if u > self._period}
         known = set(self._view.addresses())
         for v in self._models.values():
             known.update(v.addresses())
@@ -523,6 +531,9 @@ class PeerSampler:
             return ShuffleReply((), None)
         self._last_contact[sender.address] = now
         self._failed.pop(sender.address, None)  # it is talking to us: alive
+        if self._refused(sender.node_id):
+            # only our own descriptor: it still proves who answers at this address
+            return ShuffleReply((self._me,), model)
         if self._rules is not None:
             return self._guarded_request(sender, entries, model)
         offered = [sender, *entries]
@@ -698,6 +709,46 @@ class PeerSampler:
         self._stats.shuffles_sent += 1
         return [shuffle]
 
+    def distrust(self, node_id: bytes, periods: int) -> int:
+        """Remove ``node_id`` from every view and refuse it for ``periods`` periods.
+
+        For peers that misbehaved above this layer, for example a holder that
+        took pushes and gave nothing back (:mod:`gossip.partner_choice`): it
+        loses its place in the views, its slot goes to someone else, and it
+        cannot come back through shuffles until the period is over (its own
+        requests are answered with this node's descriptor only). Returns how
+        many views held it.
+        """
+        if periods < 1:
+            raise ValueError(f"distrust: periods must be >= 1, got {periods!r}")
+        until = self._period + periods
+        before = self._distrusted.pop(node_id, until)
+        self._distrusted[node_id] = max(until, before)  # newest last
+        while len(self._distrusted) > _MAX_DISTRUSTED:
+            self._distrusted.pop(next(iter(self._distrusted)))
+        self._stats.distrusted += 1
+        held = 0
+        for v in (self._view, *self._models.values()):
+            d = v.pop(node_id)
+            if d is not None:
+                held += 1
+                self._directory.forget_address(d.address)
+        for key, target in list(self._in_flight.items()):
+            if target.node_id == node_id:
+                del self._in_flight[key]
+        self._proven.pop(node_id, None)
+        return held
+
+    def _refused(self, node_id: bytes) -> bool:
+        """Whether ``node_id`` is distrusted now (an expired entry is dropped)."""
+        until = self._distrusted.get(node_id)
+        if until is None:
+            return False
+        if until > self._period:
+            return True
+        del self._distrusted[node_id]
+        return False
+
     # ------------------------------------------------------------- persistence
 
     def snapshot(self) -> list[Descriptor]:
@@ -818,6 +869,8 @@ class PeerSampler:
                 problems.append("duplicate node id")
                 continue
             seen.add(d.node_id)
+            if self._distrusted and self._refused(d.node_id):
+                continue  # distrusted for now: not malformed, just refused
             failed_at = self._failed.get(d.address)
             if failed_at is not None:
                 if d.age >= self._period - failed_at:

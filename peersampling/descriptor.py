@@ -117,11 +117,27 @@ def validate_descriptor(
     return descriptor
 
 
+# The slots' own setters: a frozen dataclass's __init__ goes through
+# object.__setattr__ by name, several times slower, and views rebuild a
+# descriptor (new age) for every entry they hand out.
+_new_object = object.__new__
+_set_node_id = Descriptor.__dict__["node_id"].__set__
+_set_address = Descriptor.__dict__["address"].__set__
+_set_age = Descriptor.__dict__["age"].__set__
+_set_tags = Descriptor.__dict__["tags"].__set__
+_set_epoch = Descriptor.__dict__["epoch"].__set__
+_set_signature = Descriptor.__dict__["signature"].__set__
+
+
 def with_age(descriptor: Descriptor, age: int) -> Descriptor:
     """Return ``descriptor`` with ``age`` replaced (cheaper than dataclasses.replace)."""
     if descriptor.age == age:
         return descriptor
-    return Descriptor(
-        descriptor.node_id, descriptor.address, age, descriptor.tags,
-        descriptor.epoch, descriptor.signature,
-    )
+    copy = _new_object(Descriptor)
+    _set_node_id(copy, descriptor.node_id)
+    _set_address(copy, descriptor.address)
+    _set_age(copy, age)
+    _set_tags(copy, descriptor.tags)
+    _set_epoch(copy, descriptor.epoch)
+    _set_signature(copy, descriptor.signature)
+    return copy

@@ -74,7 +74,9 @@ class Simulator:
     is lost (the initiator then sees a failure, as it would see a timeout).
     Extra keyword arguments go to every :class:`PeerSampler`. ``signatures``
     (default: on when ``sybil`` rules are given) makes nodes sign and check
-    descriptors with the simulated stand-in signature.
+    descriptors with the simulated stand-in signature, checked through one
+    cache shared by all simulated nodes, or with ``shared_signature_cache=False``
+    through a bounded cache per node, as a daemon checks them.
     """
 
     def __init__(
@@ -85,6 +87,7 @@ class Simulator:
         seed: int = 0,
         loss: float = 0.0,
         signatures: bool | None = None,
+        shared_signature_cache: bool = True,
         **sampler_options: Unpack[SamplerTuning],
     ) -> None:
         if not 0.0 <= loss < 1.0:
@@ -106,6 +109,7 @@ class Simulator:
         self.attack: SybilAttack | None = None
         # One cache for all simulated nodes: a check's answer depends only on
         # the descriptor, so each distinct descriptor is checked once per run.
+        self.shared_signature_cache = shared_signature_cache
         self._signature_check = SignatureCheck(simulated_verify, capacity=1 << 20)
 
     @property
@@ -113,6 +117,9 @@ class Simulator:
         """How this run treats signatures (benchmarks print it)."""
         if not self.signatures:
             return "signatures: not used (unsigned simulated descriptors)"
+        if not self.shared_signature_cache:
+            return ("signatures: simulated stand-in (keyed BLAKE2b, not Ed25519); every received "
+                    "descriptor is checked through each node's own bounded cache, as daemons do")
         return ("signatures: simulated stand-in (keyed BLAKE2b, not Ed25519); every received "
                 "descriptor is checked, each distinct one computed once per run (shared cache)")
 
@@ -128,7 +135,8 @@ class Simulator:
         options = self._options
         if self.signatures:
             options = SamplerTuning(**options, sign=simulated_signer(me.node_id),
-                                    verify=self._signature_check)
+                                    verify=self._signature_check if self.shared_signature_cache
+                                    else SignatureCheck(simulated_verify))
         sampler = PeerSampler(me, c=self.c, l=self.l, rng=rng, **options)
         if bootstrap:
             sampler.bootstrap(list(bootstrap))

@@ -11,8 +11,8 @@ simulator's attackers (:mod:`gossip.attacks`):
 - ``poison``: push-pull requests of 1e5 x N(0, 1) values (inside the 1e6
   bound) to every holder each wave (:class:`~gossip.attacks.Poisoner`);
 - ``zeros``: one-way pushes of zeros with the largest weight the receiver
-  accepts: 9e5 without the guard (under ``max_weight`` 1e6), 2.9 with it (its
-  share bound 4 and budget 2 + overdraft 1) (:class:`~gossip.attacks.HeavyPusher`);
+  accepts: 9e5 without the guard (under ``max_weight`` 1e6), 2.9 with it (under
+  its share bound 4 and net balance cap 3) (:class:`~gossip.attacks.HeavyPusher`);
 - ``mask``: 10 x N(0, 1) values flagged ``masked``/``noisy``
   (:class:`~gossip.attacks.MaskLookalike`);
 - ``sink``: never pushes, answers every push with a plain ack
@@ -48,7 +48,7 @@ from typing import Any
 ATTACKS = ("none", "poison", "zeros", "mask", "sink", "taking-sink")
 DEFAULT_ATTACKS = ("none", "poison", "zeros", "mask", "sink")
 SINKS = ("sink", "taking-sink")
-_REFUSAL = re.compile(r"rejected push from \S+ for model \S+: (weight_share|weight_budget|"
+_REFUSAL = re.compile(r"rejected push from \S+ for model \S+: (weight_share|weight_balance|clip_debt|"
                       r"flag_mode|flag_budget|clip):")
 
 
@@ -140,17 +140,19 @@ def _honest_weight(swarm: Any, honest: int) -> float | None:
     return min(totals.values()) if totals else None
 
 
-def run(attack: str, guard: bool, args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
-    """One swarm run; returns its figures."""
+def run(attack: str, guard: bool, args: argparse.Namespace, workdir: Path,
+        index: int = 0) -> dict[str, Any]:
+    """One swarm run (``index``: which of ``--runs``, seed ``--seed + index``); its figures."""
     from p2p.swarm import SwarmSpec
 
     template = workdir / f"template-{'on' if guard else 'off'}.toml"
-    template.write_text(f"[gossip]\nmerge_guard = {'true' if guard else 'false'}\n")
+    extra = "".join(f"{item}\n" for item in args.set)
+    template.write_text(f"[gossip]\nmerge_guard = {'true' if guard else 'false'}\n{extra}")
     spec = SwarmSpec(nodes=args.honest + 1, rounds=10**6, scheme="full", swarm_key=True,
-                     seed=args.seed, eval_every=5, template=str(template))
+                     seed=args.seed + index, eval_every=5, template=str(template))
     cls = _swarm_class()
-    flag = workdir / f"attack-{attack}-{guard}"
-    home = workdir / f"{attack}-{'on' if guard else 'off'}"
+    flag = workdir / f"attack-{attack}-{guard}-{index}"
+    home = workdir / f"{attack}-{'on' if guard else 'off'}-{index}"
     home.mkdir(mode=0o700)
     swarm = cls(spec, workdir=home, startup_timeout=300.0)  # torch imports on shared cores
     swarm.attack, swarm.flag = attack, flag
@@ -173,14 +175,16 @@ def run(attack: str, guard: bool, args: argparse.Namespace, workdir: Path) -> di
         flag.touch()
         started = time.monotonic()
         weights: list[float] = []
+        trace: list[tuple[float, float]] = []  # (seconds into the attack, weight / N)
         while time.monotonic() - started < after:
             time.sleep(1.0)
             swarm.poll()
             w = _honest_weight(swarm, honest)
             if w is not None:
                 weights.append(w / honest)
+                trace.append((round(time.monotonic() - started, 1), w / honest))
         counters = {c: sum(swarm._counter_sum(d, c) for d in swarm.daemons[:honest])
-                    for c in ("guard_refused", "clipped", "clipped_replies", "unreciprocated",
+                    for c in ("guard_refused", "guard_held", "clipped", "clipped_replies", "unreciprocated",
                               "pushes_received", "replies_received")}
         accuracy = [d.status.get("accuracy") for d in swarm.daemons[:honest]]
     rules: set[str] = set()  # which guard rules refused (log lines are rate-limited: names only)
@@ -189,7 +193,8 @@ def run(attack: str, guard: bool, args: argparse.Namespace, workdir: Path) -> di
             match = _REFUSAL.search(line)
             if match:
                 rules.add(match.group(1))
-    return {"attack": attack, "guard": guard, "after_s": after, "accuracy_before": before,
+    return {"attack": attack, "guard": guard, "run": index, "seed": args.seed + index,
+            "after_s": after, "accuracy_before": before, "weight_trace": trace,
             "refusal_rules": sorted(rules),
             "accuracy": accuracy, "w_min": min(weights, default=float("nan")),
             "w_max": max(weights, default=float("nan")), **counters}
@@ -197,6 +202,36 @@ def run(attack: str, guard: bool, args: argparse.Namespace, workdir: Path) -> di
 
 def _fmt(accs: Sequence[float | None]) -> str:
     return "/".join("-" if a is None else f"{a:.3f}" for a in accs)
+
+
+def _spread(values: Sequence[float]) -> str:
+    if not values:
+        return "-"
+    return f"{statistics.median(values):.3f} [{min(values):.3f}-{max(values):.3f}]"
+
+
+def summarise(rows: Sequence[dict[str, Any]], guards: Sequence[bool],
+              attacks: Sequence[str]) -> list[dict[str, Any]]:
+    """Per (attack, guard): medians over the runs, read against the no-attack runs."""
+    out = []
+    for guard in guards:
+        base_runs = [r for r in rows if r["guard"] == guard and r["attack"] == "none"]
+        base_all = [a for r in base_runs for a in r["accuracy"] if a is not None]
+        for attack in attacks:
+            runs = [r for r in rows if r["guard"] == guard and r["attack"] == attack]
+            worst = [min(a for a in r["accuracy"] if a is not None) for r in runs
+                     if any(a is not None for a in r["accuracy"])]
+            drop = (f"{100 * (statistics.median(base_all) - statistics.median(worst)):.1f}"
+                    if worst and base_all else "-")
+            out.append({
+                "attack": attack, "guard": "on" if guard else "off", "runs": len(runs),
+                "worst": _spread(worst), "drop": drop, "baseline": _spread(base_all),
+                "weight": (f"{min(r['w_min'] for r in runs):.3g}-"
+                           f"{max(r['w_max'] for r in runs):.3g}" if runs else "-"),
+                "refused": (statistics.median(r["guard_refused"] for r in runs)
+                            if runs else "-"),
+                "worst_values": worst})
+    return out
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -213,7 +248,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--after", type=float, default=40.0,
                     help="seconds the attack lasts before the accuracies are read (default 40; "
                          "the sinks at least 60)")
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="another [gossip] setting for every daemon (TOML, repeatable), "
+                         "e.g. clip_factor=4.0")
+    ap.add_argument("--seed", type=int, default=0, help="first run's seed (default 0)")
+    ap.add_argument("--runs", type=int, default=1,
+                    help="runs per attack, seeds --seed.. (default 1); with several, "
+                         "read the medians printed at the end")
     ap.add_argument("--json", type=Path, help="also write every figure here")
     args, rest = ap.parse_known_args(argv)
     if args.member is not None:  # the lying member's process
@@ -230,40 +271,42 @@ def main(argv: Sequence[str] | None = None) -> int:
     guards = {"off": [False], "on": [True], "both": [False, True]}[args.guard]
     if "none" not in attacks:
         attacks = ["none", *attacks]  # the baseline each row is read against
-    rows = []
+    rows: list[dict[str, Any]] = []
     print(f"{args.honest} honest daemons + 1 member, attack from {args.warmup:g} s after the "
-          f"first evaluation, accuracies {args.after:g} s later (sinks >= 60 s); one run each")
-    print("| attack | guard | honest accuracy at the end | no-attack run | "
+          f"first evaluation, accuracies {args.after:g} s later (sinks >= 60 s); "
+          f"{args.runs} run(s) each, seeds {args.seed}-{args.seed + args.runs - 1}")
+    print("| attack | guard | run | honest accuracy at the end | "
           "honest weight / N, min-max | refused | clipped | unreciprocated |")
     print("|---|---|---|---|---|---|---|---|")
     with tempfile.TemporaryDirectory(prefix="attack-merge-") as tmp:
-        baseline: dict[bool, list[float | None]] = {}
         for guard in guards:
-            for attack in attacks:
-                try:
-                    r = run(attack, guard, args, Path(tmp))
-                except SwarmError as exc:
-                    print(f"| {attack} | {'on' if guard else 'off'} | failed: {exc} |",
-                          flush=True)
-                    continue
-                rows.append(r)
-                if attack == "none":
-                    baseline[guard] = r["accuracy"]
-                print(f"| {attack} | {'on' if guard else 'off'} | {_fmt(r['accuracy'])} | "
-                      f"{_fmt(baseline.get(guard, []))} | {r['w_min']:.3g}-{r['w_max']:.3g} | "
-                      f"{r['guard_refused']} {','.join(r['refusal_rules'])} | "
-                      f"{r['clipped'] + r['clipped_replies']} | "
-                      f"{r['unreciprocated']} |", flush=True)
-    for guard in guards:
-        for r in rows:
-            if r["guard"] != guard or r["attack"] == "none":
-                continue
-            accs = [a for a in r["accuracy"] if a is not None]
-            base = [a for a in baseline.get(guard, []) if a is not None]
-            if accs and base:
-                r["worst_drop_points"] = 100 * (statistics.median(base) - min(accs))
+            # runs interleaved: the no-attack spread is measured alongside the attacks
+            for index in range(args.runs):
+                for attack in attacks:
+                    try:
+                        r = run(attack, guard, args, Path(tmp), index)
+                    except (SwarmError, SystemExit) as exc:
+                        print(f"| {attack} | {'on' if guard else 'off'} | {index} | "
+                              f"failed: {exc} |", flush=True)
+                        continue
+                    rows.append(r)
+                    print(f"| {attack} | {'on' if guard else 'off'} | {index} | "
+                          f"{_fmt(r['accuracy'])} | {r['w_min']:.3g}-{r['w_max']:.3g} | "
+                          f"{r['guard_refused']} {','.join(r['refusal_rules'])} | "
+                          f"{r['clipped'] + r['clipped_replies']} | "
+                          f"{r['unreciprocated']} |", flush=True)
+    summary = summarise(rows, guards, attacks)
+    print()
+    print("Over the runs: the worst honest node's accuracy per run, median [min-max]; the "
+          "no-attack accuracy over every honest node of its runs, median [min-max]")
+    print("| attack | guard | runs | worst honest accuracy | drop vs no-attack median "
+          "(points) | no-attack accuracy | weight / N, min-max over runs | refused (median) |")
+    print("|---|---|---|---|---|---|---|---|")
+    for row in summary:
+        print(f"| {row['attack']} | {row['guard']} | {row['runs']} | {row['worst']} | "
+              f"{row['drop']} | {row['baseline']} | {row['weight']} | {row['refused']} |")
     if args.json:
-        args.json.write_text(json.dumps(rows, indent=1))
+        args.json.write_text(json.dumps({"runs": rows, "summary": summary}, indent=1))
     return 0
 
 

@@ -18,16 +18,21 @@ After ``--warmup`` s the injection runs for ``--inject`` s, then stops; the
 views are read ``--after`` s later. Reported: per honest node and view, the
 entries that are fakes and whether an honest holder is left; the pushes the
 honest nodes sent, merged from each other, and that reached fakes, during the
-injection and after it.
+injection and after it. ``--runs N`` repeats the run (seeds ``seed`` ..
+``seed + N - 1``) and prints the medians; ``--fakes 0`` is the no-attack
+baseline with the same timing.
 
-    .venv/bin/python scripts/attack_sybil.py --json sybil.json          # ~1.5 min
-    .venv/bin/python scripts/attack_sybil.py --merge-guard              # gossip.merge_guard on
+    .venv/bin/python scripts/attack_sybil.py --runs 3 --json sybil.json     # ~1.5 min a run
+    .venv/bin/python scripts/attack_sybil.py --runs 3 --fakes 0             # no attacker
+    .venv/bin/python scripts/attack_sybil.py --partner-choice uniform       # the old choice
 
 Acceptance (issue 11): every model view keeps an honest holder and >= 50 % of
 honest pushes reach honest nodes. With the Sybil rules a view holds fakes in
 proportion to the identities it has heard of (here 20 fakes vs 2 honest
-peers), so which peers the pushes go to is the merge defences' part
-(``gossip.merge_guard`` pauses a peer that never gives weight back).
+peers): a uniform pick of push targets sends most pushes to fakes. The
+daemons' default ``gossip.partner_choice = "reciprocity"`` pushes mostly to
+holders that gave weight back and drops a holder that answers a push-pull
+request without a reply from its views for a while (docs/peersampling.md).
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ import argparse
 import dataclasses
 import json
 import random
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -59,22 +65,22 @@ from peersampling import Descriptor, PeerUnreachable, ShuffleReply, ShuffleReque
 SHUFFLE_LENGTH = 5  # the daemons' default peer_sampling.shuffle_length
 
 
-class GuardedSwarm(Swarm):
-    """A :class:`Swarm` whose daemons run with ``gossip.merge_guard`` = ``guard``."""
+class GossipSwarm(Swarm):
+    """A :class:`Swarm` whose daemons' ``[gossip]`` settings get ``changes``."""
 
-    def __init__(self, spec: SwarmSpec, *, guard: bool, **kw: Any) -> None:
+    def __init__(self, spec: SwarmSpec, *, changes: dict[str, Any], **kw: Any) -> None:
         super().__init__(spec, **kw)
-        self.guard = guard
+        self.changes = changes
 
     def _write_configs(self) -> None:
         super()._write_configs()
-        if not self.guard:
+        if not self.changes:
             return
         key_file = self.workdir / "swarm.key" if self.spec.swarm_key else None
         for d in self.daemons:
             cfg: NodeConfig = node_config(self.spec, d.index, d.data_dir, key_file)
             cfg = dataclasses.replace(cfg, gossip=dataclasses.replace(cfg.gossip,
-                                                                      merge_guard=True))
+                                                                      **self.changes))
             d.config_path.write_text(render_config_toml(cfg))
 
 
@@ -173,8 +179,13 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     register_node_messages()
     spec = SwarmSpec(nodes=3, rounds=100_000, scheme="full", swarm_key=True,
                      round_interval=args.round_interval, eval_every=20, seed=args.seed)
-    swarm = GuardedSwarm(spec, guard=args.merge_guard, startup_timeout=300)
-    result: dict[str, Any] = {"merge_guard": args.merge_guard}
+    changes: dict[str, Any] = {}
+    if args.merge_guard is not None:
+        changes["merge_guard"] = args.merge_guard == "on"
+    if args.partner_choice is not None:
+        changes["partner_choice"] = args.partner_choice
+    swarm = GossipSwarm(spec, changes=changes, startup_timeout=300)
+    result: dict[str, Any] = {"seed": args.seed, "fakes": args.fakes, "gossip_changes": changes}
     with swarm:
         await trio.to_thread.run_sync(swarm.start)
         started = time.monotonic()
@@ -188,13 +199,19 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             await fakes.serve(nursery)
             await trio.sleep(args.warmup)
             p0 = await trio.to_thread.run_sync(pushes, swarm)
+            t0 = trio.current_time()
             taken0 = fakes.pushes_taken
-            await fakes.inject(honest, args.rate, args.inject)
+            if args.fakes:
+                await fakes.inject(honest, args.rate, args.inject)
+            else:
+                await trio.sleep(args.inject)  # the no-attack baseline: same timing
             p1 = await trio.to_thread.run_sync(pushes, swarm)
+            t1 = trio.current_time()
             taken1 = fakes.pushes_taken
             during_views = await trio.to_thread.run_sync(views, swarm, fake_ids)
             await trio.sleep(args.after)
             p2 = await trio.to_thread.run_sync(pushes, swarm)
+            t2 = trio.current_time()
             taken2 = fakes.pushes_taken
             after_views = await trio.to_thread.run_sync(views, swarm, fake_ids)
             accuracy = [d.client.request("status").get("accuracy") for d in swarm.daemons]
@@ -216,6 +233,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             honest_weight=weight,
             sampler_counters=[{k.split(".", 1)[1]: v for k, v in s.items()
                                if k.startswith("peer_sampling.")} for s in stats],
+            inject_seconds=t1 - t0, after_seconds=t2 - t1,
             daemon_seconds=time.monotonic() - started)
         result["exit_codes"] = swarm.stop()
     return result
@@ -232,11 +250,51 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--after", type=float, default=15.0,
                    help="seconds after the injection before the views are read again")
     p.add_argument("--round-interval", type=float, default=0.3)
-    p.add_argument("--merge-guard", action="store_true", help="gossip.merge_guard = true")
+    p.add_argument("--merge-guard", choices=["on", "off"],
+                   help="gossip.merge_guard (default: the node's)")
+    p.add_argument("--partner-choice", choices=["reciprocity", "uniform"],
+                   help="gossip.partner_choice (default: the node's)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--runs", type=int, default=1, help="runs (seeds seed, seed+1, ...)")
     p.add_argument("--json", type=Path, metavar="PATH")
     args = p.parse_args(argv)
-    result = trio.run(run, args)
+    results = []
+    for k in range(args.runs):
+        one = argparse.Namespace(**{**vars(args), "seed": args.seed + k})
+        results.append(report(trio.run(run, one)))
+    if args.runs > 1:
+        summarize(results)
+    if args.json:
+        args.json.write_text(json.dumps(results if args.runs > 1 else results[0], indent=2,
+                                        default=str))
+    return 0
+
+
+def summarize(results: list[dict[str, Any]]) -> None:
+    """Medians over runs of the push shares; model views' honest holders over all runs."""
+    def med(key: str, field: str) -> float:
+        return statistics.median(r[key][field] for r in results)
+
+    print(f"--- {len(results)} runs (seeds {[r['seed'] for r in results]}), medians:")
+    for label, key in (("during injection", "pushes_during"), ("after", "pushes_after"),
+                       ("whole attack", "pushes_total")):
+        shares = sorted(round(r[key]["honest_share"], 3) for r in results)
+        print(f"  honest pushes merged by honest nodes, {label}: {med(key, 'honest_share'):.0%} "
+              f"(runs {shares}); sent per second {med(key, 'per_second'):.1f}")
+    holders = [v["honest"] for r in results for row in r["views_after"]
+               for name, v in row.items() if isinstance(v, dict) and name != "main"]
+    print(f"  every model view keeps an honest holder in every run: "
+          f"{all(r['every_model_view_has_honest'] for r in results)} "
+          f"(honest holders per model view: min {min(holders, default=0)}, "
+          f"max {max(holders, default=0)})")
+    accs = [a for r in results for a in r["accuracy"] if a is not None]
+    if accs:
+        print(f"  final accuracy median {statistics.median(accs):.3f} "
+              f"[{min(accs):.3f}-{max(accs):.3f}]")
+
+
+def report(result: dict[str, Any]) -> dict[str, Any]:
+    """Print one run's figures; adds the shares and rates to ``result``."""
     for label, key in (("end of injection", "views_end_of_injection"),
                        ("after", "views_after")):
         print(f"views ({label}):")
@@ -244,24 +302,31 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  node {row['node']}: " + ", ".join(
                 f"{name} {v['fakes']}/{v['entries']} fakes" for name, v in row.items()
                 if isinstance(v, dict)))
-    for label, key in (("during injection", "pushes_during"), ("after", "pushes_after")):
+    d, a = result["pushes_during"], result["pushes_after"]
+    result["pushes_total"] = {k: d[k] + a[k] for k in d}
+    seconds = {"pushes_during": result["inject_seconds"], "pushes_after": result["after_seconds"],
+               "pushes_total": result["inject_seconds"] + result["after_seconds"]}
+    for label, key in (("during injection", "pushes_during"), ("after", "pushes_after"),
+                       ("whole attack", "pushes_total")):
         c = result[key]
         share = c["merged_by_honest"] / c["sent"] if c["sent"] else float("nan")
         print(f"pushes {label}: honest sent {c['sent']}, merged by honest {c['merged_by_honest']} "
               f"({share:.0%}), taken by fakes {c['taken_by_fakes']}")
         c["honest_share"] = share
-    model_views = [v for row in result["views_after"] for name, v in row.items()
+        c["per_second"] = c["sent"] / seconds[key]
+    model_views = [v for key in ("views_end_of_injection", "views_after")
+                   for row in result[key] for name, v in row.items()
                    if isinstance(v, dict) and name != "main"]
     result["every_model_view_has_honest"] = all(v["honest"] > 0 for v in model_views)
     print(f"every model view keeps an honest holder: {result['every_model_view_has_honest']}; "
           f"honest total weight at the end {result['honest_weight']:.3g} (N = 3)")
     print(f"injected {result['injected']} shuffles ({result['injection_failures']} failed); "
           f"fakes answered {result['fake_shuffles_answered']}; accuracy {result['accuracy']}; "
-          f"merge_guard {result['merge_guard']}; exit codes {result['exit_codes']}; "
+          f"gossip changes {result['gossip_changes']}; exit codes {result['exit_codes']}; "
           f"{result['daemon_seconds']:.0f} s of daemon time after start")
-    if args.json:
-        args.json.write_text(json.dumps(result, indent=2, default=str))
-    return 0
+    distrusted = [c.get("distrusted") for c in result["sampler_counters"]]
+    print(f"peers distrusted (out of the views after taking a push): {distrusted}")
+    return result
 
 
 if __name__ == "__main__":

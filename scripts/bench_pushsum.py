@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from gossip.compression import decode
-from gossip.mask_epochs import EpochSettings, MaskEpochs, session_secret
+from gossip.mask_epochs import EpochSettings, MaskEpochs
 from gossip.messages import Push
 from gossip.pushsum import PushSum
 from gossip.simulator import Faults, LeastRecentSampler, Simulation, random_models
@@ -199,22 +199,17 @@ class _EpochRun:
         if privacy == "masked":
             self._setup(np.random.default_rng(seed + 2000))
 
-    @staticmethod
-    def _secret(a: bytes, b: bytes) -> bytes:
-        low, high = sorted((a, b))
-        return session_secret(low * 8, high * 8)  # stands in for the session's keys
-
     def _setup(self, rng: np.random.Generator) -> None:
         for i in self.ids:
             others = [p for p in self.ids if p != i]
             picks = [others[k] for k in rng.permutation(len(others))]
             for peer, offer in self.epochs[i].start(picks, self.cores[i].weight):
-                accept, side = self.epochs[peer].on_offer(i, offer, self._secret(i, peer),
+                accept, side = self.epochs[peer].on_offer(i, offer,
                                                           self.cores[peer].weight)
                 if side is not None:
                     self.cores[peer].add_noise_mass(side)
                 self.cores[i].add_noise_mass(
-                    self.epochs[i].on_accept(peer, accept, self._secret(i, peer)))
+                    self.epochs[i].on_accept(peer, accept))
 
     def round(self, observe: bool = False) -> None:
         n = len(self.alive)
@@ -246,6 +241,11 @@ class _EpochRun:
             if back is not None and remove:
                 self.cores[i].add_noise_mass(back, fresh=False)
 
+    def survivors_mean(self) -> np.ndarray:
+        """The average the survivors converge to: their sum of mass over their sum of weight."""
+        mass = sum((self.cores[i].mass for i in self.alive), np.zeros(self.cores[self.alive[0]].length))
+        return mass / sum(self.cores[i].weight for i in self.alive)
+
     def error_vs_all(self) -> float:
         mean = sum(self.initial.values()) / len(self.ids)
         return max(float(np.linalg.norm(self.cores[i].values - mean) / np.linalg.norm(mean))
@@ -259,7 +259,11 @@ def epoch_crashes(when: list[int], scales: list[float], seeds: list[int], n: int
     for scale in scales:
         for r in when:  # (an empty list: only the hiding and cost figures)
             errs: dict[str, list[float]] = {"clear": [], "removed": [], "kept": []}
+            # the survivors' average (sum of mass / sum of weight) against the same crash
+            # without masking (relative)
+            vs_clear: list[float] = []
             for seed in seeds:
+                means = {}
                 for mode in errs:
                     run = _EpochRun(n, dim, seed, scale, "none" if mode == "clear" else "masked")
                     for _ in range(r):
@@ -268,12 +272,17 @@ def epoch_crashes(when: list[int], scales: list[float], seeds: list[int], n: int
                     for _ in range(rounds - r):
                         run.round()
                     errs[mode].append(run.error_vs_all())
+                    means[mode] = run.survivors_mean()
+                vs_clear.append(float(np.linalg.norm(means["removed"] - means["clear"])
+                                      / np.linalg.norm(means["clear"])))
             rows.append({"mask_scale": scale, "crash_round": r,
-                         **{f"error_{k}": _median_spread(v) for k, v in errs.items()}})
+                         **{f"error_{k}": _median_spread(v) for k, v in errs.items()},
+                         "removed_vs_clear": _median_spread(vs_clear)})
             print(f"  scale {scale:5g}  crash at mixing round {r:2d}: survivors' error vs mean of "
                   f"all: clear {statistics.median(errs['clear']):.1e}, epoch + removal "
                   f"{statistics.median(errs['removed']):.1e}, epoch without removal "
-                  f"{statistics.median(errs['kept']):.1e}")
+                  f"{statistics.median(errs['kept']):.1e}; survivors' average, epoch + removal "
+                  f"vs clear: {statistics.median(vs_clear):.1e} relative")
     hiding = []
     rng = np.random.default_rng(0)
     floor = [abs(_corr(rng.normal(size=dim), rng.normal(size=dim))) for _ in range(2000)]

@@ -112,6 +112,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--privacy", choices=["none", "masked"], default="none",
                    help="masked: the daemons mask their first pushes (the reference cannot)")
     p.add_argument("--quick", action="store_true", help="1 seed, 8 nodes (3 swapped), 30 rounds")
+    p.add_argument("--template", type=Path, metavar="TOML",
+                   help="config every daemon starts from (e.g. [gossip] merge_guard = false)")
+    p.add_argument("--first-seed", type=int, default=0, help="seeds run from here (default 0)")
+    p.add_argument("--no-reference", action="store_true",
+                   help="skip the synchronous reference (its columns read nan)")
+    p.add_argument("--startup-timeout", type=float, default=60.0,
+                   help="seconds each daemon may take to answer (raise on a loaded machine)")
     p.add_argument("--json", type=Path, metavar="PATH")
     args = p.parse_args(argv)
     if args.quick:
@@ -119,21 +126,23 @@ def main(argv: list[str] | None = None) -> int:
     console = Console()
     schemes = [s.strip() for s in args.schemes.split(",") if s.strip()]
     runs: list[dict] = []
-    for seed in range(args.seeds):
+    for seed in range(args.first_seed, args.first_seed + args.seeds):
         for scheme in schemes:
             spec = SwarmSpec(nodes=args.nodes, rounds=args.rounds, scheme=scheme,
                              permutations=swapped(args.nodes, args.swapped), seed=seed,
                              pushes_per_round=args.pushes_per_round, exchange=args.exchange,
                              encoding=args.encoding, max_in_flight=args.max_in_flight,
-                             privacy=args.privacy)
+                             privacy=args.privacy,
+                             template=str(args.template) if args.template else None)
             t0 = time.monotonic()
             trace = Trace()
-            with Swarm(spec) as swarm:
+            with Swarm(spec, startup_timeout=args.startup_timeout) as swarm:
                 swarm.start()
                 startup = time.monotonic() - t0
                 swarm.run_until_done(timeout=1800, on_poll=trace.record)
                 summary = swarm.summary()
-                ref = reference_accuracy(spec, swarm.workdir)
+                ref = (float("nan") if args.no_reference
+                       else reference_accuracy(spec, swarm.workdir))
             seconds_to, bytes_to = trace.reached(ref - TARGET_MARGIN)
             peaks = [r["peak_rss_bytes"] for r in summary["nodes"] if r["peak_rss_bytes"]]
             run = {
@@ -198,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
                       f"{figures[scheme]['peak_rss_mb_max']:.0f}")
     console.print(table)
     if args.json:
-        args.json.write_text(json.dumps({"args": vars(args) | {"json": str(args.json)},
+        args.json.write_text(json.dumps({"args": vars(args) | {"json": str(args.json), "template": str(args.template)},
                                          "figures": figures, "runs": runs}, indent=2))
     return 0
 

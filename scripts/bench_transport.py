@@ -342,6 +342,7 @@ def main(argv: list[str] | None = None) -> int:
     sends = args.sends or (20 if args.quick else 100)
     repeats = args.repeats or (3 if args.quick else 7)
 
+    load_before = os.getloadavg()[0]
     push = make_push(0)
     payload = codec.encode(push)
     mb = len(payload) / 1e6
@@ -364,7 +365,7 @@ def main(argv: list[str] | None = None) -> int:
 
     raw = statistics.median(raw_runs)
     print(f"payload: {type(push).__name__} of {len(payload)} bytes; "
-          f"{sends} sends x {repeats} repeats; load {os.getloadavg()[0]:.1f} "
+          f"{sends} sends x {repeats} repeats; load {load_before:.1f} -> {os.getloadavg()[0]:.1f} "
           f"on {os.cpu_count()} CPUs; {args.clock} clock; MB/s medians (min-max)")
     print(f"{'mode':<9} {'MB/s':>7} {'range':>11} {'seal':>6} {'open':>6} {'ceiling':>8} "
           f"{'x raw':>6} {'x dflt':>6} {'x floor':>7} {'x ceiling':>9}  target")
@@ -438,6 +439,7 @@ def main(argv: list[str] | None = None) -> int:
             "sends": sends,
             "repeats": repeats,
             "load_average_1min": os.getloadavg()[0],
+            "load_average_1min_before": load_before,
             "cpus": os.cpu_count(),
             "raw_MBps": raw,
             "raw_MBps_range": [min(raw_runs), max(raw_runs)],

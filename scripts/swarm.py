@@ -152,6 +152,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--keep", action="store_true", help="keep the data directories")
     p.add_argument("--workdir", type=Path, help="where to put data directories (default: tmp)")
     p.add_argument("--timeout", type=float, default=900.0, help="give up after this many seconds")
+    p.add_argument("--startup-timeout", type=float, metavar="SECONDS",
+                   help="seconds each daemon may take to answer on its admin socket "
+                        "(default max(60, 10 x nodes); raise it on a loaded machine)")
     p.add_argument("--json", type=Path, metavar="PATH", help="write every figure as JSON")
     p.add_argument("--plot", type=Path, metavar="PATH", help="PNG of accuracy over time per node")
     p.add_argument("--quiet", action="store_true", help="no live progress display")
@@ -297,7 +300,8 @@ def main(argv: list[str] | None = None) -> int:
                   f"{spec.network().notation()}, scheme {spec.scheme}"
                   f"{semi_local_label(spec)}, {spec.rounds} rounds")
     try:
-        with Swarm(spec, workdir=args.workdir, keep=args.keep) as swarm:
+        with Swarm(spec, workdir=args.workdir, keep=args.keep,
+                   startup_timeout=args.startup_timeout) as swarm:
             swarm.start()
             console.print(f"all daemons up (node0 at {swarm.daemons[0].address}); "
                           f"data in {swarm.workdir}")

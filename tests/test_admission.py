@@ -14,6 +14,7 @@ from p2p.wire.admission import (
     Admission,
     AdmissionLimits,
     FrameBudget,
+    frame_allowance,
     receive_frame_limit,
     source_of,
 )
@@ -166,11 +167,14 @@ def test_frame_budget_bounds_unfinished_frames_of_all_decoders() -> None:
     assert budget.held == 912 * k and budget.refused == 1
     with pytest.raises(FrameBudgetExceeded):
         third.feed(b"\x00")  # the decoder stays failed
-    # a frame small enough for the staging area never draws on the budget, even
-    # when it is spent (handshake messages must get through)
+    # a frame small enough for the staging area draws on the small frames' own
+    # allowance, so it gets through when large frames have spent the budget
+    # (handshake messages must), and is still counted
     small = FrameDecoder(600 * k, budget)
     assert small.feed(struct.pack(">I", 60 * k) + b"s") == []
-    assert budget.held == 912 * k
+    assert budget.held == 912 * k and budget.small_held == 60 * k
+    small.release()
+    assert budget.small_held == 0
     # completing a frame gives its bytes back; so does closing a connection
     [done] = first.feed(b"x" * (512 * k - 10))
     assert len(done) == 512 * k and budget.held == 400 * k
@@ -218,3 +222,36 @@ def test_a_flood_from_a_few_sources_cannot_starve_other_sources_of_handshakes() 
     tie = adm.open_handshake(8, "10.0.0.5", 0.7)
     assert not tie.admitted and "handshake slots are taken" in tie.reason
     assert adm.handshakes == 4
+
+
+def test_unfinished_small_frames_are_counted_and_bounded() -> None:
+    k = 1024
+    budget = FrameBudget(1000 * k, small_limit=100 * k)
+    decoders = [FrameDecoder(600 * k, budget) for _ in range(3)]
+    for decoder in decoders[:2]:  # 2 x 40 KiB announced, 1 byte of each arrived
+        assert decoder.feed(struct.pack(">I", 40 * k) + b"s") == []
+    assert budget.small_held == 80 * k and budget.held == 0
+    with pytest.raises(FrameBudgetExceeded,
+                       match=f"unfinished small frames already hold {80 * k} of the {100 * k}"):
+        decoders[2].feed(struct.pack(">I", 40 * k) + b"t")
+    assert budget.small_held == 80 * k and budget.refused == 1
+    # a small frame that arrives whole in one read is never held: not counted
+    assert FrameDecoder(600 * k, budget).feed(encode_frame(b"x" * 30 * k)) == [b"x" * 30 * k]
+    assert budget.small_held == 80 * k
+    # completing one gives its bytes back, closing the other too
+    [done] = decoders[0].feed(b"s" * (40 * k - 1))
+    assert len(done) == 40 * k and budget.small_held == 40 * k
+    decoders[1].release()
+    assert budget.small_held == 0
+    # large frames are not held back by spent small allowance, nor the reverse
+    spent = FrameBudget(1000 * k, small_limit=10 * k)
+    assert FrameDecoder(600 * k, spent).feed(struct.pack(">I", 8 * k) + b"s") == []
+    assert FrameDecoder(600 * k, spent).feed(struct.pack(">I", 500 * k) + b"l") == []
+    assert spent.held == 500 * k and spent.small_held == 8 * k
+
+
+def test_frame_allowance_grows_with_size_at_the_floor_rate() -> None:
+    assert frame_allowance(0, 30.0, 128 * 1024) == 30.0
+    assert frame_allowance(4 << 20, 30.0, 128 * 1024) == 62.0  # 4 MiB at 128 KiB/s: +32 s
+    with pytest.raises(ValueError, match="min_rate"):
+        frame_allowance(10, 30.0, 0)

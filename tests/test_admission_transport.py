@@ -3,19 +3,36 @@ silent sessions displaced (loopback TCP and the in-memory network)."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import struct
+from dataclasses import dataclass
 
 import pytest
 import trio
 import trio.testing
 
 from p2p.testing import MemoryNetwork, open_session, wait_until
+from p2p.wire import codec
+from p2p.wire.codec import Message
+from p2p.wire.framing import encode_frame
 from p2p.wire.handshake import PeerInfo
 from p2p.wire.identity import Identity
 from p2p.wire.messages import Ping, Pong
 from p2p.wire.transport import PeerUnreachable, Transport, parse_address
+
+
+@dataclass(frozen=True)
+class Blob:
+    data: bytes
+
+
+codec.register(Blob, "test_admission_blob")
+
+
+async def no_reply(peer: PeerInfo, msg: Message) -> Message | None:
+    return None
 
 
 async def pong_handler(peer: PeerInfo, msg: object) -> object | None:
@@ -145,4 +162,93 @@ async def test_a_reply_frame_left_unfinished_gives_its_budget_back(ending: str) 
         assert held_mid_frame == [size]
         assert budget.held == 0
         await client.aclose()
+        nursery.cancel_scope.cancel()
+
+
+@pytest.mark.parametrize("rate", [64 * 1024, None])
+async def test_a_trickled_frame_is_dropped_at_its_whole_frame_deadline(
+        autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture,
+        rate: int | None) -> None:
+    # A session announces a 1 MiB frame and sends 1 KiB every 5 s: never silent
+    # for the 10 s read timeout, so only the whole-frame deadline ends it
+    # (10 s + 1 MiB at 64 KiB/s = 26 s) and gives the budget back.
+    size = 1 << 20
+    options: dict[str, object] = {"read_timeout": 10.0, "idle_timeout": 600.0}
+    if rate is not None:
+        options["min_frame_rate"] = rate
+    server = transport(**options)
+    client = transport()
+    client_end, server_end = trio.testing.memory_stream_pair()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(server.serve_stream, server_end, no_reply, "10.0.0.9:1")
+        ms = client._message_stream(client_end)
+        await client._handshake(ms, initiator=True, expected_node_id=None)
+        budget = server.frame_budget
+        with caplog.at_level(logging.WARNING, logger="p2p.wire.transport"):
+            await client_end.send_all(struct.pack(">I", size) + b"\0" * 1024)
+            start = trio.current_time()
+            await wait_until(lambda: budget.held == size)
+            sent = 1024
+            while budget.held and trio.current_time() - start < 600:
+                await trio.sleep(5)
+                with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+                    await client_end.send_all(b"\0" * 1024)
+                    sent += 1024
+            held_for = trio.current_time() - start
+        assert budget.held == 0 and server.admission.sessions == 0
+        allowance = 10.0 + size / (rate or 128 * 1024)  # the default floor rate: 128 KiB/s
+        assert allowance <= held_for <= allowance + 5.0
+        assert sent < size
+        lines = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+        assert len(lines) == 1 and f"frame of {size} bytes not complete after" in lines[0], lines
+        await ms.aclose()
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_frame_arriving_above_the_floor_rate_is_received(
+        autojump_clock: trio.testing.MockClock) -> None:
+    # the honest slow link: a 1 MiB request at 96 KiB/s (above the 64 KiB/s
+    # floor; 11 s, more than the read timeout) in 8 KiB chunks is answered
+    server = transport(read_timeout=10.0, min_frame_rate=64 * 1024)
+    client = transport()
+    client_end, server_end = trio.testing.memory_stream_pair()
+
+    async def sizes(peer: PeerInfo, msg: Message) -> Message | None:
+        return Pong(len(msg.data)) if isinstance(msg, Blob) else None
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(server.serve_stream, server_end, sizes, "10.0.0.9:1")
+        ms = client._message_stream(client_end)
+        await client._handshake(ms, initiator=True, expected_node_id=None)
+        frame = encode_frame(codec.encode(Blob(bytes(1 << 20))))
+        start = trio.current_time()
+        for at in range(0, len(frame), 8192):
+            await client_end.send_all(frame[at : at + 8192])
+            await trio.sleep(1 / 12)
+        assert trio.current_time() - start > 10.0
+        assert await ms.receive(5.0, 5.0) == Pong(1 << 20)
+        assert server.frame_budget.held == 0
+        await ms.aclose()
+        nursery.cancel_scope.cancel()
+
+
+async def test_an_unfinished_small_frame_is_counted_until_its_connection_closes(
+        autojump_clock: trio.testing.MockClock) -> None:
+    server = transport(max_connections=8, read_timeout=10.0)
+    # one unfinished small frame per connection the transport may hold:
+    # 8 sessions + 2 handshakes + 8 outgoing
+    assert server.frame_budget.small_limit == 18 * 64 * 1024
+    client = transport()
+    client_end, server_end = trio.testing.memory_stream_pair()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(server.serve_stream, server_end, no_reply, "10.0.0.9:1")
+        ms = client._message_stream(client_end)
+        await client._handshake(ms, initiator=True, expected_node_id=None)
+        await client_end.send_all(struct.pack(">I", 40_000) + b"\0" * 100)
+        budget = server.frame_budget
+        await wait_until(lambda: budget.small_held == 40_000)
+        assert budget.held == 0
+        await ms.aclose()
+        await wait_until(lambda: server.admission.sessions == 0)
+        assert budget.small_held == 0
         nursery.cancel_scope.cancel()

@@ -6,7 +6,7 @@ import struct
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 import gossip
@@ -205,7 +205,14 @@ def test_f16_and_int8_round_ties_to_even() -> None:
     assert v.scales.tolist() == [1.0] and v.data.tolist() == [127, 0, 2, 2, 0]
 
 
+def test_int8_scale_of_a_float64_subnormal_block_is_not_zero() -> None:
+    # 5e-324 / 127 underflows to 0 in float64: the scale must still be > 0
+    v = encode(np.array([5e-324, 0.0]), "int8")
+    assert v.scales[0] > 0 and np.all(np.abs(decode(v, 2)) <= v.scales[0] / 2)
+
+
 @settings(max_examples=60, deadline=None)
+@example(values=[5e-324], encoding="int8")
 @given(values=st.lists(st.floats(-1e4, 1e4, allow_nan=False, width=64), max_size=600),
        encoding=st.sampled_from(ENCODINGS))
 def test_round_trip_property(values: list[float], encoding: str) -> None:

@@ -62,6 +62,10 @@ class Running:
     def counters(self) -> dict[str, int]:
         return self.node.model_counters("global")
 
+    def estimate(self) -> np.ndarray:
+        """The model's estimate: a push near it passes the merge guard."""
+        return self.node.cores["global"].estimate
+
 
 async def _start(tmp_path: Path, nursery: trio.Nursery, **kwargs: object) -> Running:
     node = tcp_node(tmp_path / "victim", fast_spec(), limits=LIMITS, **kwargs)  # type: ignore[arg-type]
@@ -89,7 +93,7 @@ async def still_healthy(v: Running) -> None:
     assert status["round"] == v.node.progress.round
     before = v.counters()["pushes_received"]
     ms, _ = await open_session(v.address)
-    reply = await ask(ms, codec.encode(valid_push(v.model, v.length, push_id=77)))
+    reply = await ask(ms, codec.encode(valid_push(v.model, v.length, push_id=77, near=v.estimate())))
     assert isinstance(reply, PushAck) and reply.push_id == 77
     await ms.aclose()
     assert v.counters()["pushes_received"] == before + 1
@@ -227,7 +231,7 @@ async def test_invalid_push_is_refused_and_never_merged(
     assert victim.state() == state
     assert victim.counters()["pushes_received"] == counters["pushes_received"]
     # an application-level refusal keeps the connection: a valid push on it is merged
-    assert isinstance(await ask(ms, codec.encode(valid_push(victim.model, victim.length))),
+    assert isinstance(await ask(ms, codec.encode(valid_push(victim.model, victim.length, near=victim.estimate()))),
                       PushAck)
     assert victim.counters()["pushes_received"] == counters["pushes_received"] + 1
     await ms.aclose()
@@ -331,7 +335,8 @@ async def test_shuffle_poisoning_is_dropped(victim: Running,
 
 async def test_replayed_push_is_acknowledged_but_merged_once(victim: Running) -> None:
     ms, me = await open_session(victim.address)
-    payload = codec.encode(valid_push(victim.model, victim.length, weight=0.5, push_id=41))
+    payload = codec.encode(valid_push(victim.model, victim.length, weight=0.5, push_id=41,
+                                      near=victim.estimate()))
     w0 = victim.node.cores["global"].weight
     assert isinstance(await ask(ms, payload), PushAck)
     after_first = victim.state()
@@ -354,7 +359,8 @@ async def test_replayed_sealed_frame_closes_the_connection(
     key_file = write_swarm_key(tmp_path, SWARM_KEY)
     v = await _start(tmp_path, nursery, swarm_key_file=key_file)
     ms, _ = await open_session(v.address, swarm_key=SWARM_KEY)
-    sealed = ms._sealer.seal(codec.encode(valid_push(v.model, v.length, weight=0.5)))  # type: ignore[union-attr]
+    push = valid_push(v.model, v.length, weight=0.5, near=v.estimate())
+    sealed = ms._sealer.seal(codec.encode(push))  # type: ignore[union-attr]
     frame = encode_frame(sealed)
     await ms.stream.send_all(frame)
     assert isinstance(codec.decode(await ms.receive_payload(5, 5)), PushAck)
@@ -404,8 +410,8 @@ async def test_flood_of_invalid_pushes_keeps_memory_of_senders_bounded(victim: R
         ms, _ = await open_session(victim.address)
         for push_id in range(80):
             push = valid_push(victim.model, victim.length, weight=1e-6, push_id=push_id)
-            push = type(push)(push.model, push.push_id,
-                              encode(rng.normal(size=victim.length), "f32"), 1e-6)
+            near = victim.estimate() + 1e-3 * rng.normal(size=victim.length)  # merge guard
+            push = type(push)(push.model, push.push_id, encode(near, "f32"), 1e-6)
             assert isinstance(await ask(ms, codec.encode(push)), PushAck)
         await ms.aclose()
     seen = victim.node.cores["global"]._seen

@@ -21,10 +21,12 @@ from gossip.mask_epochs import (
     Phase,
     hiding_warning,
     magnitude_bound,
+    new_private_key,
     noise_bound,
     pair_noise,
+    pair_secret,
     pair_seed,
-    session_secret,
+    public_bytes,
 )
 from gossip.pushsum import PushSum
 from gossip.validation import MAX_ABS_VALUE
@@ -36,12 +38,6 @@ SETTINGS = EpochSettings(partners=3, mask_scale=10.0, mix_exchanges=30)
 
 def _ids(n: int) -> list[bytes]:
     return [bytes([i + 1]) * 8 for i in range(n)]
-
-
-def _secret(a: bytes, b: bytes) -> bytes:
-    # stands in for session_secret over the pair's session keys
-    low, high = sorted((a, b))
-    return session_secret(low * 4, high * 4)
 
 
 class Swarm:
@@ -58,26 +54,37 @@ class Swarm:
                        rng=np.random.default_rng(seed + k))
             for k, i in enumerate(self.ids)
         }
-        self.epochs = {i: MaskEpochs(i, FP, DIM, settings) for i in self.ids}
+        self.epochs = {i: MaskEpochs(i, FP, DIM, settings, rng=np.random.default_rng(seed + 50 + k))
+                       for k, i in enumerate(self.ids)}
         self.alive = set(self.ids)
 
     def total_mass(self) -> np.ndarray:
         return sum((self.cores[i].mass for i in self.alive), np.zeros(DIM))
 
-    def setup(self, nodes: list[bytes] | None = None) -> None:
-        """Every node offers pairs to random others; offers and accepts delivered."""
+    def setup(self, nodes: list[bytes] | None = None, refusals: bool = False) -> None:
+        """Every node offers pairs to random others; offers and accepts delivered.
+
+        ``refusals``: responders apply the join window (their noise's age) and
+        may refuse, as a node does."""
         for i in nodes or sorted(self.alive):
             others = [p for p in sorted(self.alive) if p != i]
             order = self.rng.permutation(len(others))
             offers = self.epochs[i].start([others[k] for k in order], self.cores[i].weight)
             for peer, offer in offers:
-                accept, side = self.epochs[peer].on_offer(i, offer, _secret(i, peer),
-                                                          self.cores[peer].weight)
+                responder = self.cores[peer]
+                try:
+                    accept, side = self.epochs[peer].on_offer(
+                        i, offer, responder.weight,
+                        noisy=refusals and responder.noisy, noise_age=responder.noise_age)
+                except InvalidValues:
+                    assert refusals
+                    self.epochs[i].offer_failed(peer)
+                    continue
                 assert side is not None
-                self.cores[peer].add_noise_mass(side)
-                mine = self.epochs[i].on_accept(peer, accept, _secret(i, peer))
+                responder.add_noise_mass(side)
+                mine = self.epochs[i].on_accept(peer, accept)
                 self.cores[i].add_noise_mass(mine)
-            assert self.epochs[i].phase is Phase.MIXING
+            assert refusals or self.epochs[i].phase is Phase.MIXING
 
     def push(self, src: bytes, dst: bytes) -> None:
         core = self.cores[src]
@@ -113,10 +120,11 @@ def _rel(a: np.ndarray, b: np.ndarray) -> float:
 
 
 # ------------------------------------------------------------------ seeds
-def test_session_secret_is_the_same_at_both_ends_and_pair_seeds_are_separated() -> None:
-    k1, k2 = bytes(range(32)), bytes(range(32, 64))
-    assert session_secret(k1, k2) == session_secret(k2, k1)
-    s = session_secret(k1, k2)
+def test_pair_secret_is_the_same_at_both_ends_and_pair_seeds_are_separated() -> None:
+    rng = np.random.default_rng(5)
+    ka, kb = new_private_key(rng), new_private_key(rng)
+    s = pair_secret(ka, public_bytes(kb))
+    assert s == pair_secret(kb, public_bytes(ka)) and len(s) == 32
     a, b = b"a" * 8, b"b" * 8
     base = pair_seed(s, FP, 1, a, b)
     assert base == pair_seed(s, FP, 1, a, b)  # deterministic
@@ -124,26 +132,36 @@ def test_session_secret_is_the_same_at_both_ends_and_pair_seeds_are_separated() 
         pair_seed(s, FP, 2, a, b),  # another epoch
         pair_seed(s, bytes(32), 1, a, b),  # another model
         pair_seed(s, FP, 1, b, a),  # the other end initiated
-        pair_seed(session_secret(k1, bytes(32)), FP, 1, a, b),  # another session
+        pair_seed(pair_secret(ka, public_bytes(new_private_key(rng))), FP, 1, a, b),  # another key
     }
     assert base not in others and len(others) == 4
     with pytest.raises(InvalidValues, match="distinct"):
         pair_seed(s, FP, 1, a, a)
+    with pytest.raises(InvalidValues, match="public"):
+        pair_secret(ka, b"short")
+    with pytest.raises(InvalidValues, match="no shared secret"):
+        pair_secret(ka, bytes(32))  # a low-order point: an all-zero secret
 
 
 def test_pair_sides_cancel_exactly_and_are_reproducible() -> None:
     a, b = _ids(2)
-    ea, eb = MaskEpochs(a, FP, DIM, SETTINGS), MaskEpochs(b, FP, DIM, SETTINGS)
+    rng = np.random.default_rng(3)
+    ea, eb = MaskEpochs(a, FP, DIM, SETTINGS, rng), MaskEpochs(b, FP, DIM, SETTINGS, rng)
     [(peer, offer)] = ea.start([b], weight=0.5)
-    accept, side_b = eb.on_offer(a, offer, _secret(a, b), weight=2.0)
-    side_a = ea.on_accept(b, accept, _secret(a, b))
+    accept, side_b = eb.on_offer(a, offer, weight=2.0)
+    side_a = ea.on_accept(b, accept)
     assert side_b is not None
     assert np.array_equal(side_a, -side_b)  # bit-exact: the sum of mass does not move
-    # amplitude: mask_scale times the smaller weight
-    unit = pair_noise(pair_seed(_secret(a, b), FP, 1, a, b), DIM)
+    # amplitude: mask_scale times the smaller weight; the seed from both ephemeral keys
+    again_rng = np.random.default_rng(3)
+    ka, kb = new_private_key(again_rng), new_private_key(again_rng)
+    assert offer.public == public_bytes(ka) and accept.public == public_bytes(kb)
+    unit = pair_noise(pair_seed(pair_secret(ka, accept.public), FP, 1, a, b), DIM)
     assert np.array_equal(side_a, 10.0 * 0.5 * unit)
+    # an observer of both messages sees two public keys, not the noise
+    assert side_a.tobytes()[:32] not in (offer.public, accept.public)
     # a retransmitted offer is answered again without a second side
-    again, none = eb.on_offer(a, offer, _secret(a, b), weight=2.0)
+    again, none = eb.on_offer(a, offer, weight=2.0)
     assert again == accept and none is None
 
 
@@ -198,10 +216,10 @@ def test_pushes_between_the_pair_only_keep_the_removal_exact() -> None:
     a, b = masked.ids[0], masked.ids[1]
     ea, eb = masked.epochs[a], masked.epochs[b]
     [(_, offer)] = ea.start([b], masked.cores[a].weight)
-    accept, side = eb.on_offer(a, offer, _secret(a, b), masked.cores[b].weight)
+    accept, side = eb.on_offer(a, offer, masked.cores[b].weight)
     assert side is not None
     masked.cores[b].add_noise_mass(side)
-    masked.cores[a].add_noise_mass(ea.on_accept(b, accept, _secret(a, b)))
+    masked.cores[a].add_noise_mass(ea.on_accept(b, accept))
     for swarm in (masked, clear):
         swarm.push(a, b)
         swarm.push(a, b)
@@ -259,21 +277,21 @@ def test_no_data_push_before_every_offer_is_answered() -> None:
     assert [p for p, _ in offers] == [b, c]
     assert not ea.may_push
     _, eb = offers[0][1], MaskEpochs(b, FP, DIM)
-    accept, _ = eb.on_offer(a, offers[0][1], _secret(a, b), 1.0)
-    ea.on_accept(b, accept, _secret(a, b))
+    accept, _ = eb.on_offer(a, offers[0][1], 1.0)
+    ea.on_accept(b, accept)
     assert not ea.may_push
     ea.offer_failed(c)
     assert ea.may_push and ea.phase is Phase.MIXING and ea.live_pairs == 1
     with pytest.raises(InvalidValues, match="no such offer"):
-        ea.on_accept(b, accept, _secret(a, b))
+        ea.on_accept(b, accept)
 
 
 def test_epochs_recur_after_clear_rounds() -> None:
     a, b = _ids(2)
     ea = MaskEpochs(a, FP, DIM, EpochSettings(partners=1, clear_rounds=2))
     offers = ea.start([b], 1.0)
-    accept, _ = MaskEpochs(b, FP, DIM).on_offer(a, offers[0][1], _secret(a, b), 1.0)
-    ea.on_accept(b, accept, _secret(a, b))
+    accept, _ = MaskEpochs(b, FP, DIM).on_offer(a, offers[0][1], 1.0)
+    ea.on_accept(b, accept)
     ea.on_folded()
     assert not ea.due
     ea.on_round()
@@ -285,10 +303,25 @@ def test_epochs_recur_after_clear_rounds() -> None:
 def test_offers_beyond_max_accepted_are_refused() -> None:
     ids = _ids(4)
     eb = MaskEpochs(ids[0], FP, DIM, EpochSettings(max_accepted=2))
+    offer = PairOffer(FP, 1, 1.0, public_bytes(new_private_key()))
     for peer in ids[1:3]:
-        eb.on_offer(peer, PairOffer(FP, 1, 1.0), _secret(ids[0], peer), 1.0)
+        eb.on_offer(peer, offer, 1.0)
     with pytest.raises(InvalidValues, match="already 2"):
-        eb.on_offer(ids[3], PairOffer(FP, 1, 1.0), _secret(ids[0], ids[3]), 1.0)
+        eb.on_offer(ids[3], offer, 1.0)
+    assert eb.refused == 1
+
+
+def test_fresh_pairs_join_only_young_noise() -> None:
+    a, b = _ids(2)
+    eb = MaskEpochs(b, FP, DIM, EpochSettings(join_window=5))
+    offer = PairOffer(FP, 1, 1.0, public_bytes(new_private_key()))
+    with pytest.raises(InvalidValues, match="join window"):
+        eb.on_offer(a, offer, 1.0, noisy=True, noise_age=5)
+    _, side = eb.on_offer(a, offer, 1.0, noisy=True, noise_age=4)
+    assert side is not None
+    assert eb.may_take_noise(False, 100)  # clear: any offer may start noise
+    ea = MaskEpochs(a, FP, DIM, EpochSettings(join_window=5))
+    assert ea.ready(False, 0) and not ea.ready(True, 7)
 
 
 def test_hiding_warning_for_models_with_few_holders() -> None:
@@ -305,38 +338,46 @@ def test_noise_mass_needs_the_masked_mode() -> None:
 
 
 _OPS = st.lists(
-    st.tuples(st.sampled_from(["push", "train", "crash"]), st.integers(0, 5),
+    st.tuples(st.sampled_from(["push", "push", "train", "crash", "epoch"]), st.integers(0, 5),
               st.integers(0, 5)),
-    min_size=1, max_size=60,
+    min_size=1, max_size=80,
 )
 
 
 @settings(max_examples=25, deadline=None)
 @given(ops=_OPS, seed=st.integers(0, 2**16), light=st.integers(0, 5))
-def test_property_no_honest_push_exceeds_the_bound_from_the_mask_scale(
+def test_property_the_bound_from_the_mask_scale_never_refuses_an_honest_push(
         ops: list[tuple[str, int, int]], seed: int, light: int) -> None:
-    swarm = Swarm(6, seed=seed)
-    # one light node: its weight is where a 1 / w blow-up would show
-    ids = swarm.ids
-    swarm.cores[ids[light]] = PushSum(FP, swarm.initial[ids[light]], weight=0.003,
-                                      privacy="masked", masked_pushes=0, exchange="push",
-                                      encoding="f64", unmask_after=SETTINGS.mix_exchanges)
-    swarm.setup()
+    """Every receiver refuses values beyond magnitude_bound (as a masked node does, via
+    ``max_abs_value``); honest pushes, training, crashes with their removals and
+    epochs started whenever the rules allow never reach it."""
     step = 0.01
-    value_bound = max(float(np.abs(v).max()) for v in swarm.initial.values()) + step * len(ops)
+    value_bound = 1.0 + 5.0 + step * len(ops)  # initial values N(1, 1) over 40: within 1 + 5
     bound = magnitude_bound(SETTINGS, value_bound)
+    quick = EpochSettings(partners=3, mask_scale=10.0, mix_exchanges=6, clear_rounds=0,
+                          join_window=2)
+    swarm = Swarm(6, seed=seed, settings=quick)
+    ids = swarm.ids
+    for k, i in enumerate(ids):
+        # one light node: its weight is where a 1 / w blow-up would show
+        swarm.cores[i] = PushSum(FP, swarm.initial[i], weight=0.003 if k == light else 1.0,
+                                 privacy="masked", masked_pushes=0, exchange="push",
+                                 encoding="f64", unmask_after=quick.mix_exchanges,
+                                 max_abs_value=magnitude_bound(quick, value_bound))
+    assert magnitude_bound(quick, value_bound) == bound  # same partners and scale
+    swarm.setup()
     for op, i, j in ops:
         alive = sorted(swarm.alive)
         src, dst = alive[i % len(alive)], alive[j % len(alive)]
+        core = swarm.cores[src]
         if op == "push" and src != dst:
-            for peer, push in swarm.cores[src].make_pushes([dst], 0.0):
-                assert float(np.abs(decode(push.values, DIM)).max()) <= bound
-                swarm.cores[src].on_ack(peer, swarm.cores[peer].on_push(src, push, 0.0), 0.0)
+            swarm.push(src, dst)  # raises RejectedPush if the receiver refuses it
         elif op == "train":
-            core = swarm.cores[src]
             core.set_values(core.values + step * np.sign(np.sin(np.arange(DIM) + j)))
         elif op == "crash" and len(alive) > 3:
             swarm.crash(src)
+        elif op == "epoch" and swarm.epochs[src].ready(core.noisy, core.noise_age):
+            swarm.setup([src], refusals=True)
     assert all(swarm.cores[i].counters.rejected == 0 for i in swarm.alive)
 
 
@@ -346,6 +387,10 @@ def test_a_second_epoch_draws_new_pairs_and_keeps_the_sum_exact() -> None:
     swarm.setup()
     first = {i: swarm.cores[i].estimate - swarm.cores[i].values for i in swarm.ids}
     swarm.mix(120)
+    assert not any(swarm.epochs[i].due for i in swarm.ids)  # the clear gap comes first
+    for _ in range(SETTINGS.clear_rounds):
+        for i in swarm.ids:
+            swarm.epochs[i].on_round()
     assert all(swarm.epochs[i].due for i in swarm.ids)
     swarm.setup()
     assert all(swarm.epochs[i].epoch == 2 for i in swarm.ids)
@@ -362,9 +407,12 @@ def _partner_view(swarm: Swarm, src: bytes, dst: bytes) -> float:
     [(_, push)] = swarm.cores[src].make_pushes([dst], 0.0)
     sent = decode(push.values, DIM)
     basis = np.stack(swarm.epochs[dst].sides_with(src), axis=1)
-    coef, *_ = np.linalg.lstsq(basis, sent, rcond=None)
-    seen = sent - basis @ coef
-    z = swarm.cores[src].values
+    def residual(v: np.ndarray) -> np.ndarray:
+        coef, *_ = np.linalg.lstsq(basis, v, rcond=None)
+        return v - basis @ coef
+
+    # both projected alike: what dst can tell apart of src's values
+    seen, z = residual(sent), residual(swarm.cores[src].values)
     return abs(float(np.corrcoef(seen, z)[0, 1]))
 
 
@@ -378,3 +426,56 @@ def test_two_holders_cannot_hide_from_each_other_but_more_can() -> None:
     src = crowd.ids[0]
     dst = crowd.epochs[src].partners_of_epoch()[0]
     assert _partner_view(crowd, src, dst) < 0.5
+
+
+def test_a_node_pushing_into_idle_peers_does_not_fold_its_unmixed_noise() -> None:
+    # The min_peers collapse of issue 12: at a start-together, a node that got noise
+    # ran its noisy loop while its peers still waited for theirs. Counted by pushes
+    # made, its noise reached the fold age though its estimate had merged nothing,
+    # and its own pairs' noise (scale 10) went into the values it trains.
+    swarm = Swarm(4, seed=9)
+    swarm.setup()
+    a, *idle = swarm.ids
+    for k in range(5 * SETTINGS.mix_exchanges):
+        swarm.push(a, idle[k % len(idle)])  # they merge, but push nothing back
+    assert swarm.cores[a].noisy and swarm.epochs[a].folds == 0
+    assert float(np.abs(swarm.cores[a].values).max()) < 5.0  # parameter scale (init ~N(1, 1))
+    # once the others push too, the noise mixes and folds, and the sum stays exact
+    before = swarm.total_mass()
+    swarm.mix(200)
+    assert not any(swarm.cores[i].noisy for i in swarm.ids)
+    assert _rel(swarm.total_mass(), before) < 1e-12
+
+
+def test_training_during_an_epoch_stays_out_of_the_pushes_until_the_fold() -> None:
+    # two pushes of one epoch with no merge between carry the same noise: had the
+    # local update been added to the estimate, their difference would be exactly it
+    swarm = Swarm(4, seed=10)
+    swarm.setup()
+    a, b = swarm.ids[:2]
+    core = swarm.cores[a]
+    first = core.estimate
+    step = np.full(DIM, 0.01)
+    core.set_values(core.values + step)
+    assert np.array_equal(core.estimate, first)  # the push would carry no trace of it
+    trained = core.values
+    swarm.mix(200)  # everyone folds
+    assert not core.noisy
+    # the step joined the average at the fold, as push-sum counts training: at the
+    # node's weight then (w * step of mass), and nothing else moved
+    total = sum((swarm.cores[i].values for i in swarm.ids), np.zeros(DIM))
+    moved = total - sum((swarm.initial[i] for i in swarm.ids), np.zeros(DIM))
+    share = moved / step
+    assert 0.0 < share.mean() and np.ptp(share) < 1e-6
+    assert not np.array_equal(trained, core.values)
+
+
+def test_an_offer_sent_again_after_the_responders_fold_gets_no_second_side() -> None:
+    a, b = _ids(2)
+    ea, eb = MaskEpochs(a, FP, DIM), MaskEpochs(b, FP, DIM)
+    [(_, offer)] = ea.start([b], 1.0)
+    accept, side = eb.on_offer(a, offer, 1.0)
+    assert side is not None
+    eb.on_folded()  # b mixed and folded before a's retransmission arrived
+    again, none = eb.on_offer(a, offer, 1.0)
+    assert again == accept and none is None

@@ -106,6 +106,9 @@ async def test_busy_peers_do_not_let_a_node_fold_unmixed_noise(tmp_path: Path) -
         values = [n.cores["global"].values for n in nodes]
     for node in nodes:
         c = node.model_counters("global")
-        assert c["unmasks"] >= 1 and c["rejected"] == 0, (node.config.node.name, c)
+        # no push refused for its values (the magnitude bound); the merge guard, on by
+        # default, may clip-refuse a clean push after a fold: its own count
+        assert c["unmasks"] >= 1 and c["rejected"] == c["guard_refused"], \
+            (node.config.node.name, c)
     # the trained values never took in mask-sized noise: still parameter-scale
     assert max(float(np.abs(v).max()) for v in values) < 10.0

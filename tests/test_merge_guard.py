@@ -7,7 +7,7 @@ import logging
 import numpy as np
 import pytest
 
-from gossip import GuardSettings, Push, PushAck, PushSum, RefusedByGuard, encode
+from gossip import GuardSettings, MergeGuard, Push, PushAck, PushSum, RefusedByGuard, encode
 from gossip.attacks import HeavyPusher, MaskLookalike, Poisoner, Sink
 from gossip.simulator import ModelSpec, Simulation
 
@@ -57,29 +57,48 @@ def test_without_a_guard_the_core_takes_any_weight_below_max_weight() -> None:
     assert b.weight == pytest.approx(9e5 + 1)
 
 
-def test_net_weight_budget_per_sender_refills_with_time() -> None:
-    settings = GuardSettings(weight_budget=1.0, weight_overdraft=1.0, budget_period=10.0)
+def test_net_balance_per_sender_caps_what_it_hands_us_and_decays() -> None:
+    settings = GuardSettings(balance_cap=2.0, balance_halflife=10.0)
     b = core(guard=settings)
     same = [1.0, 2.0, 3.0]
-    b.on_push(LIAR, push(same, 0.9, 1), 0.0)  # budget 1 -> 0.1
-    b.on_push(LIAR, push(same, 1.0, 2), 0.0)  # one overdraft (<= budget) -> -0.9
-    assert refused(b, LIAR, push(same, 0.1, 3), 0.0) == "weight_budget"  # empty
-    b.on_push(A, push(same, 0.9, 1), 0.0)  # another sender has its own bucket
-    assert refused(b, LIAR, push(same, 0.1, 4), 9.0) == "weight_budget"  # -0.9 + 0.9 = 0
-    b.on_push(LIAR, push(same, 0.1, 5), 9.5)  # refilled above 0
-    assert b.weight == pytest.approx(1 + 0.9 + 1.0 + 0.9 + 0.1)
+    b.on_push(LIAR, push(same, 0.9, 1), 0.0)  # balance 0.9
+    b.on_push(LIAR, push(same, 1.0, 2), 0.0)  # 1.9
+    assert refused(b, LIAR, push(same, 0.2, 3), 0.0) == "weight_balance"  # 2.1 > 2
+    b.on_push(LIAR, push(same, 0.1, 4), 0.0)  # exactly the cap: 2.0
+    b.on_push(A, push(same, 0.9, 1), 0.0)  # another sender has its own balance
+    assert refused(b, LIAR, push(same, 0.7, 5), 5.0) == "weight_balance"  # 2 / sqrt 2 + .7
+    b.on_push(LIAR, push(same, 0.9, 6), 10.0)  # halved: 1.0 + 0.9 <= 2
+    assert b.weight == pytest.approx(1 + 0.9 + 1.0 + 0.1 + 0.9 + 0.9)
 
 
-def test_weight_given_back_restores_the_senders_budget() -> None:
-    settings = GuardSettings(weight_budget=1.0, weight_overdraft=1.0, budget_period=1e9)
+def test_weight_given_back_restores_the_senders_balance() -> None:
+    settings = GuardSettings(balance_cap=1.0, balance_halflife=1e9)
     b = core(exchange="push", guard=settings)
     same = [1.0, 2.0, 3.0]
-    b.on_push(A, push(same, 0.6, 1), 0.0)  # 1 -> 0.4
-    b.on_push(A, push(same, 1.0, 2), 0.0)  # overdraft -> -0.6
-    assert refused(b, A, push(same, 0.5, 3), 0.0) == "weight_budget"
-    [(peer, mine)] = b.make_pushes([A], 0.0)  # we hand A weight 1.3 back: -> 0.7
+    b.on_push(A, push(same, 0.6, 1), 0.0)  # balance 0.6
+    assert refused(b, A, push(same, 0.5, 3), 0.0) == "weight_balance"  # 1.1 > 1
+    [(peer, mine)] = b.make_pushes([A], 0.0)  # we hand A 1.6 / 2 = 0.8 back: -> -0.2
     b.on_ack(A, PushAck(FP, mine.push_id), 0.0)
-    b.on_push(A, push(same, 0.5, 4), 0.0)
+    b.on_push(A, push(same, 0.5, 4), 0.0)  # 0.3
+    assert b.weight == pytest.approx(1.6 - 0.8 + 0.5)
+
+
+def test_no_push_to_a_peer_we_already_gave_the_cap() -> None:
+    a = core(exchange="push", guard=GuardSettings(balance_cap=0.6, balance_halflife=10.0))
+    [(_, first)] = a.make_pushes([B], 0.0)  # share 0.5: balance with B -0.5
+    a.on_ack(B, PushAck(FP, first.push_id), 0.0)
+    assert a.make_pushes([B], 0.0) == []  # -0.5 - 0.25 (the next whole share) < -0.6
+    assert a.counters.guard_held == 1
+    [(peer, _)] = a.make_pushes([B, A], 0.0)  # the next candidate takes the slot
+    assert peer == A
+
+
+def test_a_balance_halves_every_halflife() -> None:
+    a = core(exchange="push", guard=GuardSettings(balance_cap=0.6, balance_halflife=10.0))
+    [(_, first)] = a.make_pushes([B], 0.0)
+    a.on_ack(B, PushAck(FP, first.push_id), 0.0)  # -0.5
+    assert a.make_pushes([B], 5.0) == []  # -0.354 - 0.25 = -0.604 < -0.6
+    assert len(a.make_pushes([B], 10.0)) == 1  # -0.25 - 0.25 = -0.5 >= -0.6
 
 
 def test_masked_flags_only_where_the_receiver_masks_and_rate_limited() -> None:
@@ -89,7 +108,7 @@ def test_masked_flags_only_where_the_receiver_masks_and_rate_limited() -> None:
     assert refused(none, LIAR, push([1.0, 2.0, 3.0], 0.5, noisy=True, noise_age=3)) == \
         "flag_mode"
     masked = core(privacy="masked", guard=GuardSettings(flag_budget=2, flag_period=100.0,
-                                                         weight_budget=50.0))
+                                                         balance_cap=50.0))
     masked.on_push(A, push([10.0, -10.0, 5.0], 0.5, 1, masked=True, noisy=True), 0.0)
     masked.on_push(A, push([10.0, -10.0, 5.0], 0.5, 2, masked=True, noisy=True), 0.0)
     assert masked.noisy
@@ -107,7 +126,7 @@ def _exchange(a: PushSum, b: PushSum, now: float = 0.0) -> PushAck:
 def test_a_clipped_request_moves_the_responder_by_at_most_its_radius_and_keeps_mass() -> None:
     rng = np.random.default_rng(3)
     honest = rng.normal(0.0, 1.0, size=(4, 50))
-    b = core(honest[0])
+    b = core(honest[0], guard=GuardSettings(clip_factor=2.0))  # the factor this pins
     for i, row in enumerate(honest[1:]):  # three honest exchanges set the radius
         b.on_push(bytes([i]), push(row, 0.25, 100 + i, want_reply=True), float(i))
     poison = 1e5 * rng.standard_normal(50)
@@ -147,12 +166,12 @@ def test_a_poisoned_reply_is_clipped_at_the_initiator() -> None:
 
 
 def test_a_peer_answering_requests_with_plain_acks_gets_no_more_pushes() -> None:
-    settings = GuardSettings(budget_period=10.0)
+    settings = GuardSettings(sink_pause=10.0)
     a = core(guard=settings)
     [(_, request)] = a.make_pushes([LIAR], 0.0)
     a.on_ack(LIAR, PushAck(FP, request.push_id), 0.0)  # a sink: took the share, no reply
     assert a.make_pushes([LIAR], 1.0) == []
-    assert len(a.make_pushes([LIAR], 11.0)) == 1  # forgiven after budget_period
+    assert len(a.make_pushes([LIAR], 11.0)) == 1  # forgiven after sink_pause
 
 
 def _honest_with(liar: object, n: int, rounds: int, guard: GuardSettings | None
@@ -194,3 +213,30 @@ def test_simulated_sink_leaves_half_the_honest_weight() -> None:
     assert min(totals) >= 0.5 * n
     unguarded, _, _ = _honest_with(Sink(), n, 60, None)
     assert min(unguarded) < 0.5 * n
+
+
+def test_clip_debt_charges_a_poisoners_kick_in_full_and_an_honest_outlier_little() -> None:
+    guard = MergeGuard(GuardSettings())
+    # clipped_away = share (1 - tau / |update|)
+    assert guard.clip_charge(0.5, 0.5 * (1 - 1e-5)) == pytest.approx(0.5 * (1 - 1e-5))
+    lagging = guard.clip_charge(0.5, 0.5 * (1 - 1 / 10))  # 10 x the radius: a quarter
+    assert lagging == pytest.approx(0.45 * 0.25)
+    assert guard.clip_charge(0.5, 0.0) == 0.0
+
+
+def test_a_sender_over_its_clip_debt_is_refused_by_name() -> None:
+    rng = np.random.default_rng(5)
+    honest = rng.normal(0.0, 1.0, size=(4, 50))
+    b = core(honest[0])
+    for i, row in enumerate(honest[1:]):  # three honest exchanges set the radius
+        b.on_push(bytes([i]), push(row, 0.25, 100 + i, want_reply=True), float(i))
+    rules = []
+    for k in range(4):  # poisoned requests: each clipped away almost whole
+        p = push(1e5 * rng.standard_normal(50), 0.5, 200 + k, want_reply=True)
+        try:
+            b.on_push(LIAR, p, 10.0)
+            rules.append("merged")
+        except RefusedByGuard as exc:
+            rules.append(exc.rule)
+    assert rules == ["merged", "merged", "clip_debt", "clip_debt"]
+    b.on_push(LIAR, push(1e5 * rng.standard_normal(50), 0.5, 300, want_reply=True), 40.0)

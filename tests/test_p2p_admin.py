@@ -427,6 +427,9 @@ class _Source:
     def privacy_spent(self) -> None:
         return None  # no DP-SGD
 
+    def masking_status(self) -> None:
+        return None  # no masking epochs
+
     def groups_status(self) -> Any:
         from p2p.runtime.grouping_status import GroupsStatus
 

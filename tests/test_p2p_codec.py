@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 import gossip
 import peersampling
 from gossip.compression import ENCODINGS, EncodedVector, encode
+from gossip.mask_epochs import PairAccept, PairOffer
 from gossip.messages import Push, PushAck
 from p2p.runtime.grouping_messages import GROUPING_MESSAGES
 from p2p.runtime.protocol import NODE_MESSAGES, register_node_messages
@@ -446,7 +447,8 @@ def test_node_messages_round_trip_push_and_shuffle() -> None:
 
 
 def test_each_package_brings_its_wire_surface() -> None:
-    assert gossip.WIRE_MESSAGES == ((Push, "push"), (PushAck, "push_ack"))
+    assert gossip.WIRE_MESSAGES == ((Push, "push"), (PushAck, "push_ack"),
+                                    (PairOffer, "pair_offer"), (PairAccept, "pair_accept"))
     assert peersampling.WIRE_MESSAGES == (
         (ShuffleRequest, "shuffle_request"), (ShuffleReply, "shuffle_reply"))
     # plus the runtime's own surface: automatic grouping's record exchange (issue 16)

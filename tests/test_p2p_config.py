@@ -144,7 +144,7 @@ def test_full_document_is_parsed() -> None:
         ("models = 3", "models", "[[models]]"),
         ("[gossip]\nfanout = 0", "gossip.fanout", "between 1 and 64"),
         ("[gossip]\nprivacy = 'mask'", "gossip.privacy", "did you mean 'masked'"),
-        ("[gossip]\nmasked_pushes = 0", "gossip.masked_pushes", ">= 1"),
+        ("[gossip]\nmask_partners = 0", "gossip.mask_partners", "between 1 and 16"),
         ("[gossip]\npush_timeout = 0", "gossip.push_timeout", "> 0"),
         ("[peer_sampling]\nview_size = 0", "peer_sampling.view_size", ">= 1"),
         ("[peer_sampling]\nview_size = 4\nshuffle_length = 5", "peer_sampling.shuffle_length",

@@ -208,7 +208,14 @@ def test_noise_folded_in_after_unmask_after_rounds() -> None:
     for t in range(10):
         a.make_pushes([], float(t))
     assert a.noisy
-    for t in range(1, 4):
+    # nor do pushes that nobody answers with pushes of its own: a one-way push
+    # leaves the sender's estimate as it was (noise ages with merges received)
+    for t in range(10):
+        [(_, p)] = a.make_pushes([B], float(t))
+        a.on_failure(p.push_id)
+    assert a.noisy
+    # each end merges unmask_after pushes of the other, then folds at its next push
+    for t in range(1, 5):
         for x, y, ids in ((a, b, (A, B)), (b, a, (B, A))):
             [(_, p)] = x.make_pushes([ids[1]], float(t))
             x.on_ack(ids[1], y.on_push(ids[0], p, float(t)), float(t))

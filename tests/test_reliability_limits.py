@@ -52,8 +52,8 @@ async def test_max_frame_size_on_a_live_node(tmp_path: Path, nursery: trio.Nurse
     core = node.cores["global"]
     assert core.values.nbytes < limit  # a whole push fits
     ms, _ = await open_session(address)
-    assert isinstance(await ask(ms, codec.encode(valid_push(core.fingerprint,
-                                                            core.values.size))), PushAck)
+    assert isinstance(await ask(ms, codec.encode(valid_push(core.fingerprint, core.values.size,
+                                                            near=core.estimate))), PushAck)
     with caplog.at_level(logging.WARNING, logger="p2p"):
         await ms.stream.send_all(struct.pack(">I", limit + 1) + b"\0" * 100)
         with pytest.raises(ConnectionFailure):

@@ -22,7 +22,7 @@ def _quiet(caplog: pytest.LogCaptureFixture) -> None:
 
 def core(values=(1.0, 2.0, 3.0), **kw) -> PushSum:
     kw.setdefault("rng", np.random.default_rng(0))
-    kw.setdefault("guard", GuardSettings(budget_period=10.0))
+    kw.setdefault("guard", GuardSettings(sink_pause=10.0))
     return PushSum(FP, np.array(values, dtype=np.float64), **kw)
 
 
@@ -63,7 +63,7 @@ def test_a_token_reply_is_merged_but_pauses_the_peer() -> None:
                            reply_weight=0.01 * request.weight), 0.0)
     assert a.weight == pytest.approx(1.0 - 0.99 * request.weight)
     assert a.make_pushes([LIAR], 1.0) == []
-    assert len(a.make_pushes([LIAR], 11.0)) == 1  # paused for budget_period only
+    assert len(a.make_pushes([LIAR], 11.0)) == 1  # paused for sink_pause only
 
 
 def test_an_honest_exchange_between_guarded_nodes_is_reciprocated() -> None:
@@ -99,7 +99,7 @@ def test_simulated_plain_sink_takes_no_honest_weight() -> None:
 
 
 def test_simulated_taking_sink_leaves_half_the_honest_weight_after_60_rounds() -> None:
-    guarded = _honest_weights(TakingSink(0.01), GuardSettings(budget_period=60.0))
+    guarded = _honest_weights(TakingSink(0.01), GuardSettings(sink_pause=60.0))
     assert guarded[-1] >= 0.5
     assert _honest_weights(TakingSink(0.01), None)[-1] < 0.5
 

@@ -307,3 +307,32 @@ def test_a_holder_moving_to_a_new_address_is_probed_there_before_the_move_is_use
     s.on_reply(moved.address, out[moved.address], ShuffleReply((moved,)), 3.0)
     [entry] = [d for d in s.view() if d.node_id == moved.node_id]
     assert entry.address == moved.address and entry.epoch == 6
+
+
+# --------------------------------------------------------------- distrust
+
+
+def test_a_distrusted_peer_leaves_every_view_and_stays_out_until_its_time_is_over() -> None:
+    s = node(0, tags=frozenset({M1}))
+    sink, honest = signed(5, tags=frozenset({M1})), signed(6, tags=frozenset({M1}))
+    s.restore([sink, honest])
+    assert {sink.node_id, honest.node_id} <= ids(s.model_view(M1)) & ids(s.view())
+    assert s.distrust(sink.node_id, 3) == 2  # main view and the model view
+    assert sink.node_id not in ids(s.view()) | ids(s.model_view(M1))
+    assert honest.node_id in ids(s.model_view(M1))
+    assert s.stats.distrusted == 1
+    # offered again in a reply, or asking itself: refused while distrusted
+    reply = s.on_request(ShuffleRequest(sink, (signed(7),), M1), 0.5)
+    assert reply.entries == (s.self_descriptor,)  # who we are, nothing more
+    for t in (1.0, 2.0):
+        for address, req in s.start_shuffles(t):
+            s.on_reply(address, req, ShuffleReply((sink,), req.view), t)
+            assert sink.node_id not in ids(s.view()) | ids(s.model_view(M1))
+    assert signed(7).node_id not in ids(s.view())  # nothing learnt from its request
+    # once the periods are over it is an ordinary stranger again (probed before use)
+    for t in (3.0, 4.0, 5.0):
+        for address, req in s.start_shuffles(t):
+            s.on_reply(address, req, ShuffleReply((sink,), req.view), t)
+    assert sink.node_id in ids(s.view())
+    with pytest.raises(ValueError, match="periods"):
+        s.distrust(sink.node_id, 0)

@@ -24,6 +24,7 @@ __all__ = [
     "fmt_bytes",
     "fmt_duration",
     "fmt_groups",
+    "fmt_masking",
     "fmt_privacy",
     "make_console",
     "render_checkpoint",
@@ -169,6 +170,24 @@ def _fmt_epoch(g: Mapping[str, Any]) -> str:
     return _fmt_int(g.get("epoch")) + more
 
 
+def fmt_masking(value: object) -> str:
+    """``status``'s ``masking``: ``global: mixing, epoch 3, 4 pairs, 2 folds; ...`` plus
+    each model's warning (a model with too few holders to hide its pushes)."""
+    models = _mapping(value)
+    if not models:
+        return MISSING
+    parts = []
+    for name, raw in models.items():
+        m = _mapping(raw)
+        text = (f"{name}: {m.get('phase', '?')}, epoch {_fmt_int(m.get('epoch'))}, "
+                f"{_fmt_int(m.get('pairs'))} pairs, {_fmt_int(m.get('folds'))} folds, "
+                f"{_fmt_int(m.get('holders'))} holders")
+        if isinstance(m.get("warning"), str):
+            text += f" (WARNING: {m['warning']})"
+        parts.append(text)
+    return "; ".join(parts)
+
+
 def fmt_groups(value: object) -> str:
     """``status``'s ``groups``: ``agreed, epoch 1: 5 groups; own: semi-e1-g2 (2 members);
     fingerprint 3fa2c1d0e4…, 11 peers agree``."""
@@ -202,6 +221,7 @@ _STATUS_FIELDS: tuple[tuple[str, str, Callable[[object], str]], ...] = (
     ("collaborating", "collaborating", _fmt_text),
     ("training", "training", _fmt_text),
     ("privacy", "privacy", fmt_privacy),
+    ("masking", "masking", fmt_masking),
     ("groups", "groups", fmt_groups),
     ("view_size", "peers in view", _fmt_int),
     ("connections", "connections", _fmt_int),
@@ -236,7 +256,7 @@ def render_status(result: Mapping[str, Any]) -> RenderableType:
     table.add_column("value", overflow="fold")
     for key, label, fmt in _STATUS_FIELDS:
         # no DP-SGD, no clustering: no row
-        if key not in result or (key in ("privacy", "groups") and not result[key]):
+        if key not in result or (key in ("privacy", "masking", "groups") and not result[key]):
             continue
         value = fmt(result[key])
         if key == "isolated" and result[key] is True:

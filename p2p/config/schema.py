@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from gossip.compression import ENCODINGS
+from gossip.mask_epochs import EpochSettings
 from gossip.merge_guard import GuardSettings
 from gossip.pushsum import EXCHANGES, PRIVACY_MODES
 from gossip.wave_rule import AUTO
@@ -200,6 +201,10 @@ NODE_PRIVACY_MODES: tuple[str, ...] = (
     *PRIVACY_MODES, DP_MODE, *(f"{m}{DP_SUFFIX}" for m in PRIVACY_MODES if m != "none"))
 
 
+#: What ``gossip.partner_choice`` accepts (gossip.partner_choice module).
+PARTNER_CHOICES = ("reciprocity", "uniform")
+
+
 def _masking(privacy: str) -> str:
     if privacy == DP_MODE:
         return "none"
@@ -227,25 +232,43 @@ class GossipConfig:
     max_in_flight: int = setting(1, Integer(minimum=1, maximum=16),
                                  "pushes per shared model awaiting an ack at once")
     privacy: str = setting("none", Choice(NODE_PRIVACY_MODES),
-                           '"none"; "masked": mask the first pushes; "dp": train with DP-SGD '
-                           '(settings in [dp]); "masked+dp": both')
-    masked_pushes: int = setting(4, Integer(minimum=1), "masked pushes per model")
-    mask_std: float = setting(10.0, Number(above=0), "standard deviation of the masks")
+                           '"none"; "masked": masking epochs (cancelling noise pairs, '
+                           'docs/gossip.md); "dp": train with DP-SGD (settings in [dp]); '
+                           '"masked+dp": both')
+    mask_partners: int = setting(3, Integer(minimum=1, maximum=16),
+                                 "with \"masked\": noise pairs a node offers per epoch")
+    mask_std: float = setting(10.0, Number(above=0),
+                              "with \"masked\": noise of one pair in a node's estimate "
+                              "(standard deviation, in the parameters' units)")
     unmask_after: int = setting(40, Integer(minimum=1),
-                                "exchanges before held-apart noise is folded back")
+                                "with \"masked\": exchanges after the youngest pair before "
+                                "the noise is folded back (an epoch's length)")
+    mask_clear_rounds: int = setting(10, Integer(minimum=0),
+                                     "with \"masked\": training rounds in clear between a "
+                                     "node's fold and its next epoch")
     push_timeout: float = setting(5.0, Number(above=0), "seconds to wait for a push's ack")
-    merge_guard: bool = setting(False, Boolean(),
-                                "merge defences against a lying holder (weight share and "
-                                "budgets, clipping, masked flags; docs/gossip.md)")
+    partner_choice: str = setting(
+        "reciprocity", Choice(PARTNER_CHOICES),
+        '"reciprocity": push mostly to holders that gave weight back, pause those that '
+        'take pushes and give nothing back (docs/peersampling.md); "uniform": any sampled '
+        "holder")
+    merge_guard: bool = setting(True, Boolean(),
+                                "merge defences against a lying holder (weight shares, net "
+                                "weight balances per peer, clipping, masked flags; "
+                                "docs/gossip.md)")
     share_ratio: float = setting(4.0, Number(above=0),
                                  "with merge_guard: largest share a push may carry, times "
                                  "max(own weight, 1)")
-    weight_budget: float = setting(2.0, Number(above=0),
-                                   "with merge_guard: net weight per peer and budget_period, "
-                                   "each way")
-    budget_period: float = setting(100.0, Number(above=0),
-                                   "with merge_guard: seconds to refill weight_budget")
-    clip_factor: float = setting(2.0, Number(minimum=0),
+    balance_cap: float = setting(3.0, Number(above=0),
+                                 "with merge_guard: net weight a peer may hand this node "
+                                 "beyond what it got back (and this node that peer)")
+    balance_halflife: float = setting(30.0, Number(above=0),
+                                      "with merge_guard: seconds in which a net balance "
+                                      "decays by half")
+    sink_pause: float = setting(100.0, Number(above=0),
+                                "with merge_guard: seconds without pushes to a peer that "
+                                "answered a push-pull request without a reply")
+    clip_factor: float = setting(4.0, Number(minimum=0),
                                  "with merge_guard: clipping radius, times the median of "
                                  "recent senders' update norms (0: no clipping)")
 
@@ -254,8 +277,17 @@ class GossipConfig:
         """The push-sum core's merge defences (None unless ``merge_guard``)."""
         if not self.merge_guard:
             return None
-        return GuardSettings(share_ratio=self.share_ratio, weight_budget=self.weight_budget,
-                             budget_period=self.budget_period, clip_factor=self.clip_factor)
+        return GuardSettings(share_ratio=self.share_ratio, balance_cap=self.balance_cap,
+                             balance_halflife=self.balance_halflife, sink_pause=self.sink_pause,
+                             clip_factor=self.clip_factor)
+
+    @property
+    def epochs(self) -> EpochSettings:
+        """The masking epochs' settings (used with privacy ``"masked"``/``"masked+dp"``)."""
+        return EpochSettings(partners=self.mask_partners, mask_scale=self.mask_std,
+                             mix_exchanges=self.unmask_after,
+                             clear_rounds=self.mask_clear_rounds,
+                             join_window=max(1, self.unmask_after // 4))
 
     @property
     def masking(self) -> str:

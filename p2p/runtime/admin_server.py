@@ -167,6 +167,8 @@ class StatusReport:
     rounds: int = 0
     training: str | None = None
     privacy: dict[str, Any] | None = None
+    # privacy "masked": model name -> masking epochs' state (phase, pairs, folds, warning)
+    masking: dict[str, Any] | None = None
     groups: dict[str, Any] | None = None  # clustering on: summary of the ``groups`` command
 
 

@@ -13,6 +13,7 @@ middle of an SGD step.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import math
 import os
@@ -30,13 +31,19 @@ import trio
 
 from gossip import (
     GossipDriver,
+    InvalidValues,
     LogLimiter,
     ModelSync,
+    PairAccept,
+    PairOffer,
+    PartnerChoice,
     Push,
     PushAck,
     PushSum,
     RejectedPush,
 )
+from gossip.mask_epochs import magnitude_bound
+from gossip.validation import MAX_ABS_VALUE
 from learner.dp_accounting import PrivacySpent
 from learner.layout import ModelLayout
 from learner.spec import PartialModelSpec
@@ -60,12 +67,14 @@ from p2p.runtime.grouping_agreement import FindGroups, JoinGroup
 from p2p.runtime.grouping_messages import GroupsPull, GroupsReply
 from p2p.runtime.grouping_runtime import NodeGrouping
 from p2p.runtime.grouping_status import GroupsStatus
+from p2p.runtime.mask_runtime import NodeMasking, OfferOverTransport
 from p2p.runtime.node_admin import NodeAdmin
 from p2p.runtime.node_transport import NodeTransport, node_frame_limit
 from p2p.runtime.protocol import register_node_messages
 from p2p.runtime.signed_sampling import signed_sampler
 from p2p.runtime.state import COUNTER_SEP, resume_from, snapshot_state
 from p2p.runtime.timing import TimingStats
+from p2p.runtime.train_runner import ThreadRunner, TrainRunner
 from p2p.runtime.training_record import training_record
 from p2p.runtime.transport_adapters import PushOverTransport, ShuffleOverTransport
 from p2p.wire.codec import Message
@@ -115,7 +124,9 @@ class Node:
     def __init__(self, config: NodeConfig, *, transport: NodeTransport | None = None,
                  swarm_key: bytes | None = None, fresh: bool = False,
                  find_groups: FindGroups | None = None,
-                 join_group: JoinGroup | None = None) -> None:
+                 join_group: JoinGroup | None = None,
+                 train_runner: TrainRunner | None = None,
+                 standalone: bool = True) -> None:
         if config.node.data_dir is None:
             raise ConfigError("node.data_dir: required (set it in the file or pass --data-dir)")
         self.config = config
@@ -123,6 +134,10 @@ class Node:
         self.identity = Identity.load_or_create(self.data_dir)
         self.progress = Progress()
         self.started = time.time()
+        # where SGD rounds, evaluations and checkpoint writes run (a simulation runs them inline)
+        self.runner: TrainRunner = train_runner or ThreadRunner()
+        # False inside a simulation host: no admin socket, no signal handlers
+        self.standalone = standalone
         if swarm_key is None and config.security.swarm_key_file is not None:
             swarm_key = load_swarm_key(config.security.swarm_key_file)
         self.swarm_key = swarm_key
@@ -134,6 +149,7 @@ class Node:
         self._offences = LogLimiter(logger)
         self.requests.add(ShuffleRequest, self._serve_shuffle)
         self.requests.add(Push, self._serve_push)
+        self.requests.add(PairOffer, self._serve_pair_offer)
         self._build_models()
         self.by_fingerprint = {fp: name for name, fp in self.learning.fingerprints.items()}
         # automatic semi-local groups (clustering.mode "auto"); find/join: tests inject theirs
@@ -176,6 +192,12 @@ class Node:
         self._resume(fresh)
         self.sync = ModelSync(self.learning.network, self.cores)
         g = config.gossip
+        # masking epochs (privacy "masked"): pairs agreed with holders, see mask_runtime
+        self.masking = (NodeMasking(self.identity.node_id, g.epochs, self.cores, self._holders,
+                                    OfferOverTransport(self.transport, self._addresses,
+                                                       timeout=g.push_timeout),
+                                    self._holder_count)
+                        if g.masking == "masked" else None)
         self.gossip = GossipDriver(
             self.cores,
             PushOverTransport(self.transport, self._addresses, timeout=g.push_timeout,
@@ -184,6 +206,11 @@ class Node:
             push_timeout=g.push_timeout,
             pushes_per_round=g.pushes_per_round,
             push_durations=self.timings["push"],
+            # push targets: holders that gave weight back first (docs/peersampling.md)
+            partners=(PartnerChoice(random.Random(int.from_bytes(os.urandom(8), "big")),
+                                    on_strike=self._distrust)
+                      if g.partner_choice == "reciprocity" else None),
+            epochs=self.masking,
         )
         self._stop = trio.Event()
         self._closing = False  # set at shutdown: no merges after the final snapshot
@@ -209,7 +236,10 @@ class Node:
             self.learning.network.extract(name),
             fanout=g.fanout,
             privacy=g.masking,
-            masked_pushes=g.masked_pushes,
+            masked_pushes=0,  # "masked": the noise comes from epochs' pairs (NodeMasking)
+            # the receivers' bound follows from the mask scale in use (masked mode)
+            max_abs_value=(magnitude_bound(g.epochs) if g.masking == "masked"
+                           else MAX_ABS_VALUE),
             mask_std=g.mask_std,
             unmask_after=g.unmask_after,
             exchange=g.exchange,
@@ -352,9 +382,9 @@ class Node:
         from learner.projection import project_network
         data = self.learning.data
         async with self._model_lock:
-            return await trio.to_thread.run_sync(
+            return await self.runner.run_blocking(functools.partial(
                 project_network, self.learning.network, data.public_x, data.public_y,
-                data.num_classes)
+                data.num_classes))
 
     def rounds_done(self) -> int:
         """Training rounds done so far (counting a resumed checkpoint's)."""
@@ -391,7 +421,7 @@ class Node:
             async with self._model_lock:
                 state = snapshot_state(self)
             t0 = time.perf_counter()
-            size = await trio.to_thread.run_sync(self.store.save, state)
+            size = await self.runner.run_blocking(functools.partial(self.store.save, state))
         self.timings["checkpoint"].add(time.perf_counter() - t0)
         self.counters["checkpoints"] += 1
         return size
@@ -467,8 +497,9 @@ class Node:
         async with trio.open_nursery() as nursery:
             await nursery.start(self.transport.serve, self.handle_request)
             self._start_sampler(self.transport.listen_address)
-            await nursery.start(serve_admin, self.data_dir / ADMIN_SOCKET, self.admin)
-            nursery.start_soon(self._watch_signals)
+            if self.standalone:
+                await nursery.start(serve_admin, self.data_dir / ADMIN_SOCKET, self.admin)
+                nursery.start_soon(self._watch_signals)
             nursery.start_soon(self._peer_sampling)
             nursery.start_soon(self._gossip_in_scope)
             nursery.start_soon(self._checkpoint_loop)
@@ -576,7 +607,7 @@ class Node:
                 await self._hold_for_groups()
                 t0 = time.perf_counter()
                 async with self._model_lock:
-                    loss = await trio.to_thread.run_sync(trainer.train_steps, t.steps_per_round)
+                    loss = await self.runner.train_steps(trainer, t.steps_per_round)
                     self.timings["train_round"].add(time.perf_counter() - t0)
                     self.sync.sync()
                     done_rounds = self.progress.round + 1
@@ -650,8 +681,8 @@ class Node:
         pushes if it ran on the event loop.
         """
         data = self.learning.data
-        return await trio.to_thread.run_sync(
-            self.learning.trainer.evaluate, data.test_x, data.test_y)
+        return await self.runner.evaluate(functools.partial(
+            self.learning.trainer.evaluate, data.test_x, data.test_y))
 
     def _record_evaluation(self, ev: Evaluation) -> None:
         self.progress.accuracy = ev.accuracy
@@ -695,9 +726,17 @@ class Node:
             await self.gossip.run()
 
     def _holders(self, fingerprint: bytes, count: int) -> list[bytes]:
-        """Up to ``count`` distinct sampled holders of a model; remembers their addresses."""
+        """Up to ``count`` distinct sampled holders of a model; remembers their addresses.
+
+        Asked for at least the whole model view, it returns the whole view (in
+        random order), so the partner choice sees every known holder.
+        """
         chosen: dict[bytes, Descriptor] = {}
-        for _ in range(count * 3):
+        known = self.sampler.model_view(fingerprint)
+        if known and count >= len(known):
+            self.sampler.rng.shuffle(known)
+            chosen = {d.node_id: d for d in known}
+        for _ in range(count * 3 if not chosen else 0):
             d = self.sampler.sample(fingerprint)
             if d is None:
                 break
@@ -707,6 +746,12 @@ class Node:
         for d in chosen.values():
             _remember(self._addresses, d.node_id, d.address)
         return list(chosen)
+
+    def _distrust(self, peer: bytes, seconds: float) -> None:
+        """A holder took a push and gave nothing back: out of the views for ``seconds``."""
+        if self._sampler is not None:
+            periods = max(1, math.ceil(seconds / self.config.peer_sampling.period))
+            self._sampler.distrust(peer, periods)
 
     def _on_unreachable(self, address: str) -> None:
         """A push surely did not reach ``address``: peer sampling drops or retries it."""
@@ -736,6 +781,27 @@ class Node:
             return Error(code=ERROR_REJECTED, reason=str(exc))
         self.gossip.notify_merged()
         return ack
+
+    async def _serve_pair_offer(self, peer: PeerInfo, msg: PairOffer) -> PairAccept | Error:
+        if self._closing or self.masking is None:
+            return Error(code=ERROR_REJECTED, reason="this node runs no masking epochs")
+        try:
+            accept = self.masking.on_offer(peer.node_id, msg)
+        except InvalidValues as exc:
+            logger.debug("pair offer from %s refused: %s", _short(peer), exc)
+            return Error(code=ERROR_REJECTED, reason=str(exc))
+        self.gossip.notify_merged()  # noise arrived: start mixing now
+        return accept
+
+    def _holder_count(self, fingerprint: bytes) -> int:
+        """Holders of a model in the peer-sampling view (this node not included)."""
+        if self._sampler is None:
+            return 0
+        return sum(1 for d in self._sampler.view() if fingerprint in d.tags)
+
+    def masking_status(self) -> dict[str, dict[str, object]] | None:
+        """Model name -> its masking epochs' state (None unless privacy is masked)."""
+        return None if self.masking is None else self.masking.status()
 
     async def _serve_shuffle(self, peer: PeerInfo, msg: ShuffleRequest) -> ShuffleReply | Error:
         # A peer may only offer its own fresh descriptor as the sender, never another node's.

@@ -21,7 +21,15 @@ builders load the node runtime (and so torch) on first use.
   module.
 - :mod:`p2p.testing.swarm_configs`: :func:`swarm_node_configs`, the configs a
   swarm spec makes, read back as a daemon reads them.
+- :mod:`p2p.testing.lockstep`: :class:`LockstepRunner`, a simulation's train runner
+  training the nodes of one virtual instant together (batched or not).
 - :mod:`p2p.testing.procfs`: a daemon process's memory and CPU time.
+- :mod:`p2p.testing.simnet`: :class:`SimNetwork`, a memory network whose links
+  have a seeded latency, bandwidth and loss (:class:`Distribution`).
+- :mod:`p2p.testing.sim_churn`: :class:`ChurnEvent`, churn scripts and
+  :func:`random_churn`.
+- :mod:`p2p.testing.sim_host`: :class:`Simulation`, N real nodes in one trio run
+  on a virtual clock (``scripts/simulate.py``; see docs/simulation.md).
 
 Daemon processes (``p2p run``) are started with :class:`p2p.swarm.Swarm`.
 """
@@ -43,6 +51,8 @@ from p2p.testing.memnet import (
 from p2p.testing.procfs import cpu_seconds, memory_kib, reset_peak_memory
 from p2p.testing.relay_attack import ClaimedIdentity, RelayAttacker
 from p2p.testing.scripts import load_script
+from p2p.testing.sim_churn import ChurnEvent, parse_churn_script, random_churn
+from p2p.testing.simnet import Distribution, SimNetwork, SimTransport, parse_distribution
 from p2p.testing.waiting import DEFAULT_WAIT, wait_until
 from p2p.testing.wire_client import (
     ask,
@@ -56,6 +66,7 @@ from p2p.testing.wire_client import (
 
 if TYPE_CHECKING:
     from p2p.testing.faults import FaultRunReport, lossy_swarm, run_with_faults
+    from p2p.testing.lockstep import LockstepRunner, LockstepStats
     from p2p.testing.nodes import (
         LOOPBACK,
         admin_request,
@@ -68,6 +79,7 @@ if TYPE_CHECKING:
         tune_config,
         write_swarm_key,
     )
+    from p2p.testing.sim_host import Simulation
     from p2p.testing.swarm_configs import swarm_node_configs
 
 # The node builders load the node runtime (torch, the config schema): imported
@@ -78,6 +90,8 @@ _LAZY = {
                      "memory_node", "memory_swarm", "running", "tcp_node", "tune_config",
                      "write_swarm_key"), "p2p.testing.nodes"),
     "swarm_node_configs": "p2p.testing.swarm_configs",
+    "Simulation": "p2p.testing.sim_host",
+    **dict.fromkeys(("LockstepRunner", "LockstepStats"), "p2p.testing.lockstep"),
 }
 
 
@@ -90,10 +104,20 @@ def __getattr__(name: str) -> object:
 
 __all__ = [
     "DEFAULT_WAIT",
+    "ChurnEvent",
+    "Distribution",
+    "SimNetwork",
+    "SimTransport",
+    "Simulation",
+    "parse_churn_script",
+    "parse_distribution",
+    "random_churn",
     "ClaimedIdentity",
     "RelayAttacker",
     "LOOPBACK",
     "FaultRunReport",
+    "LockstepRunner",
+    "LockstepStats",
     "FaultyStream",
     "MemoryNetwork",
     "MemoryTransport",

@@ -144,7 +144,14 @@ def push_payload(model: bytes, values: np.ndarray | EncodedVector | dict[str, ob
 
 
 def valid_push(model: bytes, length: int, weight: float = 0.25, push_id: int = 1,
-               seed: int = 0, encoding: str = "f32") -> Push:
-    """A well-formed push for ``model``: ``length`` normal random values (seeded), encoded."""
+               seed: int = 0, encoding: str = "f32", near: np.ndarray | None = None) -> Push:
+    """A well-formed push for ``model``: ``length`` normal random values (seeded), encoded.
+
+    ``near``: the receiver's estimate; the push then carries it plus 1e-3 x the
+    random values, a push its merge guard takes (random values alone are far
+    from any trained model: the guard's clipping refuses them as one-way pushes).
+    """
     values = np.random.default_rng(seed).normal(size=length)
+    if near is not None:
+        values = np.asarray(near, dtype=np.float64) + 1e-3 * values
     return Push(model, push_id, encode(values, encoding), weight)

@@ -36,10 +36,14 @@ The rules, and why:
   its own limit): nothing here ever closes one to admit an incoming one.
 
 :class:`FrameBudget` bounds the bytes all connections hold in frames that
-have started to arrive but are not complete; a frame that would take the
-total over it closes its connection (:class:`~p2p.wire.framing.FrameDecoder`
-asks before it allocates). :func:`receive_frame_limit` sizes a node's frame
-cap from the largest push it can receive.
+have started to arrive but are not complete (small frames against an
+allowance of their own); a frame that would take the total over it closes
+its connection (:class:`~p2p.wire.framing.FrameDecoder` asks before it
+allocates). A frame must also arrive whole within a deadline scaled from its
+size (:func:`frame_allowance`), so a peer trickling bytes just fast enough
+to dodge the read timeout cannot hold its share of the budget for ever.
+:func:`receive_frame_limit` sizes a node's frame cap from the largest push it
+can receive.
 """
 
 from __future__ import annotations
@@ -49,11 +53,15 @@ from dataclasses import dataclass
 
 __all__ = [
     "DEFAULT_FRAME_BUDGET",
+    "DEFAULT_MIN_FRAME_RATE",
+    "DEFAULT_SMALL_FRAME_BUDGET",
     "MIN_FRAME_LIMIT",
+    "SMALL_FRAME_SIZE",
     "Admission",
     "AdmissionLimits",
     "Decision",
     "FrameBudget",
+    "frame_allowance",
     "receive_frame_limit",
     "source_of",
 ]
@@ -61,9 +69,28 @@ __all__ = [
 #: Bytes all unfinished frames may hold at once, when a transport is not told
 #: otherwise (raised to 4 frames of the largest size if that is more).
 DEFAULT_FRAME_BUDGET = 16 * 1024 * 1024
+#: Frames up to this size are small: a decoder stages them, and they draw on
+#: the small frames' allowance of a :class:`FrameBudget`.
+SMALL_FRAME_SIZE = 64 * 1024
+#: Bytes unfinished small frames may hold at once, when not told otherwise (a
+#: transport gives one small frame per connection it may hold).
+DEFAULT_SMALL_FRAME_BUDGET = 8 * 1024 * 1024
+#: The slowest average rate (bytes per second) at which a frame may arrive (see
+#: :func:`frame_allowance`): 1 Mbit/s, a 4 MB push in about 32 s.
+DEFAULT_MIN_FRAME_RATE = 128 * 1024
 #: The smallest frame cap :func:`receive_frame_limit` returns: room for the
 #: largest shuffle and handshake messages whatever the models' size.
 MIN_FRAME_LIMIT = 1024 * 1024
+
+
+def frame_allowance(size: int, read_timeout: float, min_rate: float) -> float:
+    """Seconds a frame of ``size`` bytes may take to arrive whole, counted from
+    its header: ``read_timeout`` (what any frame gets) plus its size at
+    ``min_rate`` bytes per second (the slowest link the node serves). A frame
+    still unfinished then is dropped and its budget given back."""
+    if not min_rate > 0:
+        raise ValueError(f"min_rate must be > 0 bytes per second, got {min_rate}")
+    return read_timeout + size / min_rate
 
 
 def receive_frame_limit(largest_push_bytes: int, ceiling: int) -> int:
@@ -342,18 +369,29 @@ class FrameBudget:
     A decoder :meth:`reserve` s a frame's size when its header announces it
     and :meth:`release` s it when the frame is complete or its connection
     closes. ``limit`` <= 0 turns the budget off.
+
+    Small frames (no larger than a decoder's staging area) are counted apart,
+    against ``small_limit`` (:meth:`reserve_small`): they must still get
+    through when large frames have spent ``limit`` (a handshake message, an
+    ack), yet many of them left unfinished must not hold memory without
+    bound either. ``small_limit`` <= 0 leaves them uncounted.
     """
 
-    def __init__(self, limit: int = DEFAULT_FRAME_BUDGET) -> None:
+    def __init__(self, limit: int = DEFAULT_FRAME_BUDGET,
+                 small_limit: int = DEFAULT_SMALL_FRAME_BUDGET) -> None:
         self.limit = limit
+        self.small_limit = small_limit
+        #: Bytes held by unfinished large frames, and by unfinished small ones.
         self.held = 0
-        #: The most ever held at once, and frames refused, over the budget's life.
+        self.small_held = 0
+        #: The most ever held at once by large frames, and frames refused
+        #: (large or small), over the budget's life.
         self.peak = 0
         self.refused = 0
 
     def reserve(self, size: int) -> bool:
-        """Take ``size`` bytes for a frame; False (nothing taken) if that would
-        exceed the budget."""
+        """Take ``size`` bytes for a large frame; False (nothing taken) if that
+        would exceed the budget."""
         if self.limit > 0 and self.held + size > self.limit:
             self.refused += 1
             return False
@@ -366,3 +404,19 @@ class FrameBudget:
         self.held -= size
         if self.held < 0:
             raise RuntimeError(f"frame budget released more than it held ({self.held} bytes)")
+
+    def reserve_small(self, size: int) -> bool:
+        """Take ``size`` bytes for a small frame from the small frames' own
+        allowance; False (nothing taken) if that would exceed it."""
+        if self.small_limit > 0 and self.small_held + size > self.small_limit:
+            self.refused += 1
+            return False
+        self.small_held += size
+        return True
+
+    def release_small(self, size: int) -> None:
+        """Give back what :meth:`reserve_small` took."""
+        self.small_held -= size
+        if self.small_held < 0:
+            raise RuntimeError(
+                f"small frame budget released more than it held ({self.small_held} bytes)")

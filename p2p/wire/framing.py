@@ -19,7 +19,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from p2p.wire.admission import FrameBudget
+from p2p.wire.admission import SMALL_FRAME_SIZE, FrameBudget
 
 __all__ = [
     "DEFAULT_MAX_FRAME_SIZE",
@@ -41,7 +41,7 @@ _MAX_REPRESENTABLE = 2**32 - 1
 _HEADER = struct.Struct(">I")
 # Staging area for headers and small frames: one read usually brings a whole
 # small message (an ack, a shuffle) together with its header.
-_STAGE_SIZE = 64 * 1024
+_STAGE_SIZE = SMALL_FRAME_SIZE
 # Boundary to which FrameDecoder.align_at places a byte of a frame's body (a
 # cache line: more than any numpy dtype needs).
 _ALIGNMENT = 64
@@ -73,10 +73,13 @@ class FrameBudgetExceeded(FramingError):
     """A frame whose buffer would take the bytes held by unfinished frames (all
     connections together) over the :class:`~p2p.wire.admission.FrameBudget`."""
 
-    def __init__(self, size: int, budget: FrameBudget) -> None:
+    def __init__(self, size: int, budget: FrameBudget, *, small: bool = False) -> None:
+        held, limit = (budget.small_held, budget.small_limit) if small \
+            else (budget.held, budget.limit)
+        kind = "small frames" if small else "frames"
         super().__init__(
-            f"frame of {size} bytes refused: unfinished frames already hold {budget.held} "
-            f"of the {budget.limit} bytes they may hold together")
+            f"frame of {size} bytes refused: unfinished {kind} already hold {held} "
+            f"of the {limit} bytes they may hold together")
         self.size = size
 
 
@@ -159,6 +162,10 @@ class FrameDecoder:
         #: is allocated and released when complete (or by :meth:`release`).
         self.budget = budget
         self._reserved = 0
+        self._reserved_small = False  # taken from the small frames' allowance
+        #: Frame bodies started so far (one per frame that did not arrive with
+        #: its header): tells a caller timing frames that a new one began.
+        self.bodies_started = 0
         # Bytes received but not yet parsed live in _stage[_start:_end]; only a
         # partial header (< 4 bytes) ever stays there between reads.
         self._stage = bytearray(_STAGE_SIZE)
@@ -242,24 +249,35 @@ class FrameDecoder:
             if pos >= end:
                 return frames
 
+    @property
+    def frame_size(self) -> int | None:
+        """Size of the frame whose body is arriving (its header is known and the
+        body did not come with it), else None."""
+        return None if self._body is None else len(self._body)
+
     def release(self) -> None:
         """Give back the budget the frame in progress holds (its connection is
         closing, or it is complete). Idempotent."""
         if self._reserved and self.budget is not None:
-            self.budget.release(self._reserved)
+            if self._reserved_small:
+                self.budget.release_small(self._reserved)
+            else:
+                self.budget.release(self._reserved)
         self._reserved = 0
 
     def _new_body(self, size: int) -> memoryview:
-        # Frames no larger than the staging area are bounded per connection like
-        # the stage itself, and must get through when the budget is spent (a
-        # handshake message, an ack): only larger ones draw on the shared budget.
-        if self.budget is not None and size > _STAGE_SIZE:
-            if not self.budget.reserve(size):
+        self.bodies_started += 1
+        # Frames no larger than the staging area must get through when large
+        # frames have spent the budget (a handshake message, an ack): they draw
+        # on an allowance of their own.
+        if self.budget is not None:
+            small = size <= _STAGE_SIZE
+            if not (self.budget.reserve_small(size) if small else self.budget.reserve(size)):
                 self._start = self._end = 0
-                failure = FrameBudgetExceeded(size, self.budget)
+                failure = FrameBudgetExceeded(size, self.budget, small=small)
                 self._failed = failure
                 raise failure
-            self._reserved = size
+            self._reserved, self._reserved_small = size, small
         offset = self.align_at(size) if self.align_at is not None else None
         if offset is None or not 0 <= offset < size:
             return uninitialized_buffer(size)
@@ -285,7 +303,8 @@ class FrameDecoder:
                 continue
             # The body arrives later, straight into a buffer of its final size.
             self._body = self._new_body(size)
-            self._body[:available] = stage[body_start : self._end]
+            # (through a view: slicing the bytearray itself would copy it first)
+            self._body[:available] = memoryview(stage)[body_start : self._end]
             self._have = available
             self._start = self._end = 0
             break

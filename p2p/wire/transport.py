@@ -37,10 +37,13 @@ from gossip.log_limit import LogLimiter
 from p2p.wire import codec
 from p2p.wire.admission import (
     DEFAULT_FRAME_BUDGET,
+    DEFAULT_MIN_FRAME_RATE,
+    SMALL_FRAME_SIZE,
     Admission,
     AdmissionLimits,
     Decision,
     FrameBudget,
+    frame_allowance,
     source_of,
 )
 from p2p.wire.codec import Message
@@ -214,8 +217,18 @@ class MessageStream:
         write_timeout: float = 10.0,
         sent: ByteCount | None = None,
         budget: FrameBudget | None = None,
+        min_frame_rate: float = DEFAULT_MIN_FRAME_RATE,
     ) -> None:
+        if not min_frame_rate > 0:
+            raise ValueError(f"min_frame_rate must be > 0 bytes per second, got {min_frame_rate}")
         self.stream = stream
+        #: A frame must arrive whole within read_timeout + its size at this many
+        #: bytes per second (see admission.frame_allowance).
+        self.min_frame_rate = min_frame_rate
+        # When the frame whose body is arriving must be complete, and which body
+        # that is (FrameDecoder.bodies_started when the deadline was set).
+        self._frame_deadline = math.inf
+        self._deadline_body = 0
         self.sent = sent if sent is not None else ByteCount()  # shared by a transport's streams
         self.max_frame_size = max_frame_size
         self.write_timeout = write_timeout
@@ -320,7 +333,6 @@ class MessageStream:
         is checked first, and the task yields once (waiting counts).
         """
         await trio.lowlevel.checkpoint_if_cancelled()
-        started = trio.current_time()
         try:
             sent = os.writev(fd, parts)
         except BlockingIOError:
@@ -328,7 +340,7 @@ class MessageStream:
         if sent == total:  # the common case: the socket took the whole frame
             await trio.lowlevel.cancel_shielded_checkpoint()
             return
-        self._arm_write(block, started)
+        self._arm_write(block, trio.current_time())
         views = [memoryview(part).cast("B") for part in parts]
         while True:
             while views and sent >= len(views[0]):
@@ -430,9 +442,26 @@ class MessageStream:
             await trio.lowlevel.cancel_shielded_checkpoint()
 
     def _arm_read(self, block: _Deadlines, first_timeout: float, read_timeout: float) -> None:
-        if self._decoder.in_frame:
-            block.arm(read_timeout, f"timed out after {read_timeout:g} s waiting for "
-                      "rest of a frame", "io")
+        decoder = self._decoder
+        if decoder.in_frame:
+            now = trio.current_time()
+            size = decoder.frame_size
+            if size is not None and decoder.bodies_started != self._deadline_body:
+                # The first wait in this frame's body, right after its header
+                # arrived (reads that need no wait take no time): its clock starts.
+                self._deadline_body = decoder.bodies_started
+                self._frame_deadline = now + frame_allowance(size, read_timeout,
+                                                             self.min_frame_rate)
+            whole = self._frame_deadline
+            if size is not None and whole < now + read_timeout:
+                # A peer trickling bytes to dodge the read timeout: the frame
+                # (and the budget it holds) is dropped with its connection.
+                allowed = frame_allowance(size, read_timeout, self.min_frame_rate)
+                block.arm_at(whole, f"frame of {size} bytes not complete after {allowed:.0f} s "
+                             f"(slower than {self.min_frame_rate / 1024:g} KiB/s)", "io")
+                return
+            block.arm_at(now + read_timeout, f"timed out after {read_timeout:g} s waiting "
+                         "for rest of a frame", "io")
         else:
             block.arm(first_timeout, f"timed out after {first_timeout:g} s waiting for "
                       "a message", "idle")
@@ -558,8 +587,12 @@ class Transport:
     (``max_outgoing``, default ``max_connections``) and never closed to admit
     an incoming one. ``frame_budget`` bounds the bytes all unfinished frames
     hold together (default: 16 MiB or 4 frames of ``max_frame_size``, the
-    larger; 0: no bound). Log lines a peer can cause are rate-limited per
-    source (:class:`gossip.log_limit.LogLimiter`).
+    larger; 0: no bound; frames of at most 64 KiB are counted apart, against
+    64 KiB per connection the transport may hold). A frame must arrive whole
+    within ``read_timeout`` plus its size at ``min_frame_rate`` bytes per
+    second (default 128 KiB/s), else its connection is closed and its budget
+    given back. Log lines a peer can cause are rate-limited per source
+    (:class:`gossip.log_limit.LogLimiter`).
     """
 
     def __init__(
@@ -582,6 +615,7 @@ class Transport:
         max_outgoing: int | None = None,
         admission: AdmissionLimits | None = None,
         frame_budget: int | None = None,
+        min_frame_rate: float = DEFAULT_MIN_FRAME_RATE,
     ) -> None:
         if max_connections < 1:
             raise ValueError(f"max_connections must be >= 1, got {max_connections}")
@@ -614,7 +648,15 @@ class Transport:
             max_connections, idle_limit=2 * idle_timeout))
         if frame_budget is None:
             frame_budget = max(DEFAULT_FRAME_BUDGET, 4 * max_frame_size)
-        self.frame_budget = FrameBudget(frame_budget)
+        # Small frames: room for one unfinished per connection this transport may
+        # hold, so honest traffic never runs out of it; counted all the same.
+        connections = (self.admission.limits.max_sessions
+                       + self.admission.limits.max_handshakes + self.max_outgoing)
+        self.frame_budget = FrameBudget(
+            frame_budget, SMALL_FRAME_SIZE * connections if frame_budget > 0 else 0)
+        if not min_frame_rate > 0:
+            raise ValueError(f"min_frame_rate must be > 0 bytes per second, got {min_frame_rate}")
+        self.min_frame_rate = min_frame_rate
         self._offences = LogLimiter(logger)  # lines a peer causes: per source and interval
         self._conn_ids = itertools.count()
         # incoming connection id -> (its cancel scope, its remote label)
@@ -993,7 +1035,7 @@ class Transport:
     def _message_stream(self, stream: trio.abc.Stream) -> MessageStream:
         return MessageStream(
             stream, max_frame_size=self.max_frame_size, write_timeout=self.read_timeout,
-            sent=self.bytes_sent, budget=self.frame_budget,
+            sent=self.bytes_sent, budget=self.frame_budget, min_frame_rate=self.min_frame_rate,
         )
 
     async def _handshake(

@@ -1,0 +1,207 @@
+"""A simulated network for many real nodes in one trio run on a virtual clock.
+
+:class:`SimNetwork` is a :class:`~p2p.testing.memnet.MemoryNetwork` whose
+links have a latency and a bandwidth, drawn once per ordered pair of
+addresses from seeded distributions (:class:`Distribution`), and lose
+messages with a given probability. A write of ``n`` bytes on a link waits
+``latency + n / bandwidth`` seconds (virtual seconds under a mock clock) before
+it is delivered; a lost write darkens the connection, as
+:class:`~p2p.testing.memnet.FaultyStream` does (the peer times out).
+
+Distributions are written ``VALUE`` (fixed), ``uniform:LOW:HIGH`` or
+``lognormal:MEDIAN:SIGMA``; the command line gives latencies in milliseconds
+and bandwidths in Mbit/s (:func:`parse_distribution` takes the unit).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass
+from typing import Unpack
+
+import trio
+import trio.testing
+
+from p2p.testing.memnet import MemoryNetwork, MemoryTransport, TransportOptions
+from p2p.wire.identity import Identity
+
+__all__ = ["Distribution", "Link", "SimNetwork", "SimStream", "SimTransport",
+           "parse_distribution"]
+
+DISTRIBUTION_KINDS = ("fixed", "uniform", "lognormal")
+
+
+@dataclass(frozen=True)
+class Distribution:
+    """A distribution of non-negative values: ``fixed`` (a), ``uniform`` (a..b), ``lognormal``
+    (median a, log-space spread b)."""
+
+    kind: str
+    a: float
+    b: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.kind not in DISTRIBUTION_KINDS:
+            raise ValueError(f"distribution kind: expected one of {', '.join(DISTRIBUTION_KINDS)}"
+                             f", got {self.kind!r}")
+        if not (math.isfinite(self.a) and math.isfinite(self.b)) or self.a < 0 or self.b < 0:
+            raise ValueError(f"distribution {self.kind}: parameters must be finite and >= 0, "
+                             f"got {self.a!r}, {self.b!r}")
+        if self.kind == "uniform" and self.b < self.a:
+            raise ValueError(f"uniform distribution: HIGH ({self.b}) is below LOW ({self.a})")
+
+    def draw(self, rng: random.Random) -> float:
+        """One value."""
+        if self.kind == "fixed":
+            return self.a
+        if self.kind == "uniform":
+            return rng.uniform(self.a, self.b)
+        return self.a * math.exp(rng.gauss(0.0, self.b))
+
+    def mean(self) -> float:
+        """The expected value."""
+        if self.kind == "fixed":
+            return self.a
+        if self.kind == "uniform":
+            return (self.a + self.b) / 2
+        return self.a * math.exp(self.b**2 / 2)
+
+
+def parse_distribution(text: str, *, scale: float = 1.0, what: str = "distribution") -> Distribution:
+    """``"20"``, ``"uniform:5:50"`` or ``"lognormal:20:0.5"``, every value times ``scale``.
+
+    Raises ValueError naming ``what`` when the text is not one of these forms.
+    """
+    parts = text.strip().split(":")
+    try:
+        numbers = [float(p) for p in parts[1:]] if len(parts) > 1 else [float(parts[0])]
+    except ValueError:
+        raise ValueError(f"{what}: {text!r} is not VALUE, uniform:LOW:HIGH or "
+                         "lognormal:MEDIAN:SIGMA") from None
+    try:
+        if len(parts) == 1:
+            return Distribution("fixed", numbers[0] * scale)
+        kind = parts[0]
+        if kind not in ("uniform", "lognormal") or len(numbers) != 2:
+            raise ValueError("expected uniform:LOW:HIGH or lognormal:MEDIAN:SIGMA")
+        if kind == "uniform":
+            return Distribution(kind, numbers[0] * scale, numbers[1] * scale)
+        return Distribution(kind, numbers[0] * scale, numbers[1])  # sigma has no unit
+    except ValueError as exc:
+        raise ValueError(f"{what}: {text!r}: {exc}") from None
+
+
+@dataclass(frozen=True)
+class Link:
+    """One direction of a link: seconds before a write arrives, and bytes per second."""
+
+    latency: float
+    bandwidth: float  # bytes/s; inf: no transmission time
+
+    def delay(self, size: int) -> float:
+        return self.latency + (size / self.bandwidth if math.isfinite(self.bandwidth) else 0.0)
+
+
+class SimNetwork(MemoryNetwork):
+    """A memory network whose connections know both ends and obey a :class:`Link` model.
+
+    ``latency`` (seconds) and ``bandwidth`` (bytes/s; None: unlimited) are drawn
+    per ordered pair of addresses from a generator seeded by ``seed`` and the
+    pair, so a link is the same whatever order connections open in.
+    ``message_loss`` is the probability that a write is lost (the connection
+    then stays dark). Figures: ``messages``, ``bytes`` and ``messages_dropped``.
+    """
+
+    def __init__(self, *, seed: int = 0, latency: Distribution | None = None,
+                 bandwidth: Distribution | None = None, message_loss: float = 0.0) -> None:
+        super().__init__(seed=seed, message_loss=message_loss)
+        self.seed = seed
+        self.latency = latency or Distribution("fixed", 0.0)
+        self.bandwidth = bandwidth
+        self._links: dict[tuple[str, str], Link] = {}
+        self.messages = 0
+        self.bytes = 0
+
+    def link(self, source: str, target: str) -> Link:
+        """The link from ``source`` to ``target`` (drawn on first use)."""
+        key = (source, target)
+        link = self._links.get(key)
+        if link is None:
+            rng = random.Random(f"{self.seed}|{source}|{target}")
+            bandwidth = math.inf if self.bandwidth is None else self.bandwidth.draw(rng)
+            link = Link(self.latency.draw(rng), bandwidth if bandwidth > 0 else math.inf)
+            self._links[key] = link
+        return link
+
+    async def connect_from(self, source: str, address: str) -> trio.abc.Stream:
+        """Open a connection from ``source`` to the transport listening on ``address``."""
+        entry = self.servers.get(address)
+        if entry is None or address in self.unreachable:
+            raise OSError(f"connection to {address} refused (simulated network)")
+        server, handler, nursery = entry
+        client_end: trio.abc.Stream
+        server_end: trio.abc.Stream
+        client_end, server_end = trio.testing.memory_stream_pair()
+        self.connections += 1
+        # every write is counted (and delayed or lost as the links say)
+        client_end = SimStream(self, client_end, self.link(source, address))
+        server_end = SimStream(self, server_end, self.link(address, source))
+        nursery.start_soon(server.serve_stream, server_end, handler,
+                           f"sim-{source}-{self.connections}")
+        return client_end
+
+    def transport(self, identity: Identity, address: str,
+                  **options: Unpack[TransportOptions]) -> SimTransport:
+        """A transport that will listen on ``address``; its connections start from there."""
+        return SimTransport(self, address, identity, **options)
+
+
+class SimStream(trio.abc.Stream):
+    """One end of a simulated connection: writes wait their link's delay, may be lost."""
+
+    def __init__(self, network: SimNetwork, inner: trio.abc.Stream, link: Link) -> None:
+        self.network = network
+        self.inner = inner
+        self.link = link
+        self.dark = False
+        self._sending = trio.Lock()  # writes on one link go one after another
+
+    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
+        net = self.network
+        size = len(data)
+        async with self._sending:
+            delay = self.link.delay(size)
+            if delay > 0:
+                await trio.sleep(delay)
+            if not self.dark and net.message_loss and net.rng.random() < net.message_loss:
+                self.dark = True
+                net.messages_dropped += 1
+            if self.dark:
+                await trio.lowlevel.checkpoint()
+                return
+            net.messages += 1
+            net.bytes += size
+            await self.inner.send_all(data)
+
+    async def wait_send_all_might_not_block(self) -> None:
+        await self.inner.wait_send_all_might_not_block()
+
+    async def receive_some(self, max_bytes: int | None = None) -> bytes | bytearray:
+        return await self.inner.receive_some(max_bytes)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+class SimTransport(MemoryTransport):
+    """A memory transport on a :class:`SimNetwork`: it dials from its own address."""
+
+    def __init__(self, network: SimNetwork, address: str, identity: Identity,
+                 **options: Unpack[TransportOptions]) -> None:
+        super().__init__(network, address, identity, **options)
+
+        async def connect(target: str) -> trio.abc.Stream:
+            return await network.connect_from(address, target)
+
+        self._connector = connect

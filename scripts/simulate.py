@@ -1,0 +1,371 @@
+#!/usr/bin/env python3
+"""Simulate a swarm of N real nodes in one process, on a virtual clock.
+
+Every node is the daemon's node runtime (trainer, push-sum, peer sampling,
+checkpoints) configured as ``scripts/swarm.py`` configures its daemons, but
+over an in-memory network with modelled links and on trio's mock clock:
+training runs inline and is charged ``--compute-seconds`` of simulated time
+per round, so a run of 1,000 nodes costs CPU time, not real time.
+
+    python scripts/simulate.py                          # 8 nodes, partial scheme, digits
+    python scripts/simulate.py --nodes 1000 --rounds 50 --json out.json
+    python scripts/simulate.py --nodes 64 --latency uniform:5:50 --bandwidth 10 --loss 0.01
+    python scripts/simulate.py --nodes 32 --churn 0.1          # 10 % crash, then restart
+    python scripts/simulate.py --nodes 16 --churn-script churn.txt
+    python scripts/simulate.py --config examples/swarm.toml --nodes 16 --plot acc.png
+    python scripts/simulate.py --gossip-only --nodes 10000   # no torch: gossip at scale
+
+The flags of ``scripts/swarm.py`` (scheme, permutations, task, network,
+optimizer, ``--config``...) mean the same here. Without ``--task`` or
+``--config``, a swarm too large for digits to give every node
+``--samples-per-node`` training samples runs the generated ``mnist1d`` task
+sized for it. Latencies are in milliseconds and bandwidths in Mbit/s, each a
+value or a distribution drawn per link: ``uniform:LOW:HIGH`` or
+``lognormal:MEDIAN:SIGMA``. See docs/simulation.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import importlib.util
+import json
+import logging
+import math
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import trio
+
+from p2p.swarm import SwarmError, SwarmSpec
+from p2p.testing.sim_churn import ChurnEvent, load_churn_script, random_churn
+from p2p.testing.simnet import SimNetwork, parse_distribution
+
+LOCKSTEP_MODES = ("off", "plain", "batched")
+DIGITS_TRAINING = 1437  # digits' 1,797 samples less the 20 % test part
+DEFAULT_TEST_SAMPLES = 2000
+
+
+def _swarm_script() -> ModuleType:
+    """``scripts/swarm.py``, for its flags and its reading of them (one meaning for both)."""
+    path = Path(__file__).with_name("swarm.py")
+    spec = importlib.util.spec_from_file_location("swarm_script", path)
+    if spec is None or spec.loader is None:
+        raise FileNotFoundError(f"no script {path}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("swarm_script", module)
+    spec.loader.exec_module(module)
+    return module
+
+
+def add_simulation_arguments(p: argparse.ArgumentParser) -> None:
+    """The flags of the simulation itself (the rest are ``scripts/swarm.py``'s)."""
+    g = p.add_argument_group("simulation")
+    g.add_argument("--compute-seconds", type=float, default=0.05, metavar="S",
+                   help="simulated seconds one training round costs (default 0.05)")
+    g.add_argument("--eval-every", type=int, metavar="K",
+                   help="evaluate every K rounds (default: the swarm's, 5; 10 above 256 nodes)")
+    g.add_argument("--samples-per-node", type=int, default=50, metavar="N",
+                   help="with the automatic task choice: training samples per node (default 50)")
+    g.add_argument("--test-samples", type=int, default=DEFAULT_TEST_SAMPLES, metavar="N",
+                   help="with a generated task (synthetic, mnist1d): size of the shared test "
+                        f"part every node evaluates on (default {DEFAULT_TEST_SAMPLES})")
+    g.add_argument("--latency", default="0", metavar="MS",
+                   help="one-way link latency in ms: VALUE, uniform:LOW:HIGH or "
+                        "lognormal:MEDIAN:SIGMA, drawn per link (default 0)")
+    g.add_argument("--bandwidth", metavar="MBITS",
+                   help="link bandwidth in Mbit/s, same forms (default unlimited)")
+    g.add_argument("--loss", type=float, default=0.0, metavar="P",
+                   help="probability that a message is lost (its connection goes dark)")
+    g.add_argument("--churn", type=float, default=0.0, metavar="FRACTION",
+                   help="this fraction of the nodes crash once and restart from their "
+                        "checkpoint (random times, seeded)")
+    g.add_argument("--churn-script", type=Path, metavar="FILE",
+                   help="churn events, one per line: SECONDS crash|leave|join|restart NODE")
+    g.add_argument("--lockstep", choices=LOCKSTEP_MODES, default="off",
+                   help="train the nodes that start a round at the same instant together: "
+                        "plain loop or batched (vmap); default off (each node inline)")
+    g.add_argument("--checkpoint-interval", type=float, metavar="S",
+                   help="simulated seconds between a node's checkpoints (default: the "
+                        "swarm's, 30): what a crashed node restarts from")
+    g.add_argument("--start-together", action=argparse.BooleanOptionalAction, default=True,
+                   help="as the swarm's daemons, each node waits (training.peer_wait, 120 s) "
+                        "until it knows min(N-1, 20) peers before its first round (default); "
+                        "--no-start-together: train at once (small swarms with churn or loss)")
+    g.add_argument("--sample-every", type=float, default=0.5, metavar="S",
+                   help="simulated seconds between samples of the time series (default 0.5)")
+    g.add_argument("--max-seconds", type=float, metavar="S",
+                   help="give up after this many simulated seconds (default: generous)")
+    g.add_argument("--gossip-only", action="store_true",
+                   help="peer sampling and push-sum on static vectors, no training "
+                        "(10,000+ nodes); takes its own flags")
+    g.add_argument("-v", "--verbose", action="store_true", help="log the nodes' INFO lines")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _swarm_script().build_parser()
+    p.description = __doc__.split("\n\n")[0]
+    add_simulation_arguments(p)
+    return p
+
+
+def sized_task(args: argparse.Namespace) -> tuple[str | None, int | None, float | None]:
+    """The task, ``data.num_samples`` and ``data.test_fraction`` to run.
+
+    An explicit ``--task`` or ``--config`` is kept (generated tasks are still
+    sized). Otherwise digits while it gives every node ``--samples-per-node``
+    samples, else mnist1d sized for the swarm.
+    """
+    task = args.task
+    if task is None and args.config is None:
+        task = "digits" if args.nodes * args.samples_per_node <= DIGITS_TRAINING else "mnist1d"
+    if task not in ("mnist1d", "synthetic"):
+        return task, None, None
+    train = args.nodes * args.samples_per_node
+    total = train + args.test_samples
+    return task, total, args.test_samples / total
+
+
+def spec_and_configure(args: argparse.Namespace) -> tuple[SwarmSpec, Any]:
+    """The swarm spec of the flags, and a function adjusting each node's config."""
+    task, num_samples, test_fraction = sized_task(args)
+    args.task = task
+    spec = _swarm_script().spec_from_args(args)
+    eval_every = args.eval_every or (10 if args.nodes > 256 else None)
+    changes: dict[str, Any] = {"start_together": args.start_together}
+    if eval_every is not None:
+        changes["eval_every"] = eval_every
+    if args.checkpoint_interval is not None:
+        if not args.checkpoint_interval > 0:
+            raise ValueError(f"--checkpoint-interval: expected seconds > 0, got "
+                             f"{args.checkpoint_interval}")
+        changes["checkpoint_interval"] = args.checkpoint_interval
+    spec = dataclasses.replace(spec, **changes)
+
+    def configure(config: Any) -> Any:
+        if num_samples is None:
+            return config
+        return dataclasses.replace(config, data=dataclasses.replace(
+            config.data, num_samples=num_samples, test_fraction=test_fraction))
+    return spec, configure
+
+
+def make_runners(args: argparse.Namespace) -> tuple[Any, Any]:
+    """``runner_for(index)``, each node's train runner for ``--lockstep``, and the shared
+    lock-step runner (None when off)."""
+    from p2p.runtime.train_runner import InlineRunner
+
+    if args.lockstep == "off":
+        return (lambda index: InlineRunner(args.compute_seconds)), None
+    try:
+        from p2p.testing.lockstep import LockstepRunner  # type: ignore[import-not-found,unused-ignore]
+    except ImportError:
+        raise SwarmError(f"--lockstep {args.lockstep}: the lock-step runner "
+                         "(p2p.testing.lockstep) is not available in this tree") from None
+    runner = LockstepRunner(args.compute_seconds, batched=args.lockstep == "batched")
+    return (lambda index: runner), runner  # one object for all: it gathers the requests
+
+
+def churn_events(args: argparse.Namespace, spec: SwarmSpec) -> list[ChurnEvent]:
+    events: list[ChurnEvent] = []
+    if args.churn_script is not None:
+        events += load_churn_script(args.churn_script, spec.nodes)
+    if args.churn:
+        duration = spec.rounds * (args.compute_seconds + spec.round_interval)
+        events += random_churn(spec.nodes, args.churn, duration, seed=spec.seed)
+    return sorted(events)
+
+
+def network_of(args: argparse.Namespace, seed: int) -> SimNetwork:
+    latency = parse_distribution(args.latency, scale=1e-3, what="--latency")
+    bandwidth = (None if args.bandwidth is None
+                 else parse_distribution(args.bandwidth, scale=1e6 / 8, what="--bandwidth"))
+    if not 0.0 <= args.loss <= 1.0:
+        raise ValueError(f"--loss: expected a probability in [0, 1], got {args.loss}")
+    return SimNetwork(seed=seed, latency=latency, bandwidth=bandwidth, message_loss=args.loss)
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """What the flags ask for, checked before anything runs."""
+
+    spec: SwarmSpec
+    configure: Any
+    events: list[ChurnEvent]
+    network: SimNetwork
+    runner_for: Any
+    max_seconds: float
+    lockstep: Any = None  # the shared lock-step runner (its stats go in the JSON)
+
+
+def plan_simulation(args: argparse.Namespace) -> Plan:
+    """Read and check the flags; SwarmError or ValueError name what is wrong."""
+    if args.compute_seconds < 0 or not math.isfinite(args.compute_seconds):
+        raise ValueError(f"--compute-seconds: expected a number >= 0, got {args.compute_seconds}")
+    spec, configure = spec_and_configure(args)
+    limit = args.max_seconds or (
+        spec.rounds * (args.compute_seconds + spec.round_interval) * 4 + 150.0)
+    runner_for, lockstep = make_runners(args)
+    return Plan(spec, configure, churn_events(args, spec), network_of(args, spec.seed),
+                runner_for, limit, lockstep)
+
+
+def simulate(args: argparse.Namespace, plan: Plan, root: Path, *,
+             quiet: bool = True) -> dict[str, Any]:
+    """Run the simulation ``plan`` describes in ``root``; the JSON document."""
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from p2p.testing.clock import virtual_clock
+    from p2p.testing.sim_host import SimProgress, Simulation
+
+    spec = plan.spec
+    console = Console(stderr=True)
+    progress = Progress(TextColumn("{task.description}"), BarColumn(),
+                        TextColumn("{task.fields[info]}"), TimeElapsedColumn(),
+                        console=console, disable=quiet or not console.is_terminal)
+    task = progress.add_task("rounds", total=spec.rounds * spec.nodes, info="")
+
+    logged = [0]  # tenths of the rounds reported so far (when there is no live display)
+
+    def show(p: SimProgress) -> None:
+        acc = "no eval yet" if p.mean_accuracy is None else f"mean acc {100 * p.mean_accuracy:.1f}%"
+        info = f"{acc} | {p.live} up | t={p.simulated_seconds:.1f}s simulated"
+        progress.update(task, completed=p.rounds_done, info=info)
+        tenth = 10 * p.rounds_done // max(1, p.rounds_total)
+        if progress.disable and not quiet and tenth > logged[0]:
+            logged[0] = tenth  # a line per tenth of the rounds, for logs of long runs
+            print(f"{10 * tenth}% of the rounds: {info}, {time.perf_counter() - started:.0f} s "
+                  "wall", file=sys.stderr, flush=True)
+
+    started = time.perf_counter()
+    sim = Simulation(spec, root, plan.network, runner_for=plan.runner_for, churn=plan.events,
+                     sample_every=args.sample_every, max_seconds=plan.max_seconds,
+                     on_sample=show, configure=plan.configure)
+    started, cpu = time.perf_counter(), time.process_time()
+    with progress:
+        trio.run(sim.run, clock=virtual_clock())
+    summary = sim.summary(time.perf_counter() - started)
+    # CPU seconds of this process: on a shared machine, closer to an idle machine's wall time
+    summary["cpu_seconds"] = time.process_time() - cpu
+    summary["spec"] = dataclasses.asdict(spec)
+    summary["simulation"] = {
+        "compute_seconds": args.compute_seconds, "lockstep": args.lockstep,
+        "latency_ms": args.latency, "bandwidth_mbits": args.bandwidth, "loss": args.loss,
+        "churn": args.churn, "churn_script": None if args.churn_script is None
+        else str(args.churn_script), "signature_checks": "every descriptor checked (no cache)",
+        "task": spec.task, "test_samples": args.test_samples,
+    }
+    if plan.lockstep is not None:
+        summary["lockstep"] = plan.lockstep.stats.as_dict()
+    return summary
+
+
+def plot(summary: dict[str, Any], path: Path) -> None:
+    """Mean and worst accuracy over simulated time, and the live nodes."""
+    try:
+        import matplotlib
+    except ImportError:
+        raise SystemExit("--plot needs matplotlib: pip install -e '.[plot]'") from None
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    series = [s for s in summary["series"] if s["mean_accuracy"] is not None]
+    fig, ax = plt.subplots(figsize=(7, 4))
+    if series:
+        t = [s["time"] for s in series]
+        ax.plot(t, [s["mean_accuracy"] for s in series], label="mean accuracy")
+        ax.plot(t, [s["worst_accuracy"] for s in series], label="worst accuracy")
+    ax.set_xlabel("simulated seconds")
+    ax.set_ylabel("test accuracy")
+    spec = summary["spec"]
+    ax.set_title(f"simulation: {spec['nodes']} nodes, scheme {spec['scheme']}, task {spec['task']}")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def report(summary: dict[str, Any]) -> str:
+    """The summary lines printed at the end."""
+    spec = summary["spec"]
+    rows = [r for r in summary["nodes"] if r.get("accuracy") is not None]
+    lines = []
+    if rows:
+        accs = sorted(r["accuracy"] for r in rows)
+        lines.append(f"accuracy over {len(rows)} nodes: mean {100 * summary['mean_accuracy']:.1f}%"
+                     f", median {100 * statistics.median(accs):.1f}%, worst "
+                     f"{100 * summary['worst_accuracy']:.1f}%, best {100 * accs[-1]:.1f}%")
+    sent = summary["mean_bytes_sent"]
+    pushes = [r.get("pushes_sent", 0) for r in summary["nodes"]]
+    views = [r["view"]["mean"] for r in summary["nodes"]
+             if r.get("view") and r["view"]["mean"] is not None]
+    lines.append(f"per node: {0 if sent is None else sent / 1e6:.2f} MB push-sum payload sent, "
+                 f"{sum(pushes) / max(1, len(pushes)):.0f} pushes, mean view "
+                 f"{sum(views) / max(1, len(views)):.1f} peers")
+    net = summary["network"]
+    lines.append(f"network: {net['messages']} messages, {net['bytes'] / 1e6:.1f} MB, "
+                 f"{net['messages_dropped']} lost, {len(summary['churn'])} churn events")
+    lines.append(f"{spec['nodes']} nodes x {spec['rounds']} rounds, task {spec['task']}, scheme "
+                 f"{spec['scheme']}: {summary['simulated_seconds']:.1f} s simulated in "
+                 f"{summary['wall_seconds']:.1f} s wall ({summary['cpu_seconds']:.1f} s CPU)" + (
+                     " (TIMED OUT: not every node finished)" if summary["timed_out"] else ""))
+    return "\n".join(lines)
+
+
+def gossip_only_main(argv: list[str]) -> int:
+    try:
+        from p2p.testing.gossip_scale import (  # type: ignore[import-not-found,unused-ignore]
+            add_gossip_only_arguments,
+            run_gossip_only,
+        )
+    except ImportError:
+        print("--gossip-only: the gossip-only mode (p2p.testing.gossip_scale) is not "
+              "available in this tree", file=sys.stderr)
+        return 2
+    p = argparse.ArgumentParser(description="gossip-only simulation (no training)")
+    p.add_argument("--gossip-only", action="store_true")
+    p.add_argument("--json", type=Path, metavar="PATH", help="write every figure as JSON")
+    add_gossip_only_arguments(p)
+    args = p.parse_args(argv)
+    doc = run_gossip_only(args)
+    print(json.dumps({k: v for k, v in doc.items() if not isinstance(v, list | dict)}))
+    if args.json:
+        args.json.write_text(json.dumps(doc, indent=2))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if "--gossip-only" in argv:
+        return gossip_only_main(argv)
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
+                        format="%(levelname)s %(name)s: %(message)s")
+    try:
+        plan = plan_simulation(args)
+    except (SwarmError, ValueError, OSError) as exc:
+        print(f"simulation not run: {exc}", file=sys.stderr)
+        return 2
+    if args.keep:
+        root = Path(tempfile.mkdtemp(prefix="simulate-", dir=args.workdir))
+        summary = simulate(args, plan, root, quiet=args.quiet)
+        print(f"data directories kept in {root}", file=sys.stderr)
+    else:
+        with tempfile.TemporaryDirectory(prefix="simulate-", dir=args.workdir) as tmp:
+            summary = simulate(args, plan, Path(tmp), quiet=args.quiet)
+    print(report(summary))
+    if args.json:
+        args.json.write_text(json.dumps(summary, indent=2))
+    if args.plot:
+        plot(summary, args.plot)
+    return 1 if summary["timed_out"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,167 @@
+"""scripts/simulate.py and the simulation kit: real nodes on a virtual clock."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+from pathlib import Path
+
+import pytest
+import trio
+import trio.testing
+
+from learner.trainer import Evaluation
+from p2p.runtime.train_runner import InlineRunner, ThreadRunner
+from p2p.testing import load_script
+from p2p.testing.sim_churn import ChurnEvent, parse_churn_script, random_churn
+from p2p.testing.simnet import Distribution, Link, SimNetwork, parse_distribution
+
+
+def test_distributions_parse_and_draw() -> None:
+    assert parse_distribution("20", scale=1e-3) == Distribution("fixed", 0.02)
+    uniform = parse_distribution("uniform:5:50", scale=1e-3)
+    assert uniform == Distribution("uniform", 0.005, 0.05)
+    rng = random.Random(1)
+    assert all(0.005 <= uniform.draw(rng) <= 0.05 for _ in range(100))
+    lognormal = parse_distribution("lognormal:10:0.5")
+    assert lognormal.a == 10 and lognormal.b == 0.5
+    for bad in ("fast", "uniform:5", "uniform:9:1", "gamma:1:2", "-3"):
+        with pytest.raises(ValueError, match="--latency"):
+            parse_distribution(bad, what="--latency")
+
+
+def test_links_are_drawn_once_per_pair_and_seed() -> None:
+    net = SimNetwork(seed=3, latency=Distribution("uniform", 0.0, 1.0))
+    again = SimNetwork(seed=3, latency=Distribution("uniform", 0.0, 1.0))
+    assert net.link("a:1", "b:1") == net.link("a:1", "b:1")
+    assert again.link("b:1", "a:1") == net.link("b:1", "a:1")  # order of use does not matter
+    assert net.link("a:1", "b:1") != net.link("b:1", "a:1")
+    assert Link(0.01, 1000.0).delay(500) == pytest.approx(0.51)
+    assert Link(0.01, math.inf).delay(10**9) == 0.01
+
+
+async def test_a_write_arrives_after_latency_plus_transmission(
+        autojump_clock: trio.testing.MockClock) -> None:
+    net = SimNetwork(latency=Distribution("fixed", 0.1), bandwidth=Distribution("fixed", 1e4))
+    received: list[tuple[float, bytes]] = []
+
+    class Sink:
+        async def serve_stream(self, stream: trio.abc.Stream, handler: object,
+                               name: str) -> None:
+            data = bytes(await stream.receive_some())
+            received.append((trio.current_time(), data))
+
+    async with trio.open_nursery() as nursery:
+        net.servers["b:1"] = (Sink(), None, nursery)  # type: ignore[assignment]
+        stream = await net.connect_from("a:1", "b:1")
+        start = trio.current_time()
+        await stream.send_all(b"x" * 1000)  # 0.1 s latency + 1000 B at 10 kB/s
+        await trio.testing.wait_all_tasks_blocked()
+    [(arrived, data)] = received
+    assert arrived == pytest.approx(start + 0.2) and data == b"x" * 1000
+    assert (net.messages, net.bytes) == (1, 1000)
+    with pytest.raises(OSError, match="refused"):
+        await net.connect_from("a:1", "nobody:1")
+
+
+def test_churn_scripts_parse_and_name_bad_lines() -> None:
+    text = "# t action node\n5 crash 3  # killed\n\n12 restart 3\n1 join 2\n"
+    assert parse_churn_script(text, 4) == [ChurnEvent(1.0, 2, "join"),
+                                           ChurnEvent(5.0, 3, "crash"),
+                                           ChurnEvent(12.0, 3, "restart")]
+    for bad, why in (("5 crash", "TIME ACTION NODE"), ("5 explode 1", "explode"),
+                     ("5 crash 9", "not one of the 4"), ("x crash 1", "a number")):
+        with pytest.raises(ValueError, match=why) as info:
+            parse_churn_script(f"1 join 1\n{bad}\n", 4, where="c.txt")
+        assert "c.txt:2" in str(info.value)
+
+
+def test_random_churn_crashes_then_restarts_a_fraction() -> None:
+    events = random_churn(21, 0.5, 10.0, seed=4)
+    crashed = {e.node for e in events if e.action == "crash"}
+    assert len(crashed) == 10 and 0 not in crashed
+    for node in crashed:
+        crash, restart = (e.time for e in events if e.node == node)
+        assert 0 < crash < restart <= 10.0
+    assert events == random_churn(21, 0.5, 10.0, seed=4)
+
+
+async def test_inline_runner_charges_simulated_compute_time(
+        autojump_clock: trio.testing.MockClock) -> None:
+    class Trainer:
+        def train_steps(self, steps: int) -> float:
+            return float(steps)
+
+    runner = InlineRunner(0.25)
+    start = trio.current_time()
+    assert await runner.train_steps(Trainer(), 3) == 3.0  # type: ignore[arg-type]
+    assert trio.current_time() - start == pytest.approx(0.25)
+    ev = Evaluation(accuracy=0.5, loss=1.0, samples=10)
+    assert await runner.evaluate(lambda: ev) is ev
+    assert trio.current_time() - start == pytest.approx(0.25)  # evaluations cost no time
+    with pytest.raises(ValueError, match="compute_seconds"):
+        InlineRunner(-1.0)
+
+
+async def test_thread_runner_runs_work_in_a_worker_thread() -> None:
+    import threading
+    main = threading.get_ident()
+    assert await ThreadRunner().run_blocking(threading.get_ident) != main
+
+
+def test_simulation_with_loss_and_a_crash_restarted_from_its_checkpoint(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    script = tmp_path / "churn.txt"
+    # node 2 crashes after its first checkpoints and comes back on its data directory
+    script.write_text("0.8 crash 2\n1.2 restart 2\n1.0 leave 4\n")
+    out = tmp_path / "out.json"
+    simulate = load_script("simulate", monkeypatch)
+    code = simulate.main(["--nodes", "5", "--rounds", "10", "--quiet", "--json", str(out),
+                          "--loss", "0.05", "--latency", "uniform:1:5", "--bandwidth", "100",
+                          "--churn-script", str(script), "--checkpoint-interval", "0.2",
+                          "--seed", "2", "--no-start-together"])
+    assert code == 0
+    doc = json.loads(out.read_text())
+    for key in ("nodes", "mean_accuracy", "worst_accuracy", "wall_seconds",
+                "simulated_seconds", "series", "network", "churn"):
+        assert key in doc, key
+    rows = doc["nodes"]
+    assert [r["node"] for r in rows] == list(range(5))
+    for r in rows:
+        if r["state"] == "up":
+            assert r["round"] == 10
+            assert 0.0 <= r["accuracy"] <= 1.0
+            assert r["pushes_sent"] > 0 and r["bytes_sent"] > 0 and r["view"]["max"] > 0
+    assert doc["mean_accuracy"] > 0.2  # better than chance on digits
+    crashed = rows[2]
+    assert (crashed["state"], crashed["crashes"], crashed["restarts"]) == ("up", 1, 1)
+    assert crashed["resumed_at"] is not None and crashed["resumed_at"] > 0
+    assert rows[4]["state"] == "left"
+    assert [e["action"] for e in doc["churn"]] == ["crash", "leave", "restart"]
+    assert doc["network"]["messages"] > 0 and doc["network"]["messages_dropped"] > 0
+    assert doc["simulated_seconds"] >= 1.2
+    times = [p["time"] for p in doc["series"]]
+    assert times == sorted(times) and len(times) >= 2
+
+
+def test_bad_flags_stop_before_anything_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    simulate = load_script("simulate", monkeypatch)
+    assert simulate.main(["--nodes", "4", "--latency", "soon"]) == 2
+    assert "--latency" in capsys.readouterr().err
+    bad = tmp_path / "c.txt"
+    bad.write_text("1 crash 7\n")
+    assert simulate.main(["--nodes", "4", "--churn-script", str(bad)]) == 2
+    assert "node 7" in capsys.readouterr().err
+
+
+def test_gossip_only_dispatches_to_its_own_mode(tmp_path: Path,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    simulate = load_script("simulate", monkeypatch)
+    out = tmp_path / "g.json"
+    assert simulate.main(["--gossip-only", "--nodes", "40", "--rounds", "3", "--quiet",
+                          "--holders", "0", "--json", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    assert doc["nodes"] == 40 and doc["worst_accuracy"] is None
+    assert "wall_seconds" in doc and "simulated_seconds" in doc
