@@ -68,8 +68,9 @@ class EpochHook(Protocol):
         return once its pairs are agreed (noise first, then data)."""
         ...
 
-    def pushed(self, name: str, peer: bytes, fraction: float) -> None:
-        """A push was acknowledged; it took ``fraction`` of the sender's mass."""
+    def pushed(self, name: str, peer: bytes, fraction: float, push_id: int) -> None:
+        """Push ``push_id`` was acknowledged; it took ``fraction`` of the sender's mass
+        as it was when the push was made."""
         ...
 
     def settle(self, name: str, core: PushSum) -> None:
@@ -306,7 +307,8 @@ class GossipDriver:
             log.log(level, "push of %s to %s failed (%d in a row): %s", name, _short(peer),
                     failures, exc.reason or type(exc).__name__)
             return None
-        weight = core.weight  # before the ack removes the share
+        # of the mass as it was when the push was made (merges since do not count)
+        fraction = core.push_fraction(push.push_id)
         try:
             core.on_ack(peer, ack, self._clock())
         except RejectedAck as exc:
@@ -316,8 +318,8 @@ class GossipDriver:
             return None
         if self.partners is not None:
             self.partners.on_answer(peer, push, ack, self._clock())
-        if self.epochs is not None and ack.reply is None:
-            self.epochs.pushed(name, peer, push.weight / weight)
+        if self.epochs is not None and ack.reply is None and fraction is not None:
+            self.epochs.pushed(name, peer, fraction, push.push_id)
         if self._durations is not None:
             self._durations.add(self._clock() - started)
         self._failures.pop(peer, None)

@@ -29,20 +29,21 @@ An epoch, at one node:
    flagged ``noisy``).  A receiver that is a pair partner of the sender knows
    one of its pairs, not the others: with two other partners the push stays
    hidden from it (:func:`hiding_warning` for models with too few holders).
-3. **Fold.**  After ``mix_exchanges`` exchanges the core folds: the trained
+3. **Fold.**  After ``mix_exchanges`` merges received the core folds: the trained
    values take the averaged value (``PushSum``'s ``unmask_after`` rule).
    :meth:`MaskEpochs.on_folded` closes the epoch; ``clear_rounds`` training
    rounds later :attr:`MaskEpochs.due` says the next one may start.
 
 Fresh pairs join only young noise (:meth:`MaskEpochs.may_take_noise`): held
-noise ages with the exchanges a node makes, merging a noisy push keeps the
+noise ages with the merges a node receives, merging a noisy push keeps the
 younger age, and the fold waits for ``mix_exchanges``; pairs applied at any
 age would keep resetting the swarm's ages and postpone every fold for good.
 
 Crash or departure of a partner (:meth:`MaskEpochs.partner_lost`): the
 survivor removes what it still holds of its own side of that pair.  It knows
-that amount exactly: a push of share ``s`` at weight ``w`` removes the
-fraction ``s / w`` of every part of the mass (:meth:`MaskEpochs.note_pushed`).
+that amount: a push of share ``s`` made at weight ``w`` removes the fraction
+``s / w`` of every part of the mass it carried (:meth:`MaskEpochs.note_pushed`;
+exact when pushes are acknowledged one at a time).
 The removal leaves no residual when neither end's share of the pair left the
 two of them (no push since the pair was applied, or pushes only to each
 other): the partner took exactly its own side, the survivor takes back
@@ -155,6 +156,7 @@ class _Pair:
     side: np.ndarray  # our side's mass as applied
     kept: float = 1.0  # share of our side still in our mass
     mixed: bool = False  # some of our side went to a third node
+    first_push: int = 0  # pushes with smaller ids were made before the side: carry none of it
 
 
 def new_private_key(rng: np.random.Generator | None = None) -> X25519PrivateKey:
@@ -370,8 +372,12 @@ class MaskEpochs:
         epoch, weight, key = pending
         return PairOffer(self.model, epoch, weight, public_bytes(key))
 
-    def on_accept(self, peer: bytes, accept: PairAccept) -> np.ndarray:
-        """Our offer was accepted: the mass to add to our core (our side, ``+a n``)."""
+    def on_accept(self, peer: bytes, accept: PairAccept, *,
+                  next_push_id: int = 0) -> np.ndarray:
+        """Our offer was accepted: the mass to add to our core (our side, ``+a n``).
+
+        ``next_push_id``: the core's next push id (pushes in flight carry none of the side).
+        """
         pending = self._offered.get(peer)
         if accept.model != self.model or pending is None or pending[0] != accept.epoch:
             raise InvalidValues(f"accept for epoch {accept.epoch!r} from {peer[:4].hex()}: "
@@ -383,7 +389,8 @@ class MaskEpochs:
         amplitude = self.settings.mask_scale * min(our_weight, accept.weight)
         seed = pair_seed(secret, self.model, epoch, self.node_id, peer)
         side = amplitude * pair_noise(seed, self.length)
-        self._pairs[(peer, epoch, True)] = _Pair(peer, epoch, True, side)
+        self._pairs[(peer, epoch, True)] = _Pair(peer, epoch, True, side,
+                                                 first_push=next_push_id)
         self._settle()
         return side.copy()
 
@@ -394,7 +401,8 @@ class MaskEpochs:
 
     # -------------------------------------------------------- others' epochs
     def on_offer(self, peer: bytes, offer: PairOffer, weight: float, *, noisy: bool = False,
-                 noise_age: int = 0) -> tuple[PairAccept, np.ndarray | None]:
+                 noise_age: int = 0,
+                 next_push_id: int = 0) -> tuple[PairAccept, np.ndarray | None]:
         """A holder offers a pair: the accept to send and the mass to add (``-a n``).
 
         ``weight``, ``noisy`` and ``noise_age``: our core's state.  A
@@ -402,18 +410,24 @@ class MaskEpochs:
         (None).  Raises InvalidValues when the offer is malformed, when more
         than ``max_accepted`` pairs were accepted during our current epoch, or
         when the noise we hold is too old for a fresh pair to join it
-        (:meth:`may_take_noise`; the initiator asks someone else).
+        (:meth:`may_take_noise`; the initiator asks someone else), or when a
+        pair accepted from the same peer is still live (one liar cannot take
+        every slot).
         """
         if offer.model != self.model:
             raise InvalidValues("offer: model fingerprint does not match")
-        if isinstance(offer.epoch, bool) or not isinstance(offer.epoch, int) or offer.epoch < 1:
-            raise InvalidValues(f"offer.epoch: expected an int >= 1, got {offer.epoch!r}")
+        if (isinstance(offer.epoch, bool) or not isinstance(offer.epoch, int)
+                or not 1 <= offer.epoch < 2**63):
+            raise InvalidValues(f"offer.epoch: expected an int in [1, 2**63), got {offer.epoch!r}")
         _check_weight(offer.weight, "offer.weight")
         _check_weight(weight, "weight")
         answered = self._answered.get((peer, offer.epoch))
         if answered is not None:
             # a retransmission (also after our fold cleared the pair): same answer
             return answered, None
+        if any(key[0] == peer and not key[2] for key in self._pairs):
+            self.refused += 1
+            raise InvalidValues("offer: a pair accepted from this peer is still live")
         if self._accepted_this_epoch >= self.settings.max_accepted:
             self.refused += 1
             raise InvalidValues(f"offer: already {self.settings.max_accepted} pairs accepted")
@@ -424,23 +438,32 @@ class MaskEpochs:
         ours = new_private_key(self._rng)
         secret = pair_secret(ours, offer.public)
         accept = PairAccept(self.model, offer.epoch, float(weight), public_bytes(ours))
-        self._accepted_this_epoch += 1
         amplitude = self.settings.mask_scale * min(offer.weight, float(weight))
         seed = pair_seed(secret, self.model, offer.epoch, peer, self.node_id)
         side = -amplitude * pair_noise(seed, self.length)
-        self._pairs[(peer, offer.epoch, False)] = _Pair(peer, offer.epoch, False, side)
+        self._accepted_this_epoch += 1  # only once the side is sure to be applied
+        self._pairs[(peer, offer.epoch, False)] = _Pair(peer, offer.epoch, False, side,
+                                                        first_push=next_push_id)
         self._answered[(peer, offer.epoch)] = accept
         while len(self._answered) > _ANSWERED:
             self._answered.popitem(last=False)
         return accept, side.copy()
 
     # ------------------------------------------------------------- mixing
-    def note_pushed(self, peer: bytes, fraction: float) -> None:
+    def note_pushed(self, peer: bytes, fraction: float, push_id: int | None = None) -> None:
         """A push of ours to ``peer`` was acknowledged; it took ``fraction`` (share / weight at
-        the push) of our mass, so of every pair side we still held."""
+        the push) of our mass, so of every pair side we held when it was made.
+
+        ``push_id``: pairs applied after the push was made (``first_push`` above
+        it) lost nothing to it.  Exact for pushes acknowledged one after another;
+        with several in flight at once the product slightly overstates what
+        left (second order in the shares).
+        """
         if not 0.0 <= fraction < 1.0:
             raise InvalidValues(f"fraction: expected a float in [0, 1), got {fraction!r}")
         for pair in self._pairs.values():
+            if push_id is not None and push_id < pair.first_push:
+                continue
             pair.kept *= 1.0 - fraction
             if peer != pair.peer and fraction > 0.0:
                 pair.mixed = True

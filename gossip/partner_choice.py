@@ -61,7 +61,9 @@ class PartnerSettings:
 
     explore: float = 0.25
     trust_step: float = 0.1
-    min_reply_ratio: float = 0.125
+    # as the merge guard's sink rule (1 / share_ratio): a reply the guard shuns
+    # as a token must not prove a peer here
+    min_reply_ratio: float = 0.25
     strike_pause: float = 60.0
     max_pause: float = 960.0
     candidates: int = 32  # sampled holders offered per choice

@@ -185,6 +185,7 @@ class _Outstanding:
     last_sent: float
     attempts: int
     unresolved: bool = False  # past max_attempts: no longer blocks new pushes
+    weight_at_push: float = 1.0  # the sender's weight when the push was made
 
 
 def _short(b: bytes) -> str:
@@ -403,8 +404,21 @@ class PushSum:
 
     @property
     def noise_age(self) -> int:
-        """Exchanges since the youngest noise held apart arrived (meaningful while noisy)."""
+        """Merges received since the youngest noise held apart arrived (meaningful while noisy)."""
         return self._noise_age
+
+    @property
+    def next_push_id(self) -> int:
+        """The id the next new push will carry (pushes made before have smaller ids)."""
+        return self._next_id
+
+    def push_fraction(self, push_id: int) -> float | None:
+        """The fraction of this node's mass that push ``push_id`` takes once acknowledged:
+        its share over the weight when it was made (None: not outstanding)."""
+        o = self._outstanding.get(push_id)
+        if o is None or o.weight_at_push <= 0.0:
+            return None
+        return min(o.push.weight / o.weight_at_push, 1.0 - 1e-12)
 
     @property
     def outstanding(self) -> int:
@@ -581,7 +595,8 @@ class PushSum:
                 base_by_sender=base_by_sender,
             )
             self._next_id += 1
-            self._outstanding[push.push_id] = _Outstanding(peer, push, sent, masked, now, 1)
+            self._outstanding[push.push_id] = _Outstanding(peer, push, sent, masked, now, 1,
+                                                           weight_at_push=self.weight)
             self._c["pushes_sent"] += 1
             self._c["bytes_sent"] += push.nbytes
             out.append((peer, push))

@@ -228,6 +228,54 @@ def test_pushes_between_the_pair_only_keep_the_removal_exact() -> None:
     assert _rel(masked.total_mass(), clear.total_mass()) < 1e-12
 
 
+def test_one_peer_holds_at_most_one_live_pair_and_bad_epochs_take_no_slot() -> None:
+    ids = _ids(3)
+    eb = MaskEpochs(ids[0], FP, DIM, EpochSettings(max_accepted=2))
+
+    def offer(epoch: int) -> PairOffer:
+        return PairOffer(FP, epoch, 1.0, public_bytes(new_private_key()))
+
+    for epoch in (2**63, 2**64 - 1):  # passes an int check, not the seed's range
+        with pytest.raises(InvalidValues, match="epoch"):
+            eb.on_offer(ids[1], offer(epoch), 1.0)
+    eb.on_offer(ids[1], offer(1), 1.0)
+    with pytest.raises(InvalidValues, match="still live"):
+        eb.on_offer(ids[1], offer(2), 1.0)  # a liar numbering its offers 1, 2, ...
+    eb.on_offer(ids[2], offer(1), 1.0)  # an honest initiator still finds a slot
+
+
+def test_a_push_made_before_a_pair_carries_none_of_its_side() -> None:
+    a, b = _ids(2)
+    ea, eb = MaskEpochs(a, FP, DIM, SETTINGS), MaskEpochs(b, FP, DIM, SETTINGS)
+    [(_, offer)] = ea.start([b], weight=1.0)
+    accept, _ = eb.on_offer(a, offer, weight=1.0)
+    ea.on_accept(b, accept, next_push_id=7)
+    ea.note_pushed(b, 0.5, push_id=6)  # in flight before the side was applied
+    back = ea.partner_lost(b)
+    assert back is not None
+    ea2 = MaskEpochs(a, FP, DIM, SETTINGS)
+    [(_, offer2)] = ea2.start([b], weight=1.0)
+    eb2 = MaskEpochs(b, FP, DIM, SETTINGS)
+    side = ea2.on_accept(b, eb2.on_offer(a, offer2, weight=1.0)[0], next_push_id=7)
+    ea2.note_pushed(b, 0.5, push_id=7)  # made after: took half the side
+    back2 = ea2.partner_lost(b)
+    assert back2 is not None
+    assert np.allclose(back2, -0.5 * side) and np.linalg.norm(back) > 1.5 * np.linalg.norm(back2)
+
+
+def test_push_fraction_is_of_the_weight_when_the_push_was_made() -> None:
+    a, b = _ids(2)
+    core = PushSum(FP, np.zeros(DIM), exchange="push", encoding="f64")
+    [(_, push)] = core.make_pushes([b], 0.0)
+    fraction = core.push_fraction(push.push_id)
+    assert fraction == pytest.approx(push.weight / 1.0)
+    other = PushSum(FP, np.ones(DIM), exchange="push", encoding="f64")
+    [(_, incoming)] = other.make_pushes([a], 0.0)
+    core.on_push(b, incoming, 0.0)  # a merge while our push is in flight
+    assert core.weight > 1.0
+    assert core.push_fraction(push.push_id) == fraction  # not share / the grown weight
+
+
 def test_pushing_elsewhere_marks_the_pair_as_mixing() -> None:
     swarm = Swarm(4, seed=4)
     swarm.setup()

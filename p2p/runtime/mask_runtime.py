@@ -33,7 +33,7 @@ from gossip.driver import Holders
 from gossip.errors import InvalidValues, PushRefused, PushUndelivered
 from gossip.mask_epochs import EpochSettings, MaskEpochs, PairAccept, PairOffer, hiding_warning
 from p2p.runtime.node_transport import Requester
-from p2p.wire.transport import PeerUnreachable, RemoteError
+from p2p.runtime.transport_adapters import request_as_gossip
 
 log = logging.getLogger(__name__)
 
@@ -99,12 +99,15 @@ class NodeMasking:
         every offer is answered or its partner given up)."""
         ep = self.epochs(name)
         ep.on_round()
-        if core.outstanding or not ep.ready(core.noisy, core.noise_age):
+        # Pushes in flight do not hold an epoch back (a peer that never answers would
+        # hold it back for good): pairs are sized on the weight not promised to them,
+        # and a push made before a pair carries none of its side (note_pushed).
+        if not ep.ready(core.noisy, core.noise_age):
             return
         # spares: a partner that refuses (noise too old) is replaced by none, so ask
         # for the holders we would like and take what we get
         candidates = self._holders(core.fingerprint, self.settings.partners)
-        offers = ep.start(list(candidates), core.weight)
+        offers = ep.start(list(candidates), core.available_weight)
         if not offers:
             return
         log.debug("model %s: masking epoch %d, offering pairs to %d holders", name, ep.epoch,
@@ -129,7 +132,7 @@ class NodeMasking:
                     return
                 continue  # maybe applied there: the same offer again
             try:
-                side = ep.on_accept(peer, accept)
+                side = ep.on_accept(peer, accept, next_push_id=core.next_push_id)
             except InvalidValues as exc:
                 log.warning("bad pair accept from %s for %s: %s", peer[:4].hex(), name, exc)
                 ep.offer_failed(peer)
@@ -141,9 +144,10 @@ class NodeMasking:
                  name, peer[:4].hex(), OFFER_ATTEMPTS)
         self._lost(name, core, ep, peer)
 
-    def pushed(self, name: str, peer: bytes, fraction: float) -> None:
-        """A push of ``name`` to ``peer`` was acknowledged; it took ``fraction`` of our mass."""
-        self.epochs(name).note_pushed(peer, fraction)
+    def pushed(self, name: str, peer: bytes, fraction: float, push_id: int) -> None:
+        """Push ``push_id`` of ``name`` to ``peer`` was acknowledged; it took ``fraction``
+        of our mass as it was when made."""
+        self.epochs(name).note_pushed(peer, fraction, push_id)
 
     def settle(self, name: str, core: PushSum) -> None:
         """After a wave: once the core has folded, the epoch's pairs are over."""
@@ -176,8 +180,10 @@ class NodeMasking:
         if name is None or name not in self._cores:
             raise InvalidValues("offer: this node does not hold that model")
         core = self._cores[name]
-        accept, side = self.epochs(name).on_offer(peer, offer, core.weight, noisy=core.noisy,
-                                                  noise_age=core.noise_age)
+        # sized on the weight not promised to pushes in flight: acks only lower it
+        accept, side = self.epochs(name).on_offer(peer, offer, core.available_weight,
+                                                  noisy=core.noisy, noise_age=core.noise_age,
+                                                  next_push_id=core.next_push_id)
         if side is not None:
             core.add_noise_mass(side)
         return accept
@@ -211,19 +217,8 @@ class OfferOverTransport:
 
     async def __call__(self, peer: bytes, offer: PairOffer) -> PairAccept:
         """The peer's accept of ``offer``."""
-        address = self._addresses.get(peer)
-        if address is None:
-            raise PushUndelivered("no known address", maybe_delivered=False)
-        try:
-            reply = await self._transport.request(address, offer, node_id=peer,
-                                                  timeout=self._timeout)
-        except RemoteError as exc:
-            raise PushRefused(f"{address}: {exc.reason}") from exc
-        except PeerUnreachable as exc:
-            raise PushUndelivered(str(exc), maybe_delivered=exc.maybe_delivered) from exc
-        if not isinstance(reply, PairAccept):
-            raise PushRefused(f"{address} answered a pair offer with {type(reply).__name__}")
-        return reply
+        return await request_as_gossip(self._transport, self._addresses, peer, offer,
+                                       PairAccept, timeout=self._timeout)
 
 
 __all__ = ["LOST_AFTER_FAILURES", "OFFER_ATTEMPTS", "EpochStatus", "NodeMasking",

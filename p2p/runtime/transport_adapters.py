@@ -14,19 +14,23 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
+from typing import TypeVar
 
 import trio
 
 from gossip import Push, PushAck, PushRefused, PushUndelivered
 from p2p.runtime.collaboration import ContactLog
 from p2p.runtime.node_transport import Requester
+from p2p.wire.codec import Message
 from p2p.wire.transport import PeerUnreachable, RemoteError, TransportError
 from peersampling import PeerUnreachable as ShuffleFailed
 from peersampling import ShuffleReply, ShuffleRequest
 
-__all__ = ["PushOverTransport", "ShuffleOverTransport"]
+__all__ = ["PushOverTransport", "ShuffleOverTransport", "request_as_gossip"]
 
 log = logging.getLogger(__name__)
+
+R = TypeVar("R", bound=Message)
 
 
 class PushOverTransport:
@@ -51,22 +55,36 @@ class PushOverTransport:
 
     async def push(self, peer: bytes, push: Push) -> PushAck:
         """Deliver ``push`` to ``peer`` and return its acknowledgement."""
-        address = self._addresses.get(peer)
-        if address is None:
-            raise PushUndelivered("no known address", maybe_delivered=False)
-        try:
-            reply = await self._transport.request(address, push, node_id=peer,
-                                                  timeout=self._timeout)
-        except RemoteError as exc:
-            raise PushRefused(f"{address}: {exc.reason}") from exc
-        except PeerUnreachable as exc:
-            if not exc.maybe_delivered and self._on_unreachable is not None:
-                self._on_unreachable(address)
-            raise PushUndelivered(str(exc), maybe_delivered=exc.maybe_delivered) from exc
-        if not isinstance(reply, PushAck):
-            log.warning("push to %s answered with %s", address, type(reply).__name__)
-            raise PushRefused(f"{address} answered with {type(reply).__name__}")
-        return reply
+        return await request_as_gossip(self._transport, self._addresses, peer, push, PushAck,
+                                       timeout=self._timeout,
+                                       on_unreachable=self._on_unreachable)
+
+
+async def request_as_gossip(transport: Requester, addresses: Mapping[bytes, str], peer: bytes,
+                            msg: Message, expected: type[R], *, timeout: float,
+                            on_unreachable: Callable[[str], None] | None = None) -> R:
+    """Send ``msg`` to the node ``peer`` and return its reply of type ``expected``.
+
+    Failures in the gossip driver's terms: a refusal or a reply of another
+    type is :class:`PushRefused`, a delivery failure :class:`PushUndelivered`
+    (``on_unreachable(address)`` hears of the sure ones).
+    """
+    address = addresses.get(peer)
+    if address is None:
+        raise PushUndelivered("no known address", maybe_delivered=False)
+    try:
+        reply = await transport.request(address, msg, node_id=peer, timeout=timeout)
+    except RemoteError as exc:
+        raise PushRefused(f"{address}: {exc.reason}") from exc
+    except PeerUnreachable as exc:
+        if not exc.maybe_delivered and on_unreachable is not None:
+            on_unreachable(address)
+        raise PushUndelivered(str(exc), maybe_delivered=exc.maybe_delivered) from exc
+    if not isinstance(reply, expected):
+        log.warning("%s to %s answered with %s", type(msg).__name__, address,
+                    type(reply).__name__)
+        raise PushRefused(f"{address} answered with {type(reply).__name__}")
+    return reply
 
 
 class ShuffleOverTransport:
