@@ -310,7 +310,9 @@ def report(summary: dict[str, Any]) -> str:
                  f"{sum(views) / max(1, len(views)):.1f} peers")
     net = summary["network"]
     lines.append(f"network: {net['messages']} messages, {net['bytes'] / 1e6:.1f} MB, "
-                 f"{net['messages_dropped']} lost, {len(summary['churn'])} churn events")
+                 f"{net['messages_dropped']} lost, {net['connections']} connections opened "
+                 f"({net['reconnections']} to a peer dialled before), "
+                 f"{len(summary['churn'])} churn events")
     lines.append(f"{spec['nodes']} nodes x {spec['rounds']} rounds, task {spec['task']}, scheme "
                  f"{spec['scheme']}: {summary['simulated_seconds']:.1f} s simulated in "
                  f"{summary['wall_seconds']:.1f} s wall ({summary['cpu_seconds']:.1f} s CPU)" + (

@@ -16,6 +16,10 @@ from p2p.runtime.train_runner import InlineRunner, ThreadRunner
 from p2p.testing import load_script
 from p2p.testing.sim_churn import ChurnEvent, parse_churn_script, random_churn
 from p2p.testing.simnet import Distribution, Link, SimNetwork, parse_distribution
+from p2p.wire.codec import Message
+from p2p.wire.handshake import PeerInfo
+from p2p.wire.identity import Identity
+from p2p.wire.messages import Ping, Pong
 
 
 def test_distributions_parse_and_draw() -> None:
@@ -63,6 +67,29 @@ async def test_a_write_arrives_after_latency_plus_transmission(
     assert (net.messages, net.bytes) == (1, 1000)
     with pytest.raises(OSError, match="refused"):
         await net.connect_from("a:1", "nobody:1")
+
+
+async def test_pooled_connections_are_reused_and_redials_counted(
+        autojump_clock: trio.testing.MockClock) -> None:
+    # The diagnosis of docs/simulation.md, "Cost at scale": the simulation's new
+    # connections are first contacts, not pooled connections closed and reopened.
+    net = SimNetwork(latency=Distribution("fixed", 0.01))
+    server = net.transport(Identity.generate(), "b:1")
+    client = net.transport(Identity.generate(), "a:1", idle_timeout=5.0)
+
+    async def no_reply(peer: PeerInfo, msg: Message) -> Message | None:
+        return None
+
+    async with trio.open_nursery() as nursery:
+        address = await nursery.start(server.serve, no_reply)
+        for _ in range(5):  # within the idle timeout: one connection, one handshake
+            assert isinstance(await client.request(address, Ping(1)), Pong)
+            await trio.sleep(1.0)
+        assert (net.connections, net.reconnections) == (1, 0)
+        await trio.sleep(10.0)  # the pool closes it once idle for idle_timeout
+        assert isinstance(await client.request(address, Ping(2)), Pong)
+        assert (net.connections, net.reconnections) == (2, 1)
+        nursery.cancel_scope.cancel()
 
 
 def test_churn_scripts_parse_and_name_bad_lines() -> None:
@@ -140,6 +167,8 @@ def test_simulation_with_loss_and_a_crash_restarted_from_its_checkpoint(
     assert rows[4]["state"] == "left"
     assert [e["action"] for e in doc["churn"]] == ["crash", "leave", "restart"]
     assert doc["network"]["messages"] > 0 and doc["network"]["messages_dropped"] > 0
+    # lost writes and the restart make peers dial again: counted apart from first dials
+    assert 0 < doc["network"]["reconnections"] < doc["network"]["connections"]
     assert doc["simulated_seconds"] >= 1.2
     times = [p["time"] for p in doc["series"]]
     assert times == sorted(times) and len(times) >= 2

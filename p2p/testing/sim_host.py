@@ -343,7 +343,8 @@ class Simulation:
             "timed_out": self.timed_out,
             "network": {"messages": self.network.messages, "bytes": self.network.bytes,
                         "messages_dropped": self.network.messages_dropped,
-                        "connections": self.network.connections},
+                        "connections": self.network.connections,
+                        "reconnections": self.network.reconnections},
             "churn": self.events_done,
             "series": self.series,
         }

@@ -110,7 +110,11 @@ class SimNetwork(MemoryNetwork):
     per ordered pair of addresses from a generator seeded by ``seed`` and the
     pair, so a link is the same whatever order connections open in.
     ``message_loss`` is the probability that a write is lost (the connection
-    then stays dark). Figures: ``messages``, ``bytes`` and ``messages_dropped``.
+    then stays dark). Figures: ``messages``, ``bytes``, ``messages_dropped``,
+    ``connections`` (opened) and ``reconnections``: connections opened from an
+    address to one it had already opened a connection to (a pooled connection
+    closed and dialled again; 0 in a run without churn or loss, see
+    docs/simulation.md, "Cost at scale").
     """
 
     def __init__(self, *, seed: int = 0, latency: Distribution | None = None,
@@ -122,6 +126,8 @@ class SimNetwork(MemoryNetwork):
         self._links: dict[tuple[str, str], Link] = {}
         self.messages = 0
         self.bytes = 0
+        self.reconnections = 0
+        self._dialled: set[tuple[str, str]] = set()  # (source, target) pairs connected once
 
     def link(self, source: str, target: str) -> Link:
         """The link from ``source`` to ``target`` (drawn on first use)."""
@@ -144,6 +150,10 @@ class SimNetwork(MemoryNetwork):
         server_end: trio.abc.Stream
         client_end, server_end = trio.testing.memory_stream_pair()
         self.connections += 1
+        if (source, address) in self._dialled:
+            self.reconnections += 1
+        else:
+            self._dialled.add((source, address))
         # every write is counted (and delayed or lost as the links say)
         client_end = SimStream(self, client_end, self.link(source, address))
         server_end = SimStream(self, server_end, self.link(address, source))
