@@ -24,20 +24,34 @@ per phase (pushes sent inside a masking epoch, flagged ``noisy``, and outside):
 - the cost: disagreement of the trained values (RMS distance to the swarm's
   average, relative), pushes per node and round and bytes per node and round.
 
+With ``--real``, the same observer over real nodes (``p2p.runtime.node.Node``:
+trainer, push-sum, masking epochs, peer sampling; digits, the task's small
+MLP, partial scheme) on the in-memory network under trio's virtual clock, as
+scripts/simulate.py runs them.  Node 0 records every push it merges (a wrapper
+of its cores' ``on_push``, installed here), with the sender's trained values,
+its epoch phase and partners at that time; each node's train runner records
+its local SGD updates.  Same figures per phase (mean and median), each next to
+the level of independent noise of the same lengths.
+
 Usage::
 
     .venv/bin/python scripts/bench_privacy.py [--quick] [--json PATH]
     .venv/bin/python scripts/bench_privacy.py --grid   # epoch settings: hiding vs cost
+    .venv/bin/python scripts/bench_privacy.py --real [--nodes 8] [--rounds 200] \
+        [--modes none,masked,dp,masked+dp] [--json PATH]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import logging
 import math
 import statistics
+import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -323,6 +337,300 @@ def grid(base: Run) -> list[dict[str, object]]:
     return rows
 
 
+# ---------------------------------------------------------------- real nodes (--real)
+#
+# The same observer over N real nodes (p2p.runtime.node.Node: trainer, push-sum,
+# masking epochs, peer sampling) on the in-memory network under trio's virtual
+# clock, as scripts/simulate.py runs them.  Hooks live here only: the observer's
+# push-sum cores get an instance-level wrapper of ``on_push`` (and of the delta
+# rebuild, to see the values it merges), and every node's train runner records
+# its local SGD update of each shared model.  The nodes' code is unchanged.
+
+@dataclass(frozen=True)
+class RealRun:
+    """One run of real nodes (digits, the task's small MLP, partial scheme)."""
+
+    nodes: int = 8
+    rounds: int = 200
+    seed: int = 0
+    compute_seconds: float = 0.05  # simulated seconds one training round costs
+    max_gap: float = 1.0  # simulated seconds: longest gap between two pushes compared
+
+
+@dataclass
+class RealSeen:
+    """One push the observer merged, with its sender's truth at that time."""
+
+    sender: bytes
+    model: str
+    time: float
+    noisy: bool  # the push carries mask noise (sent inside a masking epoch)
+    phase: str  # the sender's epoch phase then (``clear`` without masking)
+    hidden_case: bool  # the sender's epoch had >= 2 partners other than the observer
+    values_corr: float
+    payload: np.ndarray
+    local_sum: np.ndarray  # the sender's local updates of this model summed up to then
+    noise_age: int = 0  # the push's noise_age: exchanges its youngest noise has mixed
+
+
+class _RecordingRunner:
+    """An InlineRunner that records each round's local update of every shared model."""
+
+    def __init__(self, compute_seconds: float) -> None:
+        from p2p.runtime.train_runner import InlineRunner
+
+        self.inner = InlineRunner(compute_seconds)
+        self.node: object | None = None  # set once the node is built
+        self.local_sum: dict[str, np.ndarray] = {}
+        self.rounds = 0
+
+    async def train_steps(self, trainer: object, steps: int) -> float:
+        node: Any = self.node
+        net: Any = None if node is None else node.learning.network
+        names = [] if node is None else list(node.cores)
+        before = {n: net.extract(n).astype(np.float64) for n in names}
+        loss = trainer.train_steps(steps)  # type: ignore[attr-defined]
+        for n in names:
+            update = net.extract(n).astype(np.float64) - before[n]
+            self.local_sum[n] = self.local_sum.get(n, 0.0) + update
+        self.rounds += 1
+        await self.inner.charge()
+        return float(loss)
+
+    async def evaluate(self, fn: Any) -> Any:
+        return fn()
+
+    async def run_blocking(self, fn: Any) -> Any:
+        return fn()
+
+
+def _noise_floor(lengths: list[int], seed: int = 99) -> tuple[float, float]:
+    """Mean and p99 of |corr| of independent Gaussian pairs, one draw per observation length."""
+    rng = np.random.default_rng(seed)
+    draws = [abs(_corr(rng.normal(size=n), rng.normal(size=n)))
+             for n in lengths for _ in range(4)]
+    if not draws:
+        return math.nan, math.nan
+    return statistics.fmean(draws), float(np.quantile(draws, 0.99))
+
+
+def simulate_real(run: RealRun, mode: str) -> dict[str, object]:
+    """Real nodes in ``mode`` (gossip.privacy); node 0 observes every push it merges."""
+    import tempfile
+
+    import torch
+    import trio
+
+    from gossip.validation import validate_push
+    from p2p.swarm import SwarmSpec
+    from p2p.testing.clock import virtual_clock
+    from p2p.testing.sim_host import Simulation
+    from p2p.testing.simnet import SimNetwork
+
+    torch.set_num_threads(1)
+    spec = SwarmSpec(nodes=run.nodes, rounds=run.rounds, privacy=mode, seed=run.seed,
+                     task="digits", eval_every=run.rounds)
+    runners = [_RecordingRunner(run.compute_seconds) for _ in range(run.nodes)]
+    seen: list[RealSeen] = []
+    by_id: dict[bytes, Any] = {}
+
+    def hook_observer(node: Any) -> None:
+        me = node.identity.node_id
+        for name, core in node.cores.items():
+            rebuilt: list[np.ndarray] = []
+            original_on_push = core.on_push
+            original_rebuild = core._rebuild_request
+
+            def rebuild(sender: bytes, push: Any, y: np.ndarray,
+                        _orig: Any = original_rebuild, _out: list[np.ndarray] = rebuilt) -> Any:
+                out = _orig(sender, push, y)
+                _out.append(np.array(out, dtype=np.float64))
+                return out
+
+            def on_push(sender: bytes, push: Any, now: float, _orig: Any = original_on_push,
+                        _core: Any = core, _name: str = name,
+                        _rebuilt: list[np.ndarray] = rebuilt) -> Any:
+                _rebuilt.clear()
+                ack = _orig(sender, push, now)  # raises when rejected: nothing recorded
+                if not _rebuilt and push.base:
+                    return ack  # a retransmission answered again: nothing new
+                q = (_rebuilt[-1] if push.base else
+                     np.array(validate_push(push, _core.fingerprint, _core.length,
+                                            _core.max_weight), dtype=np.float64))
+                record(me, sender, _name, q, bool(push.noisy or push.masked), now,
+                       int(push.noise_age))
+                return ack
+
+            core.on_push = on_push
+            core._rebuild_request = rebuild
+
+    def record(me: bytes, sender: bytes, name: str, q: np.ndarray, noisy: bool,
+               now: float, noise_age: int) -> None:
+        src = by_id.get(sender)
+        if src is None:
+            return
+        node, runner = src
+        holders = [n for n, _ in by_id.values() if name in n.cores]
+        mass = sum((n.cores[name].mass for n in holders), np.zeros(q.size))
+        avg = mass / sum(n.cores[name].weight for n in holders)
+        mine = node.cores[name].values
+        phase, hidden = "clear", False
+        if node.masking is not None:
+            ep = node.masking.epochs(name)
+            phase = ep.phase.value
+            hidden = len([p for p in ep.partners_of_epoch() if p != me]) >= 2
+        local = runner.local_sum.get(name)
+        seen.append(RealSeen(sender, name, now, noisy, phase, hidden,
+                             abs(_corr(q - avg, mine - avg)), q,
+                             np.zeros(q.size) if local is None else np.array(local),
+                             noise_age))
+
+    class ObservedSimulation(Simulation):
+        def _build(self, slot: Any) -> Any:
+            node, transport = super()._build(slot)
+            runners[slot.index].node = node
+            by_id[node.identity.node_id] = (node, runners[slot.index])
+            if slot.index == 0:
+                hook_observer(node)
+            return node, transport
+
+    # the nodes' warnings (a rejected push...) are counted below, not printed
+    for name in ("p2p", "gossip", "peersampling", "learner"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+    cpu = time.process_time()
+    with tempfile.TemporaryDirectory(prefix="bench-privacy-") as root:
+        sim = ObservedSimulation(spec, Path(root), SimNetwork(seed=run.seed),
+                                 runner_for=lambda i: runners[i],
+                                 sample_every=1.0,
+                                 max_seconds=run.rounds * (run.compute_seconds
+                                                           + spec.round_interval) * 4 + 150.0)
+        trio.run(sim.run, clock=virtual_clock())
+        summary = sim.summary(0.0)
+        nodes = [n for n, _ in by_id.values()]
+        spent = [n.privacy_spent() for n in nodes]
+    cpu = time.process_time() - cpu
+
+    def stats(xs: list[float]) -> dict[str, float | int]:
+        return {"count": len(xs), "mean": statistics.fmean(xs) if xs else math.nan,
+                "median": statistics.median(xs) if xs else math.nan}
+
+    def floor(obs: list[int]) -> dict[str, float]:
+        mean, p99 = _noise_floor(obs)
+        return {"noise_mean": mean, "noise_p99": p99}
+
+    streams: dict[tuple[bytes, str], list[RealSeen]] = {}
+    for s in seen:
+        streams.setdefault((s.sender, s.model), []).append(s)
+    upd: dict[str, list[tuple[float, int]]] = {"inside": [], "outside": [], "boundary": []}
+    for lst in streams.values():
+        for a, b in zip(lst, lst[1:], strict=False):
+            if b.time - a.time > run.max_gap:
+                continue
+            local = b.local_sum - a.local_sum
+            if not np.any(local):
+                continue  # no training between the two pushes
+            phase = ("inside" if a.noisy and b.noisy else
+                     "outside" if not a.noisy and not b.noisy else "boundary")
+            upd[phase].append((abs(_corr(b.payload - a.payload, local)), a.payload.size))
+
+    def values(select: Any) -> dict[str, object]:
+        xs = [s for s in seen if select(s)]
+        return {**stats([s.values_corr for s in xs]), **floor([s.payload.size for s in xs])}
+
+    def updates(phase: str) -> dict[str, object]:
+        xs = upd[phase]
+        return {**stats([c for c, _ in xs]), **floor([n for _, n in xs])}
+
+    out: dict[str, object] = {
+        "mode": mode,
+        "values_inside": values(lambda s: s.noisy),
+        "values_inside_hidden_case": values(lambda s: s.noisy and s.hidden_case),
+        "values_outside": values(lambda s: not s.noisy),
+        # inside epochs by the push's noise age (how far its noise has mixed)
+        "values_inside_by_noise_age": {
+            f"{lo}-{hi - 1}" if hi < 10 ** 6 else f">={lo}":
+            values(lambda s, lo=lo, hi=hi: s.noisy and lo <= s.noise_age < hi)
+            for lo, hi in ((0, 10), (10, 20), (20, 30), (30, 40), (40, 10 ** 6))},
+        # inside epochs by the sender's own epoch phase then ("clear": it holds only noise
+        # received from others)
+        "values_inside_by_sender_phase": {
+            phase: values(lambda s, phase=phase: s.noisy and s.phase == phase)
+            for phase in sorted({s.phase for s in seen if s.noisy})},
+        "updates_inside": updates("inside"),
+        "updates_outside": updates("outside"),
+        "updates_boundary": updates("boundary"),
+        "share_of_pushes_inside": (sum(1 for s in seen if s.noisy) / len(seen)) if seen else 0.0,
+        "pushes_observed": len(seen),
+        "senders_observed": len({s.sender for s in seen}),
+        "models": sorted({s.model for s in seen}),
+        "mean_accuracy": summary["mean_accuracy"],
+        "worst_accuracy": summary["worst_accuracy"],
+        "simulated_seconds": summary["simulated_seconds"],
+        "timed_out": summary["timed_out"],
+        "rounds_trained": [r.rounds for r in runners],
+        "pushes_rejected": sum(int(r.get("pushes_rejected") or 0) for r in summary["nodes"]),
+        "cpu_seconds": cpu,
+    }
+    eps = [s for s in spent if s is not None]
+    if eps:
+        out["dp"] = {"epsilon_max": max(s.epsilon for s in eps),
+                     "delta": eps[0].delta, "steps_max": max(s.steps for s in eps)}
+    return out
+
+
+def report_real(run: RealRun, modes: tuple[str, ...]) -> dict[str, object]:
+    """Every mode's observer figures over real nodes, printed as a table."""
+    print(f"real nodes: observer = node 0 of {run.nodes}, digits (small MLP, partial scheme), "
+          f"{run.rounds} rounds on virtual time; |corr| mean/median (count) next to "
+          "independent noise of the same lengths (mean/p99)")
+    print(f"{'mode':<10} {'phase':<8} {'values':>20} {'noise':>13} {'(>=2 others)':>20} "
+          f"{'updates':>20} {'noise':>13}")
+    results: dict[str, object] = {"run": asdict(run), "modes": {}}
+    for mode in modes:
+        r = simulate_real(run, mode)
+        results["modes"][mode] = r  # type: ignore[index]
+        for phase in ("inside", "outside"):
+            v = r[f"values_{phase}"]
+            u = r[f"updates_{phase}"]
+            hid = r["values_inside_hidden_case"] if phase == "inside" else {}
+            print(f"{mode:<10} {phase:<8} {_fmt_real(v):>20} {_floor_fmt(v):>13} "
+                  f"{_fmt_real(hid):>20} {_fmt_real(u):>20} {_floor_fmt(u):>13}")
+        ages = r["values_inside_by_noise_age"]
+        if any(a["count"] for a in ages.values()):  # type: ignore[attr-defined]
+            print(f"{'':<10} values inside epochs by the push's noise age: " + ", ".join(
+                f"{k}: {_fmt_real(a)}" for k, a in ages.items()))  # type: ignore[attr-defined]
+            phases = r["values_inside_by_sender_phase"]
+            print(f"{'':<10} values inside epochs by the sender's epoch phase: " + ", ".join(
+                f"{k}: {_fmt_real(a)}" for k, a in phases.items()))  # type: ignore[attr-defined]
+        acc = r["mean_accuracy"]
+        acc_s = "-" if acc is None else f"{100 * float(acc):.1f}%"  # type: ignore[arg-type]
+        extra = ""
+        if "dp" in r:
+            d = r["dp"]
+            extra = f", epsilon {d['epsilon_max']:.3g} at delta {d['delta']:g}"  # type: ignore[index]
+        print(f"{'':<10} {len(r['rounds_trained'])} nodes, pushes seen "  # type: ignore[arg-type]
+              f"{r['pushes_observed']} from {r['senders_observed']} senders, "
+              f"{100 * float(r['share_of_pushes_inside']):.1f}% inside epochs, "  # type: ignore[arg-type]
+              f"{r['pushes_rejected']} pushes rejected swarm-wide, "
+              f"mean accuracy {acc_s}{extra}, {float(r['cpu_seconds']):.0f} CPU s",  # type: ignore[arg-type]
+              flush=True)
+    return results
+
+
+def _fmt_real(s: object) -> str:
+    d = s if isinstance(s, dict) else {}
+    if not d.get("count"):
+        return "-"
+    return f"{d['mean']:.3f}/{d['median']:.3f} ({d['count']})"
+
+
+def _floor_fmt(s: object) -> str:
+    d = s if isinstance(s, dict) else {}
+    if not d.get("count"):
+        return "-"
+    return f"{d['noise_mean']:.3f}/{d['noise_p99']:.3f}"
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     ap.add_argument("--quick", action="store_true", help="8 nodes, 60 rounds, length 200")
@@ -330,7 +638,26 @@ def main(argv: list[str] | None = None) -> int:
                     help="masked mode over epoch settings (8 nodes, length 200, 200 rounds)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", type=Path, help="write the figures to this file")
+    ap.add_argument("--real", action="store_true",
+                    help="real nodes on the in-memory network (virtual clock) instead of cores")
+    ap.add_argument("--nodes", type=int, default=8, help="--real: nodes (default 8)")
+    ap.add_argument("--rounds", type=int, default=200, help="--real: rounds (default 200)")
+    ap.add_argument("--modes", default="none,masked",
+                    help="--real: comma-separated modes of " + ", ".join(MODES)
+                    + " (default none,masked)")
     args = ap.parse_args(argv)
+    if args.real:
+        modes = tuple(m.strip() for m in args.modes.split(",") if m.strip())
+        bad = [m for m in modes if m not in MODES]
+        if bad or not modes:
+            ap.error(f"--modes: expected some of {', '.join(MODES)}, got {args.modes!r}")
+        if args.nodes < 3 or args.rounds < 2:
+            ap.error(f"--real needs --nodes >= 3 and --rounds >= 2, got {args.nodes}, "
+                     f"{args.rounds}")
+        real = report_real(RealRun(nodes=args.nodes, rounds=args.rounds, seed=args.seed), modes)
+        if args.json:
+            args.json.write_text(json.dumps(real, indent=1, default=float))
+        return 0
     dp = DPSection()
     base = Run(seed=args.seed, dp_delta=dp.delta)
     if args.quick:
