@@ -23,7 +23,7 @@ from typing import Unpack
 import trio
 import trio.testing
 
-from p2p.testing.memnet import MemoryNetwork, MemoryTransport, TransportOptions
+from p2p.testing.memnet import FaultyStream, MemoryNetwork, MemoryTransport, TransportOptions
 from p2p.wire.identity import Identity
 
 __all__ = ["Distribution", "Link", "SimNetwork", "SimStream", "SimTransport",
@@ -167,18 +167,18 @@ class SimNetwork(MemoryNetwork):
         return SimTransport(self, address, identity, **options)
 
 
-class SimStream(trio.abc.Stream):
-    """One end of a simulated connection: writes wait their link's delay, may be lost."""
+class SimStream(FaultyStream):
+    """One end of a simulated connection: writes wait their link's delay, may be lost
+    (the pass-through reads and closing are :class:`FaultyStream`'s)."""
 
     def __init__(self, network: SimNetwork, inner: trio.abc.Stream, link: Link) -> None:
-        self.network = network
-        self.inner = inner
+        super().__init__(network, inner)
+        self.sim = network
         self.link = link
-        self.dark = False
         self._sending = trio.Lock()  # writes on one link go one after another
 
     async def send_all(self, data: bytes | bytearray | memoryview) -> None:
-        net = self.network
+        net = self.sim
         size = len(data)
         async with self._sending:
             delay = self.link.delay(size)
@@ -193,15 +193,6 @@ class SimStream(trio.abc.Stream):
             net.messages += 1
             net.bytes += size
             await self.inner.send_all(data)
-
-    async def wait_send_all_might_not_block(self) -> None:
-        await self.inner.wait_send_all_might_not_block()
-
-    async def receive_some(self, max_bytes: int | None = None) -> bytes | bytearray:
-        return await self.inner.receive_some(max_bytes)
-
-    async def aclose(self) -> None:
-        await self.inner.aclose()
 
 
 class SimTransport(MemoryTransport):
