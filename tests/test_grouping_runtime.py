@@ -27,6 +27,7 @@ from p2p.runtime.checkpoint import CheckpointStore
 from p2p.runtime.grouping_agreement import attempt_epoch, grouping_seed, model_name
 from p2p.runtime.grouping_messages import GroupsPull
 from p2p.runtime.node import Node
+from p2p.runtime.train_runner import InlineRunner
 from p2p.swarm import node_config
 from p2p.testing import MemoryNetwork, fast_spec, memory_addresses, running, wait_until
 from p2p.wire.identity import Identity
@@ -91,8 +92,10 @@ def grouping_node(net: MemoryNetwork, root: Path, index: int, addresses: list[st
     config = grouping_config(index, data_dir, **options).with_overrides(  # type: ignore[arg-type]
         listen=addresses[index], bootstrap=addresses[:1] if index else [])
     transport = net.transport(Identity.load_or_create(data_dir), addresses[index])
+    # inline work: a worker thread would let the autojump clock jump past
+    # clustering.hold while a slow machine is still training
     node = Node(config, transport=transport, find_groups=find,  # type: ignore[arg-type]
-                join_group=nearest_join)
+                join_group=nearest_join, train_runner=InlineRunner())
     transport.tags = frozenset(node.by_fingerprint)
     return node
 
