@@ -1,0 +1,139 @@
+"""The strategy seam: what a node trains and what it exchanges, chosen by ``[strategy]``.
+
+A node always runs peer sampling, its transport and its trainer. A *strategy*
+decides what collaboration adds on top of local SGD:
+
+- ``partial`` (the default): push-sum averaging of the partial models, as the
+  node has always done; the strategy itself adds nothing.
+- ``fedcurv``: partial averaging plus an elastic penalty built from two
+  push-summed sums per shared model (the peers' Fisher diagonals and Fisher-weighted
+  parameters).
+- ``graph``: a personalised model per node, mixed with sampled peers' models under
+  weights the node learns (a collaboration graph), with per-node privacy noise.
+- ``fedlinked``: no parameter leaves the node; peers exchange representations of
+  the public split and each node distils towards a utility-weighted target.
+
+Each strategy is a small module implementing :class:`Strategy`; the node is its
+:class:`StrategyHost`. A strategy registers its own typed request handlers (its
+wire messages are part of the node's protocol, ``p2p/runtime/protocol.py``), may
+add a term to the training loss, is called after every training round under the
+model lock, and may run one background task in the node's nursery. The maths of
+each scheme lives in ``learner/strategies/`` (torch and numpy, no trio, no p2p),
+so it is tested and simulated without a node.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Protocol, TypeVar
+
+if TYPE_CHECKING:
+    import numpy as np
+    import torch
+    import trio
+
+    from gossip.pushsum import PushSum
+    from p2p.runtime.assembly import LearningSetup
+    from p2p.runtime.train_runner import TrainRunner
+    from p2p.wire.dispatch import RequestDispatcher
+    from p2p.wire.messages import Message
+
+__all__ = ["LossTerm", "Strategy", "StrategyHost"]
+
+R = TypeVar("R")
+
+#: An extra term added to each mini-batch's training loss; it reads the model
+#: through a closure (a penalty on the parameters, a distillation loss on the
+#: public split). Called inside the training step, in the trainer's thread.
+LossTerm = Callable[[], "torch.Tensor"]
+
+
+class StrategyHost(Protocol):
+    """What a node offers the strategy it runs."""
+
+    @property
+    def node_id(self) -> bytes:
+        """This node's id (its Ed25519 public key)."""
+        ...
+
+    @property
+    def learning(self) -> LearningSetup:
+        """Network, layout, data and trainer of this node."""
+        ...
+
+    @property
+    def cores(self) -> Mapping[str, PushSum]:
+        """Push-sum core per shared model name (empty when nothing is shared)."""
+        ...
+
+    @property
+    def requests(self) -> RequestDispatcher:
+        """Where the strategy registers the handlers of its request types."""
+        ...
+
+    @property
+    def runner(self) -> TrainRunner:
+        """Runs blocking work (a Fisher estimate, an SVD) off the event loop, or
+        inline in a simulation."""
+        ...
+
+    @property
+    def model_lock(self) -> trio.Lock:
+        """Held while the trainer trains or the network is read or written."""
+        ...
+
+    def rounds_done(self) -> int:
+        """Training rounds done so far."""
+        ...
+
+    def sample_peers(self, count: int, fingerprint: bytes | None = None) -> Sequence[bytes]:
+        """Up to ``count`` distinct peers from the peer-sampling view (holders of
+        ``fingerprint`` when given); their addresses are remembered for
+        :meth:`request`."""
+        ...
+
+    async def request(self, peer: bytes, msg: Message, expected: type[R], *,
+                      timeout: float | None = None) -> R | None:
+        """Send ``msg`` to ``peer`` and return its reply if it is an ``expected``;
+        None when the peer is unknown, unreachable, refused or answered with
+        another type (logged, never raised: the strategy tries again later)."""
+        ...
+
+    def add_gossiped(self, name: str, fingerprint: bytes, values: np.ndarray) -> PushSum:
+        """Gossip an auxiliary vector by push-sum among the nodes that add the same
+        ``fingerprint`` (same rules, guard and transport as a shared model); returns
+        its core. The strategy changes its contribution with ``core.set_values``
+        between exchanges, as the model sync does."""
+        ...
+
+
+class Strategy(Protocol):
+    """One collaboration scheme run by a node (see the module docstring)."""
+
+    #: The ``strategy.name`` that selects it.
+    name: str
+
+    def install(self, host: StrategyHost) -> None:
+        """Called once when the node is built, before it runs: register request
+        handlers, add gossiped vectors."""
+        ...
+
+    def loss_term(self) -> LossTerm | None:
+        """An extra training-loss term, or None."""
+        ...
+
+    def after_round(self) -> None:
+        """After each training round, under the model lock, once the push-sum cores
+        have taken the round's update (plain, quick work; blocking work goes through
+        ``host.runner`` from :meth:`run`)."""
+        ...
+
+    async def run(self) -> None:
+        """The strategy's background task (pulls from sampled peers); cancelled when
+        the node stops. A strategy with nothing to do in the background returns."""
+        ...
+
+    def status(self) -> Mapping[str, object]:
+        """What ``p2p status``, ``p2p metrics`` and the swarm's JSON show of it
+        (JSON-able values)."""
+        ...
