@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from p2p.runtime.assembly import LearningSetup
     from p2p.runtime.train_runner import TrainRunner
     from p2p.wire.dispatch import RequestDispatcher
-    from p2p.wire.messages import Message
+    from p2p.wire.codec import Message
 
 __all__ = ["LossTerm", "Strategy", "StrategyHost"]
 
