@@ -99,15 +99,32 @@ class EpochSettings:
     max_accepted: int = 8  # pairs from others a node holds at once (until its next fold)
     # fresh pairs join held noise only while it is this young (exchanges): see may_take_noise
     join_window: int = 10
+    # a pair's amplitude follows the lighter end's weight: between ends whose weights
+    # differ more than this the heavier end's noise would be too faint to hide anything
+    max_weight_ratio: float = 8.0
+    # training rounds in a row noise may be held before it is folded whatever its
+    # age: a peer claiming young noise (noise_age 0) on every push would otherwise
+    # hold the fold back for good (see MaskEpochs.fold_overdue)
+    max_noisy_rounds: int = 60
+
+    @property
+    def boundary_fold_age(self) -> int:
+        """Noise at least this old folds at a merge with a folded holder (3/4 of
+        ``mix_exchanges``: ``PushSum.boundary_fold_age``)."""
+        return max(1, (3 * self.mix_exchanges) // 4)
 
     def __post_init__(self) -> None:
-        for name in ("partners", "mix_exchanges", "max_accepted", "join_window"):
+        for name in ("partners", "mix_exchanges", "max_accepted", "join_window",
+                     "max_noisy_rounds"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise InvalidValues(f"{name}: expected an int >= 1, got {value!r}")
         if isinstance(self.clear_rounds, bool) or not isinstance(self.clear_rounds, int) \
                 or self.clear_rounds < 0:
             raise InvalidValues(f"clear_rounds: expected an int >= 0, got {self.clear_rounds!r}")
+        if not (self.max_weight_ratio >= 1 and math.isfinite(self.max_weight_ratio)):
+            raise InvalidValues(f"max_weight_ratio: expected a finite float >= 1, "
+                                f"got {self.max_weight_ratio!r}")
         if not (self.mask_scale > 0 and math.isfinite(self.mask_scale)):
             raise InvalidValues(f"mask_scale: expected a positive finite float, "
                                 f"got {self.mask_scale!r}")
@@ -280,7 +297,9 @@ class MaskEpochs:
         self._pairs: dict[tuple[bytes, int, bool], _Pair] = {}
         self._accepted_this_epoch = 0
         # offers answered, for retransmissions (kept past the fold, bounded)
-        self._answered: OrderedDict[tuple[bytes, int], PairAccept] = OrderedDict()
+        # (peer, epoch) -> (the offer's public key, our accept): a retransmission carries
+        # the same key; a restarted peer numbers its epochs afresh with new keys
+        self._answered: OrderedDict[tuple[bytes, int], tuple[bytes, PairAccept]] = OrderedDict()
         self._clear_rounds = self.settings.clear_rounds  # first epoch may start at once
         # pairs removed while our side had not left the two ends (exact if the
         # partner's had not either: it cannot be seen from here)
@@ -288,6 +307,8 @@ class MaskEpochs:
         self.removed_mixing = 0  # pairs removed after our side reached a third node
         self.folds = 0  # epochs (ours or others' pairs) whose noise was folded in
         self.refused = 0  # offers refused (too many accepted, or noise too old to join)
+        self.noisy_rounds = 0  # training rounds in a row the core has held noise
+        self.forced_folds = 0  # folds made by the max_noisy_rounds bound
 
     # ----------------------------------------------------------------- views
     @property
@@ -410,7 +431,9 @@ class MaskEpochs:
         (None).  Raises InvalidValues when the offer is malformed, when more
         than ``max_accepted`` pairs were accepted during our current epoch, or
         when the noise we hold is too old for a fresh pair to join it
-        (:meth:`may_take_noise`; the initiator asks someone else), or when a
+        (:meth:`may_take_noise`; the initiator asks someone else), when the two
+        weights differ more than ``max_weight_ratio`` (the pair would hide
+        little at the heavier end), or when a
         pair accepted from the same peer is still live (one liar cannot take
         every slot).
         """
@@ -422,9 +445,12 @@ class MaskEpochs:
         _check_weight(offer.weight, "offer.weight")
         _check_weight(weight, "weight")
         answered = self._answered.get((peer, offer.epoch))
-        if answered is not None:
+        if answered is not None and answered[0] == offer.public:
             # a retransmission (also after our fold cleared the pair): same answer
-            return answered, None
+            return answered[1], None
+        # (same epoch, another key: the peer restarted and numbers its epochs from 1
+        # again; answering with the stored accept would apply no side here while the
+        # peer applies one from a secret we do not share: the sum would be off)
         if any(key[0] == peer and not key[2] for key in self._pairs):
             self.refused += 1
             raise InvalidValues("offer: a pair accepted from this peer is still live")
@@ -435,6 +461,13 @@ class MaskEpochs:
             self.refused += 1
             raise InvalidValues(f"offer: the noise held here is {noise_age} exchanges old, "
                                 f"past the join window ({self.settings.join_window})")
+        ratio = max(offer.weight, weight) / min(offer.weight, weight)
+        if ratio > self.settings.max_weight_ratio:
+            # a = mask_scale * (lighter weight): the heavier end would get noise of
+            # mask_scale / ratio in its estimate, too faint next to its values
+            self.refused += 1
+            raise InvalidValues(f"offer: weights {offer.weight:.3g} and {weight:.3g} differ "
+                                f"more than {self.settings.max_weight_ratio:g}x")
         ours = new_private_key(self._rng)
         secret = pair_secret(ours, offer.public)
         accept = PairAccept(self.model, offer.epoch, float(weight), public_bytes(ours))
@@ -444,7 +477,8 @@ class MaskEpochs:
         self._accepted_this_epoch += 1  # only once the side is sure to be applied
         self._pairs[(peer, offer.epoch, False)] = _Pair(peer, offer.epoch, False, side,
                                                         first_push=next_push_id)
-        self._answered[(peer, offer.epoch)] = accept
+        self._answered[(peer, offer.epoch)] = (offer.public, accept)
+        self._answered.move_to_end((peer, offer.epoch))
         while len(self._answered) > _ANSWERED:
             self._answered.popitem(last=False)
         return accept, side.copy()
@@ -511,10 +545,29 @@ class MaskEpochs:
         :meth:`may_take_noise`)."""
         return self.due and self.may_take_noise(noisy, noise_age)
 
-    def on_round(self) -> None:
-        """A training round ended (counts the clear rounds between epochs)."""
+    def on_round(self, noisy: bool = False) -> None:
+        """A training round ended (counts the clear rounds between epochs and, with
+        ``noisy`` (the core holds noise), the rounds noise has been held)."""
         if self.phase is Phase.CLEAR:
             self._clear_rounds += 1
+        self.noisy_rounds = self.noisy_rounds + 1 if noisy else 0
+
+    @property
+    def fold_overdue(self) -> bool:
+        """True once noise has been held ``max_noisy_rounds`` rounds in a row: fold it now.
+
+        Honest epochs fold well before (``bench_privacy.py --real`` reports the
+        streaks); a peer that claims young noise on every push keeps the
+        receiver's age young and its training apart from the swarm.  Folding
+        then may fold noise that has not mixed: the price of a bounded epoch.
+        """
+        return self.noisy_rounds >= self.settings.max_noisy_rounds
+
+    def on_forced_fold(self) -> None:
+        """The core folded because :attr:`fold_overdue` (counts it, closes the epoch)."""
+        self.forced_folds += 1
+        self.noisy_rounds = 0
+        self.on_folded()
 
     def _settle(self) -> None:
         if self.phase is Phase.SETUP and not self._offered:

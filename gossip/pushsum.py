@@ -316,6 +316,12 @@ class PushSum:
         self.masked_pushes = int(masked_pushes)
         self.mask_std = float(mask_std)
         self.unmask_after = int(unmask_after)
+        # Masking epochs (set by the node's masking glue; None: off): a merge between a
+        # noisy and a folded side with noise at least this old folds at once.  Such old
+        # noise has mixed; the estimate it leaves carries values it no longer hides
+        # (merged from a folded holder, or the receiver's own after its fold), while
+        # the push would still be flagged noisy.
+        self.boundary_fold_age: int | None = None
         self.max_attempts = int(max_attempts)
         self.give_up_after = int(give_up_after)
         self.exchange = exchange
@@ -916,6 +922,7 @@ class PushSum:
         # (clipping y - x, issue 11) would go here and in _reply/on_ack.
         new_w = self._w + weight
         a = weight / new_w
+        boundary = noisy != self._noisy  # one side holds noise, the other has folded
         if noisy:
             self._hold_noise_apart()  # z keeps the trained values; the deviation is held in x - z
             self._noise_age = min(self._noise_age, noise_age) if self._noisy else noise_age
@@ -932,6 +939,11 @@ class PushSum:
         step *= a
         self._x += step
         self._w = new_w
+        if boundary and self.boundary_fold_age is not None \
+                and self._noise_age >= self.boundary_fold_age:
+            # the swarm is folding (see boundary_fold_age): fold now rather than push
+            # estimates whose old noise no longer hides the values they carry
+            self._maybe_unmask(force=True)
 
     def _hold_noise_apart(self) -> None:
         """Give x its own array before it moves away from z (noise arrives)."""
@@ -1177,8 +1189,20 @@ class PushSum:
             _, old = self._replies.popitem(last=False)
             self._replies_bytes -= old.nbytes
 
-    def _maybe_unmask(self) -> None:
-        if not self._noisy or self._noise_age < self.unmask_after:
+    def fold_noise(self) -> bool:
+        """Fold the held noise into the trained values now, whatever its age.
+
+        For a bounded epoch (:mod:`gossip.mask_epochs`: a peer that keeps
+        claiming young noise must not hold the fold back for good).  Returns
+        False when no noise is held or a masked push's compensation is pending.
+        """
+        if not self._noisy:
+            return False
+        self._maybe_unmask(force=True)
+        return not self._noisy
+
+    def _maybe_unmask(self, force: bool = False) -> None:
+        if not self._noisy or (self._noise_age < self.unmask_after and not force):
             return
         if any(o.masked for o in self._outstanding.values()):
             return  # its compensation must land before the noise is folded in

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from learner.associative import AssociativeNetwork, AssociativeSettings, associative_network_spec
 from learner.augment import check_shift, random_shifts
 from learner.data import DataSpec, NodeData, load_node_data
 from learner.data_errors import DataError
@@ -49,6 +50,8 @@ if TYPE_CHECKING:
 __all__ = [
     "OPTIMIZERS",
     "SEMI_LOCAL_SCHEMES",
+    "AssociativeNetwork",
+    "AssociativeSettings",
     "DPConfig",
     "DPConfigError",
     "DataError",
@@ -83,6 +86,7 @@ __all__ = [
     "random_shifts",
     "Trainer",
     "assign",
+    "associative_network_spec",
     "average_shared_models",
     "averaging_level",
     "evaluate_model",

@@ -21,6 +21,7 @@ Built-in tasks and uint8 images keep their fixed scaling to [0, 1].
 from __future__ import annotations
 
 import logging
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -30,8 +31,8 @@ from learner.permutations import parse_permutation
 from learner.task_data import TaskData
 from learner.tasks import get_task
 
-__all__ = ["SCALINGS", "DataSpec", "NodeData", "TaskSplit", "load_node_data", "split_parts",
-           "split_task"]
+__all__ = ["SCALINGS", "DataSpec", "NodeData", "TaskSplit", "dirichlet_shards", "load_node_data",
+           "split_parts", "split_task"]
 
 logger = logging.getLogger(__name__)
 
@@ -57,7 +58,12 @@ class DataSpec:
     of SCALINGS, for features a file stores unnormalised (see the module);
     num_samples: samples a generated task (synthetic, mnist1d) makes (None:
     the task's default); public_size: samples in the public split (None: the
-    task's default, see :mod:`learner.tasks`).
+    task's default, see :mod:`learner.tasks`); classes: the true labels this
+    node trains and is tested on (None: all); its shard and test part keep
+    only samples of these classes (the public split keeps all); label_skew:
+    Dirichlet concentration alpha of the shards' class proportions (None: shards
+    of the shuffled pool, every class alike; small alpha, e.g. 0.3: each node
+    holds a few classes mostly; see :func:`dirichlet_shards`).
     """
 
     task: str = "digits"
@@ -72,6 +78,8 @@ class DataSpec:
     scale: str = "standard"
     num_samples: int | None = None
     public_size: int | None = None
+    classes: tuple[int, ...] | None = None
+    label_skew: float | None = None
 
     def __post_init__(self) -> None:
         entry = get_task(self.task)
@@ -103,6 +111,16 @@ class DataSpec:
             raise DataError(f"expected an integer >= 10 or None, got {self.num_samples}",
                             field="num_samples")
         entry.request(self.path, self.seed, self.num_classes, self.num_samples, self.public_size)
+        if self.label_skew is not None and not (0.0 < self.label_skew < math.inf):
+            raise DataError(f"expected a finite number > 0 or None, got {self.label_skew}",
+                            field="label_skew")
+        if self.classes is not None:
+            classes = tuple(self.classes)
+            if not classes or any(isinstance(c, bool) or not isinstance(c, int) or c < 0
+                                  for c in classes) or len(set(classes)) != len(classes):
+                raise DataError(f"expected distinct class labels >= 0 (at least one) or None, "
+                                f"got {self.classes!r}", field="classes")
+            object.__setattr__(self, "classes", classes)
 
 
 @dataclass(frozen=True, eq=False)
@@ -162,10 +180,12 @@ def split_parts(
     test_fraction: float,
     samples_per_node: int | None = None,
     public_size: int = 0,
+    label_skew: float | None = None,
 ) -> TaskSplit:
     """Seeded split of `task.x`: test part first, then `public_size` public samples,
     then the shards. With `public_size` 0 the test part and the shards are those
-    of :func:`split_task` before public splits existed."""
+    of :func:`split_task` before public splits existed. With `label_skew` the
+    shards' class proportions are drawn from a Dirichlet (:func:`dirichlet_shards`)."""
     rng = np.random.default_rng(np.random.SeedSequence([seed, 0xDA7A]))
     order = rng.permutation(task.x.shape[0])
     if task.x_test is None:
@@ -182,7 +202,10 @@ def split_parts(
             f"data.num_nodes: {num_nodes} nodes but only {pool.size} training samples; "
             "expected at most one node per training sample"
         )
-    shards = np.array_split(pool, num_nodes)
+    if label_skew is not None:
+        shards = dirichlet_shards(pool, task.y[pool], num_nodes, label_skew, rng)
+    else:
+        shards = np.array_split(pool, num_nodes)
     if samples_per_node is not None:
         smallest = min(s.size for s in shards)
         if samples_per_node > smallest:
@@ -192,6 +215,34 @@ def split_parts(
             )
         shards = [s[:samples_per_node] for s in shards]
     return TaskSplit(test_idx, public_idx, shards)
+
+
+#: Draws of the class proportions tried before a label-skewed split gives up.
+SKEW_DRAWS = 100
+
+
+def dirichlet_shards(pool: np.ndarray, labels: np.ndarray, num_nodes: int, alpha: float,
+                     rng: np.random.Generator) -> list[np.ndarray]:
+    """Disjoint shards of `pool` (whose labels are `labels`) with label skew: for each
+    class, the share of its samples each node gets is drawn from Dirichlet(alpha, ...,
+    alpha), the usual non-IID split (Hsu et al. 2019). Seeded by `rng`, so every node
+    computes the same split. Draws again (up to SKEW_DRAWS times) while a shard would
+    hold fewer than 2 samples."""
+    classes = np.unique(labels)
+    for _ in range(SKEW_DRAWS):
+        parts: list[list[np.ndarray]] = [[] for _ in range(num_nodes)]
+        for c in classes:
+            members = pool[labels == c]
+            shares = rng.dirichlet(np.full(num_nodes, alpha))
+            cuts = np.round(np.cumsum(shares)[:-1] * members.size).astype(np.int64)
+            for node, part in enumerate(np.split(members, cuts)):
+                parts[node].append(part)
+        shards = [np.sort(np.concatenate(p)) for p in parts]
+        if min(s.size for s in shards) >= 2:
+            return shards
+    raise DataError(f"{SKEW_DRAWS} draws of Dirichlet({alpha:g}) class proportions all left "
+                    f"a node with fewer than 2 of the {pool.size} training samples; raise "
+                    "data.label_skew or lower data.num_nodes", field="label_skew")
 
 
 def load_node_data(spec: DataSpec) -> NodeData:
@@ -207,6 +258,7 @@ def load_node_data(spec: DataSpec) -> NodeData:
         test_fraction=spec.test_fraction,
         samples_per_node=spec.samples_per_node,
         public_size=entry.carved_public(task, spec.public_size),
+        label_skew=spec.label_skew,
     )
     test_idx = split.test
     task = _scaled(task, test_idx, spec)
@@ -215,6 +267,8 @@ def load_node_data(spec: DataSpec) -> NodeData:
         test_x, test_y = task.x[test_idx], task.y[test_idx]
     else:
         test_x, test_y = task.x_test, task.y_test
+    if spec.classes is not None:
+        shard, test_x, test_y = _of_classes(spec.classes, task, shard, test_x, test_y)
     if task.x_public is not None and task.y_public is not None:
         public_x, public_y = task.x_public, task.y_public
     else:
@@ -238,6 +292,23 @@ def load_node_data(spec: DataSpec) -> NodeData:
         data.test_y.size, data.public_y.size, spec.task, spec.permutation or "id",
     )
     return data
+
+
+def _of_classes(classes: tuple[int, ...], task: TaskData, shard: np.ndarray,
+                test_x: np.ndarray, test_y: np.ndarray
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The shard and test part cut down to the true labels `classes` (data.classes)."""
+    wrong = [c for c in classes if c >= task.num_classes]
+    if wrong:
+        raise DataError(f"{wrong[0]} is not a class of the task; expected labels in "
+                        f"0..{task.num_classes - 1}", field="classes")
+    wanted = np.asarray(classes, dtype=np.int64)
+    shard = shard[np.isin(task.y[shard], wanted)]
+    if shard.size == 0:
+        raise DataError(f"this node's shard holds no sample of classes {list(classes)}",
+                        field="classes")
+    keep = np.isin(test_y, wanted)
+    return shard, test_x[keep], test_y[keep]
 
 
 def _scaled(task: TaskData, test_idx: np.ndarray, spec: DataSpec) -> TaskData:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -82,7 +83,15 @@ class Trainer:
     With `config.shift`, each training image is moved by up to that many pixels
     (:func:`learner.augment.random_shifts`); the model must say its image shape
     with an ``input_image`` attribute (:class:`learner.network.PartialNetwork` does).
+
+    ``loss_term`` (settable later, e.g. by a collaboration strategy) is called at
+    every non-DP step and its scalar tensor is added to the mini-batch loss that
+    is backpropagated; the reported loss stays the cross-entropy alone. DP-SGD
+    steps refuse it (a term outside per-sample clipping would escape the accounting).
     """
+
+    #: An extra term added to each mini-batch's loss (None: cross-entropy alone).
+    loss_term: Callable[[], torch.Tensor] | None = None
 
     def __init__(self, model: nn.Module, train_x: np.ndarray, train_y: np.ndarray,
                  config: TrainConfig, *, dp: DPConfig | None = None,
@@ -131,14 +140,21 @@ class Trainer:
         if steps < 1:
             raise ValueError(f"train_steps: expected steps >= 1, got {steps}")
         if self.privacy is not None:
+            if self.loss_term is not None:
+                raise ValueError("a loss term cannot be added to DP-SGD steps: it would "
+                                 "escape per-sample clipping and the privacy accounting")
             return self._private_steps(self.privacy, steps)
         self.model.train()
         total = 0.0
+        term = self.loss_term
         for _ in range(steps):
             index = self._next_batch()
             self.optimizer.zero_grad(set_to_none=True)
             loss = F.cross_entropy(self.model(self._inputs(index)), self._y[index])
-            loss.backward()
+            if term is not None:
+                (loss + term()).backward()
+            else:
+                loss.backward()
             self.optimizer.step()
             total += float(loss.detach())
         self.steps_done += steps

@@ -121,6 +121,8 @@ class SwarmSpec:
     checkpoint_interval: float = 30.0
     # a node config every daemon's config starts from (see node_config)
     template: str | None = None
+    # strategy.name of every node ([strategy]; p2p/strategy); None: the template's
+    strategy: str | None = None
 
     def network(self) -> NetworkSpec:
         """The network every node runs: `layers` read as a notation or a task's network name."""
@@ -235,6 +237,8 @@ def node_config(spec: SwarmSpec, index: int, data_dir: Path,
             if swarm_key_file is not None or spec.template is None else base.security,
             checkpoint=dataclasses.replace(base.checkpoint, interval=spec.checkpoint_interval),
             clustering=clustering_config(spec, base.clustering),
+            strategy=base.strategy if spec.strategy is None
+            else dataclasses.replace(base.strategy, name=spec.strategy),
         )
     except ConfigError as exc:
         raise SwarmError(f"node{index}'s config: {exc}") from None
@@ -675,6 +679,8 @@ class Swarm:
                 # DP-SGD: epsilon spent at status' privacy.delta (None without DP)
                 "epsilon": (d.status.get("privacy") or {}).get("epsilon"),
                 "privacy": d.status.get("privacy"),
+                # the collaboration strategy's own report (p2p status' "strategy")
+                "strategy": d.status.get("strategy"),
                 "pushes_sent": sum(m.get("pushes_sent", 0) for m in shared),
                 "pushes_received": sum(m.get("pushes_received", 0) for m in shared),
                 "pushes_rejected": sum(m.get("pushes_rejected", 0) for m in shared),

@@ -91,6 +91,7 @@ class SamplerTuning(TypedDict, total=False):
     lookups: bool
     lookup_every: int
     lookup_fanout: int
+    lookup_small: int | None
     retries: int
     directory_tags: int
     sign: Signer | None
@@ -117,7 +118,9 @@ class PeerSampler:
     ``max(4 * l, 32)``) bounds the entries accepted in one message; larger
     messages are dropped whole. ``lookups`` enables asking random main-view
     peers for holders: ``lookup_fanout`` peers every period while a model view
-    is empty, one peer every ``lookup_every`` periods while it is not full.
+    holds fewer than ``lookup_small`` holders (default ``l``; an empty view
+    always counts: 0 gives the rule before issue 17), one peer every
+    ``lookup_every`` periods while it is not full.
     ``retries`` bounds the replacement shuffles :meth:`on_failure` offers per
     view and period (0 = plain Cyclon: one exchange per view and period).
 
@@ -145,6 +148,7 @@ class PeerSampler:
         lookups: bool = True,
         lookup_every: int = 4,
         lookup_fanout: int = 3,
+        lookup_small: int | None = None,
         retries: int = 1,
         directory_tags: int = 256,
         sign: Signer | None = None,
@@ -162,6 +166,8 @@ class PeerSampler:
             raise ValueError(f"lookup_every must be >= 1, got {lookup_every}")
         if lookup_fanout < 1:
             raise ValueError(f"lookup_fanout must be >= 1, got {lookup_fanout}")
+        if lookup_small is not None and lookup_small < 0:
+            raise ValueError(f"lookup_small must be >= 0, got {lookup_small}")
         me = validate_descriptor(self_descriptor, max_age=max_age)
         self.c = c
         self.l = l
@@ -174,6 +180,9 @@ class PeerSampler:
         self.lookups = lookups
         self.lookup_every = lookup_every
         self.lookup_fanout = lookup_fanout
+        # a model view holding fewer holders than this (a rare model) keeps
+        # asking lookup_fanout peers every period: see docs/peersampling.md
+        self.lookup_small = l if lookup_small is None else lookup_small
         if retries < 0:
             raise ValueError(f"retries must be >= 0, got {retries}")
         self.retries = retries
@@ -382,7 +391,7 @@ class PeerSampler:
         lookups: list[tuple[str, ShuffleRequest]] = []
         if self.lookups and self._view:
             for m, v in self._models.items():
-                if not v:
+                if not v or len(v) < self.lookup_small:
                     fanout = self.lookup_fanout
                 elif lookup_turn and len(v) < v.capacity:
                     fanout = 1

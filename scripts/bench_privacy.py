@@ -31,7 +31,13 @@ scripts/simulate.py runs them.  Node 0 records every push it merges (a wrapper
 of its cores' ``on_push``, installed here), with the sender's trained values,
 its epoch phase and partners at that time; each node's train runner records
 its local SGD updates.  Same figures per phase (mean and median), each next to
-the level of independent noise of the same lengths.
+the level of independent noise of the same lengths, and inside epochs by the
+push's noise age.  The average a push is compared with leaves out the shares
+of pushes merged by their receiver but not yet acknowledged (:func:`_in_flight`:
+counted in both cores' mass they put a copy of the push's own noise into the
+"average").  The JSON keeps one row per push inside epochs (``push_log``: the
+sender's noise over its private part, pairs, weight, phase, held noise) and
+the rounds in a row each node held noise (``noisy_streak_rounds``).
 
 Usage::
 
@@ -371,6 +377,14 @@ class RealSeen:
     payload: np.ndarray
     local_sum: np.ndarray  # the sender's local updates of this model summed up to then
     noise_age: int = 0  # the push's noise_age: exchanges its youngest noise has mixed
+    # diagnostics of the sender then: RMS of the noise the push carries (push minus its
+    # trained values) over RMS of its private part (trained values minus the average)
+    noise_ratio: float = math.nan
+    pairs: int = 0  # live pairs the sender held
+    weight: float = 0.0  # the sender's push-sum weight
+    # values_corr against the holders' summed mass with no correction for pushes in flight
+    raw_corr: float = math.nan
+    extra: dict[str, object] = field(default_factory=dict)  # more of the sender's state
 
 
 class _RecordingRunner:
@@ -383,6 +397,9 @@ class _RecordingRunner:
         self.node: object | None = None  # set once the node is built
         self.local_sum: dict[str, np.ndarray] = {}
         self.rounds = 0
+        # training rounds in a row each model's core held noise (ended streaks)
+        self.streak: dict[str, int] = {}
+        self.streaks: list[int] = []
 
     async def train_steps(self, trainer: object, steps: int) -> float:
         node: Any = self.node
@@ -394,6 +411,11 @@ class _RecordingRunner:
             update = net.extract(n).astype(np.float64) - before[n]
             self.local_sum[n] = self.local_sum.get(n, 0.0) + update
         self.rounds += 1
+        for n in names:
+            if node.cores[n].noisy:
+                self.streak[n] = self.streak.get(n, 0) + 1
+            elif self.streak.get(n):
+                self.streaks.append(self.streak.pop(n))
         await self.inner.charge()
         return float(loss)
 
@@ -412,6 +434,63 @@ def _noise_floor(lengths: list[int], seed: int = 99) -> tuple[float, float]:
     if not draws:
         return math.nan, math.nan
     return statistics.fmean(draws), float(np.quantile(draws, 0.99))
+
+
+def _sender_state(node: Any, name: str) -> dict[str, object]:
+    """Diagnostics of the sender's masking state when its push was merged."""
+    core = node.cores[name]
+    out: dict[str, object] = {"noisy_now": core.noisy, "age_now": core.noise_age,
+                              "unmasks": core.counters.unmasks}
+    if node.masking is not None:
+        ep = node.masking.epochs(name)
+        out.update(removed=ep.removed_exact + ep.removed_mixing, folds=ep.folds,
+                   epoch=ep.epoch)
+    return out
+
+
+_AGE_BINS = ((0, 10), (10, 20), (20, 30), (30, 38), (38, 40), (40, 10 ** 6))
+
+
+def _quantiles(xs: list[int]) -> dict[str, float]:
+    """Count, median, p99 and largest of ``xs`` (NaN when empty)."""
+    if not xs:
+        return {"count": 0, "median": math.nan, "p99": math.nan, "max": math.nan}
+    return {"count": len(xs), "median": float(np.median(xs)),
+            "p99": float(np.quantile(xs, 0.99)), "max": float(max(xs))}
+
+
+def _in_flight(holders: list[Any], name: str, by_id: dict[bytes, Any]) -> tuple[Any, float]:
+    """Mass and weight counted twice in the holders' sum: pushes merged by their receiver
+    whose ack has not reached the sender yet (the sender still holds the share), minus
+    the replies the receivers gave for them (not yet merged by the sender).
+
+    Pushes carry noise of the mask scale: left in, they would put a multiple of the
+    push's own noise into the "average" the observer compares with (and in the
+    sender's private part), which reads as a correlation (|corr| near 1 once that
+    share dominates the private part).
+    """
+    from gossip.dup_window import Seen
+
+    mass: Any = 0.0
+    weight = 0.0
+    for n in holders:
+        core = n.cores[name]
+        me = n.identity.node_id
+        for o in list(core._outstanding.values()):
+            peer = by_id.get(o.peer)
+            if peer is None or name not in peer[0].cores:
+                continue
+            state = peer[0].cores[name]._seen.lookup(me, o.push.push_id)
+            if state is Seen.MERGED or state is Seen.REPLIED:
+                mass = mass + o.push.weight * o.sent
+                weight += o.push.weight
+            if state is Seen.REPLIED:
+                ack = peer[0].cores[name]._replies.get((me, o.push.push_id))
+                if ack is not None:
+                    r, d = core._check_reply(o, ack)
+                    mass = mass - r * (o.sent + d)
+                    weight -= r
+    return mass, weight
 
 
 def simulate_real(run: RealRun, mode: str) -> dict[str, object]:
@@ -472,18 +551,33 @@ def simulate_real(run: RealRun, mode: str) -> dict[str, object]:
         node, runner = src
         holders = [n for n, _ in by_id.values() if name in n.cores]
         mass = sum((n.cores[name].mass for n in holders), np.zeros(q.size))
-        avg = mass / sum(n.cores[name].weight for n in holders)
+        weight = sum(n.cores[name].weight for n in holders)
+        raw_avg = mass / weight
+        fix_mass, fix_weight = _in_flight(holders, name, by_id)
+        avg = (mass - fix_mass) / (weight - fix_weight)
         mine = node.cores[name].values
         phase, hidden = "clear", False
         if node.masking is not None:
             ep = node.masking.epochs(name)
             phase = ep.phase.value
             hidden = len([p for p in ep.partners_of_epoch() if p != me]) >= 2
+        pairs = 0 if node.masking is None else node.masking.epochs(name).live_pairs
+        zavg = sum((n.cores[name].weight * n.cores[name].values for n in holders),
+                   np.zeros(q.size)) / sum(n.cores[name].weight for n in holders)
+        extra = _sender_state(node, name)
+        extra["corr_zz"] = abs(_corr(q - avg, mine - zavg))
+        extra["corr_zq"] = abs(_corr(q - zavg, mine - zavg))
+        snap = node.cores[name].snapshot()
+        extra["held_rms"] = float(np.sqrt(np.mean((snap.estimate - snap.values) ** 2)))
+        extra["private_rms"] = float(np.sqrt(np.mean((mine - avg) ** 2)))
+        private = float(np.sqrt(np.mean((mine - avg) ** 2)))
+        ratio = float(np.sqrt(np.mean((q - mine) ** 2))) / max(private, 1e-300)
         local = runner.local_sum.get(name)
         seen.append(RealSeen(sender, name, now, noisy, phase, hidden,
                              abs(_corr(q - avg, mine - avg)), q,
                              np.zeros(q.size) if local is None else np.array(local),
-                             noise_age))
+                             noise_age, ratio, pairs, float(node.cores[name].weight),
+                             abs(_corr(q - raw_avg, mine - raw_avg)), extra))
 
     class ObservedSimulation(Simulation):
         def _build(self, slot: Any) -> Any:
@@ -557,7 +651,12 @@ def simulate_real(run: RealRun, mode: str) -> dict[str, object]:
         "values_inside_by_noise_age": {
             f"{lo}-{hi - 1}" if hi < 10 ** 6 else f">={lo}":
             values(lambda s, lo=lo, hi=hi: s.noisy and lo <= s.noise_age < hi)
-            for lo, hi in ((0, 10), (10, 20), (20, 30), (30, 40), (40, 10 ** 6))},
+            for lo, hi in _AGE_BINS},
+        # the same for senders with >= 2 pairs with others than the observer
+        "values_hidden_case_by_noise_age": {
+            f"{lo}-{hi - 1}" if hi < 10 ** 6 else f">={lo}":
+            values(lambda s, lo=lo, hi=hi: s.noisy and s.hidden_case and lo <= s.noise_age < hi)
+            for lo, hi in _AGE_BINS},
         # inside epochs by the sender's own epoch phase then ("clear": it holds only noise
         # received from others)
         "values_inside_by_sender_phase": {
@@ -575,8 +674,17 @@ def simulate_real(run: RealRun, mode: str) -> dict[str, object]:
         "simulated_seconds": summary["simulated_seconds"],
         "timed_out": summary["timed_out"],
         "rounds_trained": [r.rounds for r in runners],
+        # rounds in a row a node held noise (the forced fold's bound must sit above them)
+        "noisy_streak_rounds": _quantiles([x for r in runners for x in r.streaks]),
         "pushes_rejected": sum(int(r.get("pushes_rejected") or 0) for r in summary["nodes"]),
         "cpu_seconds": cpu,
+        # one row per push inside epochs (diagnostics: what made a push readable)
+        "push_log": [{"time": s.time, "model": s.model, "sender": s.sender[:4].hex(),
+                      "values_corr": s.values_corr, "raw_corr": s.raw_corr,
+                      "noise_age": s.noise_age,
+                      "noise_ratio": s.noise_ratio, "pairs": s.pairs, "weight": s.weight,
+                      "phase": s.phase, "hidden_case": s.hidden_case, **s.extra}
+                     for s in seen if s.noisy],
     }
     eps = [s for s in spent if s is not None]
     if eps:
@@ -606,6 +714,10 @@ def report_real(run: RealRun, modes: tuple[str, ...]) -> dict[str, object]:
         if any(a["count"] for a in ages.values()):  # type: ignore[attr-defined]
             print(f"{'':<10} values inside epochs by the push's noise age: " + ", ".join(
                 f"{k}: {_fmt_real(a)}" for k, a in ages.items()))  # type: ignore[attr-defined]
+            hid_ages = r["values_hidden_case_by_noise_age"]
+            print(f"{'':<10} same, sender with >= 2 pairs with others: " + ", ".join(
+                f"{k}: {_fmt_real(a)}" for k, a in hid_ages.items()  # type: ignore[attr-defined]
+                if a["count"]))
             phases = r["values_inside_by_sender_phase"]
             print(f"{'':<10} values inside epochs by the sender's epoch phase: " + ", ".join(
                 f"{k}: {_fmt_real(a)}" for k, a in phases.items()))  # type: ignore[attr-defined]
@@ -615,6 +727,11 @@ def report_real(run: RealRun, modes: tuple[str, ...]) -> dict[str, object]:
         if "dp" in r:
             d = r["dp"]
             extra = f", epsilon {d['epsilon_max']:.3g} at delta {d['delta']:g}"  # type: ignore[index]
+        streak = r["noisy_streak_rounds"]
+        if streak["count"]:  # type: ignore[index]
+            print(f"{'':<10} rounds in a row a node held noise: median "
+                  f"{streak['median']:.0f}, p99 {streak['p99']:.0f}, "  # type: ignore[index]
+                  f"largest {streak['max']:.0f} ({streak['count']} epochs)")  # type: ignore[index]
         print(f"{'':<10} {len(r['rounds_trained'])} nodes, pushes seen "  # type: ignore[arg-type]
               f"{r['pushes_observed']} from {r['senders_observed']} senders, "
               f"{100 * float(r['share_of_pushes_inside']):.1f}% inside epochs, "  # type: ignore[arg-type]

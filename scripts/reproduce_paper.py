@@ -35,12 +35,22 @@ to the two reference variants (no averaging and full averaging) of the same seed
     python scripts/reproduce_paper.py averaging-level --quick
     python scripts/reproduce_paper.py averaging-level --task mnist5k --network cnn --quick --json
     python scripts/reproduce_paper.py semi-local --json out.json --plot out.png
+
+The other collaboration schemes of the papers (docs/strategies.md) have their
+own experiment scripts, run through this one as well; the arguments after the
+name go to that script (``--help`` lists them):
+
+    python scripts/reproduce_paper.py fedcurv --seeds 0,1,2,3,4
+    python scripts/reproduce_paper.py graph --help
+    python scripts/reproduce_paper.py fedlinked --help
+    python scripts/reproduce_paper.py associative --help
 """
 
 from __future__ import annotations
 
 import argparse
 import functools
+import importlib.util
 import json
 import logging
 import multiprocessing
@@ -71,6 +81,14 @@ from learner.trainer import OPTIMIZERS, TrainConfig
 logger = logging.getLogger("reproduce_paper")
 
 EXPERIMENTS = ("averaging-level", "semi-local", "semi-local-local")
+#: Experiment name -> the script (beside this one) that runs it: the schemes of
+#: docs/strategies.md, each measured by its own script with its own options.
+SCHEME_EXPERIMENTS = {
+    "fedcurv": "paper_fedcurv.py",
+    "graph": "paper_graph.py",
+    "fedlinked": "paper_fedlinked.py",
+    "associative": "paper_associative.py",
+}
 LEVELS = ("0", "15", "30", "60", "80", "100")
 QUICK_LEVELS = ("0", "80", "100")
 SCHEMES = ("none", "full", "group", "global80", "global80+semi20", "global80+semi20-nodep")
@@ -431,7 +449,9 @@ def _ints(text: str) -> tuple[int, ...]:
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("experiment", choices=EXPERIMENTS)
+    parser.add_argument("experiment", choices=EXPERIMENTS,
+                        help="the experiment (or, with their own options: "
+                             + ", ".join(SCHEME_EXPERIMENTS) + ")")
     parser.add_argument("--task", default="digits", choices=TASKS,
                         help="data task (default digits; mnist5k: the bundled MNIST sample)")
     parser.add_argument("--network", default=None,
@@ -520,7 +540,23 @@ def settings_from(args: argparse.Namespace) -> Settings:
     )
 
 
+def run_scheme_experiment(name: str, argv: Sequence[str]) -> int:
+    """Run the experiment script of scheme ``name`` with ``argv``; its exit status."""
+    path = Path(__file__).with_name(SCHEME_EXPERIMENTS[name])
+    module_name = f"paper_{name}"
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    if spec is None or spec.loader is None:  # pragma: no cover - the files ship together
+        raise SystemExit(f"cannot load {path}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module  # dataclasses look their module up while it loads
+    spec.loader.exec_module(module)
+    return int(module.main(list(argv)))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    if arguments and arguments[0] in SCHEME_EXPERIMENTS:
+        return run_scheme_experiment(arguments[0], arguments[1:])
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     args = parse_args(argv)
     settings = settings_from(args)

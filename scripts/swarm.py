@@ -52,6 +52,7 @@ from p2p.config import (
     check_task_fit,
     load_config,
 )
+from p2p.strategy import STRATEGY_NAMES
 from p2p.swarm import (
     AUTO_ROUNDS,
     GROUPINGS,
@@ -100,6 +101,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "--semi-local auto: give the same to a run it is compared with)")
     p.add_argument("--scheme", choices=["local", "full", "partial"], default="partial",
                    help="averaging level 0, 100 or 80 %% of each hidden layer (default partial)")
+    p.add_argument("--strategy", choices=STRATEGY_NAMES,
+                   help="strategy.name of every node (default: the config's, else "
+                        "\"partial\"; docs/strategies.md)")
     p.add_argument("--semi-local", nargs="?", const="manual", choices=GROUPINGS,
                    metavar="manual|auto",
                    help="80 %% global + 20 %% semi-local models: alone (or \"manual\"), a "
@@ -275,7 +279,8 @@ def spec_from_args(args: argparse.Namespace) -> SwarmSpec:
              "optimizer": args.optimizer, "batch_size": args.batch_size,
              "steps_per_round": args.steps_per_round, "shift": args.shift,
              "pushes_per_round": args.pushes_per_round, "exchange": args.exchange,
-             "encoding": args.encoding, "max_in_flight": args.max_in_flight}
+             "encoding": args.encoding, "max_in_flight": args.max_in_flight,
+             "strategy": args.strategy}
     try:
         if args.config is not None:
             template = load_config(args.config)

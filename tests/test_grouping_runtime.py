@@ -25,7 +25,7 @@ from learner.spec import PartialModelSpec
 from p2p.config import ClusteringConfig, ConfigError, NodeConfig
 from p2p.runtime.checkpoint import CheckpointStore
 from p2p.runtime.grouping_agreement import attempt_epoch, grouping_seed, model_name
-from p2p.runtime.grouping_messages import GroupsPull
+from p2p.runtime.grouping_messages import GroupsPull, GroupsReply
 from p2p.runtime.node import Node
 from p2p.runtime.train_runner import InlineRunner
 from p2p.swarm import node_config
@@ -486,3 +486,65 @@ def test_a_retry_needs_retries_left_and_rounds_left_to_train() -> None:
     assert g.attempt == 1 and g.may_retry()  # attempt 2 projects at 18 < 30
     g._next_attempt()
     assert not g.may_retry()  # the last attempt's answer stands
+
+
+async def test_a_peer_that_cannot_be_pulled_back_does_not_stall_the_agreement(
+        autojump_clock: trio.testing.MockClock) -> None:
+    """A peer pulled this node (holding more records) but this node cannot reach it
+    (it never sampled its address): the node pulls sampled peers instead of only it."""
+    from p2p.runtime.grouping_runtime import NodeGrouping
+
+    config = ClusteringConfig(mode="auto", pretrain_rounds=1, expected_nodes=3,
+                              quiet_period=1.0, pull_period=0.2)
+    identities = [Identity.generate() for _ in range(3)]
+    shifted = np.eye(CLASSES)[[(c + 1) % CLASSES for c in range(CLASSES)]].ravel()
+    values = [np.eye(CLASSES).ravel(), shifted, shifted]
+    groupings = [NodeGrouping(config, ident, global_model="global", global_fingerprint=b"g" * 32,
+                              counts=(0, 1, 0), length=CLASSES * CLASSES, find=split_find,
+                              join=nearest_join)
+                 for ident in identities]
+    ids = [i.node_id for i in identities]
+
+    class Host:
+        def __init__(self, index: int) -> None:
+            self.index = index
+            self.pulled: list[int] = []
+
+        async def pull_groups(self, peer: bytes, msg: GroupsPull) -> GroupsReply | None:
+            self.pulled.append(ids.index(peer))
+            if ids.index(peer) == 2:
+                return None  # node 2's address is unknown here
+            other = groupings[ids.index(peer)]
+            other.agreement.step(trio.current_time())
+            return other.on_pull(ids[self.index], msg)
+
+        def grouping_peer(self) -> bytes:
+            return ids[1]
+
+        async def project(self) -> np.ndarray:
+            return values[self.index]
+
+        async def add_semi_local(self, spec: PartialModelSpec, start: str) -> None:
+            pass
+
+        def rounds_done(self) -> int:
+            return 1
+
+    hosts = [Host(i) for i in range(3)]
+    for g, h in zip(groupings, hosts, strict=True):
+        await g._make_record(h)
+    own = [g.agreement.own_record for g in groupings]
+    for g in groupings[1:]:  # nodes 1 and 2 hold every record already
+        g.agreement.restore([r for r in own if r is not None], None, trio.current_time())
+    # node 2 pulls node 0, saying it holds more: node 0 should pull it next...
+    groupings[0].on_pull(ids[2], groupings[2].agreement.make_pull())
+    assert groupings[0].agreement.resync_peer == ids[2]
+    # ...but cannot reach it: it pulls its sampled peer and agrees all the same
+    with trio.move_on_after(30):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(groupings[0].run, hosts[0])
+            await wait_until(lambda: groupings[0].applied is not None, 20)
+            nursery.cancel_scope.cancel()
+    assert groupings[0].applied is not None
+    assert groupings[0].applied.group == (ids[0],)  # alone: the identity labels
+    assert hosts[0].pulled[0] == 2 and 1 in hosts[0].pulled

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 
 import numpy as np
@@ -89,11 +90,17 @@ async def test_align_gathers_callers_a_little_apart(
         LockstepRunner(align=-1.0)
 
 
-async def test_batched_and_plain_lockstep_agree(autojump_clock: trio.testing.MockClock) -> None:
+@pytest.mark.parametrize(("align", "starts"), [(0.0, [0.0, 0.0, 1.0, 1.0]),
+                                              (1.0, [0.0, 0.3, 0.95, 1.2])])
+async def test_batched_and_plain_lockstep_agree(autojump_clock: trio.testing.MockClock,
+                                                align: float, starts: list[float]) -> None:
+    # align as scripts/simulate.py wires it (--lockstep-align): the same instants either way
     plain, batched = _trainers(4), _trainers(4)
-    starts = [0.0, 0.0, 1.0, 1.0]
-    expected = await _run(LockstepRunner(COMPUTE, batched=False), plain, starts)
-    got = await _run(LockstepRunner(COMPUTE, batched=True), batched, starts)
+    expected = await _run(LockstepRunner(COMPUTE, batched=False, align=align), plain, starts)
+    second = float(math.ceil(trio.current_time()))  # a tick of either grid
+    await trio.sleep_until(second)
+    got = await _run(LockstepRunner(COMPUTE, batched=True, align=align), batched, starts)
+    assert [at - second for _, at in got] == [at for _, at in expected]
     assert [loss for loss, _ in got] == pytest.approx([loss for loss, _ in expected], abs=1e-5)
     for a, b in zip(plain, batched, strict=True):
         assert torch.allclose(_flat(a), _flat(b), rtol=0, atol=1e-5)

@@ -143,3 +143,55 @@ def test_p2p_status_renders_the_epoch_state_and_the_warning() -> None:
     assert text.startswith("global: clear, epoch 0, 0 pairs, 0 folds, 2 holders")
     assert "WARNING: model held by two nodes only" in text
     assert "WARNING" not in fmt_masking(Net(4).masking[IDS[0]].status())
+
+
+async def test_a_peer_claiming_young_noise_cannot_hold_the_fold_back_for_good() -> None:
+    # a liar's noisy pushes all claim noise_age 0: the receiver keeps the younger age,
+    # so its own fold (mix_exchanges merges) never comes; max_noisy_rounds bounds it
+    settings = EpochSettings(partners=3, mask_scale=10.0, mix_exchanges=8,
+                             clear_rounds=10**6, join_window=2, max_noisy_rounds=5)
+    core, liar = _core(0), _core(1)
+    liar.add_noise_mass(np.full(DIM, 5.0))  # holds noise, receives nothing: age stays 0
+
+    async def never(peer: bytes, offer: PairOffer) -> PairAccept:
+        raise AssertionError("no epoch is due")
+
+    masking = NodeMasking(IDS[0], settings, {"global": core}, lambda fp, k: [], never,
+                          lambda fp: 3)
+    rounds_noisy = 0
+    for _ in range(20):
+        [(_, push)] = liar.make_pushes([IDS[0]], 0.0)
+        assert push.noisy and push.noise_age == 0
+        liar.on_ack(IDS[0], core.on_push(IDS[1], push, 0.0), 0.0)
+        mass = core.mass
+        await masking.prepare("global", core)
+        assert np.array_equal(core.mass, mass)  # a fold moves no mass
+        if not core.noisy:
+            break
+        rounds_noisy += 1
+        assert core.noise_age < settings.mix_exchanges  # the age rule alone never folds
+    assert not core.noisy and rounds_noisy == settings.max_noisy_rounds - 1
+    assert core.counters.unmasks == 1
+    assert masking.status()["global"]["forced_folds"] == 1
+
+
+async def test_a_fold_followed_by_fresh_noise_before_a_settle_still_closes_the_epoch() -> None:
+    # A fold can happen at a merge (PushSum.boundary_fold_age) and fresh noise can
+    # arrive before the driver's next settle: the glue reads the core's fold count,
+    # so the folded pairs are over and the fresh pair is the only live one.
+    net = Net()
+    a = IDS[0]
+    core = net.cores[a]["global"]
+    await net.masking[a].prepare("global", core)
+    ep = net.masking[a].epochs("global")
+    assert ep.live_pairs == 3
+    assert core.boundary_fold_age == SETTINGS.boundary_fold_age  # set by the glue
+    assert core.fold_noise()  # folded between two settles
+    # a pair offered by another holder arrives before the settle (fresh noise)
+    other = NodeMasking(IDS[3], SETTINGS, {"global": _core(9)}, lambda fp, k: [a],
+                        net._sender(IDS[3]), lambda fp: 3)
+    net.masking[IDS[3]] = other
+    await other.prepare("global", other._cores["global"])
+    assert core.noisy
+    net.masking[a].settle("global", core)
+    assert ep.live_pairs == 1 and ep.phase.value == "clear" and ep.folds == 1

@@ -435,6 +435,9 @@ class _Source:
 
         return GroupsStatus.off()  # no automatic grouping
 
+    def strategy_status(self) -> dict[str, Any]:
+        return {"name": "partial"}  # the default strategy reports only its name
+
     async def save_checkpoint(self) -> int:
         return 123
 
@@ -450,6 +453,7 @@ async def test_node_admin_needs_only_its_narrow_source(tmp_path: Path) -> None:
     status = admin.status()
     assert (status.id, status.name, status.round, status.view_size, status.connections) == (
         "9f" * 32, "fake", 3, 1, 2)
+    assert status.strategy == {"name": "partial"}
     (peer,) = admin.peers().view
     assert (peer.address, peer.failures) == ("10.0.0.2:7400", 4)
     counters = admin.metrics().counters

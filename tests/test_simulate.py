@@ -194,3 +194,26 @@ def test_gossip_only_dispatches_to_its_own_mode(tmp_path: Path,
     doc = json.loads(out.read_text())
     assert doc["nodes"] == 40 and doc["worst_accuracy"] is None
     assert "wall_seconds" in doc and "simulated_seconds" in doc
+
+
+def test_large_swarms_default_to_lockstep_trusted_handshakes_and_aligned_rounds(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    simulate = load_script("simulate", monkeypatch)
+
+    def plan(*argv: str) -> object:
+        return simulate.plan_simulation(simulate.build_parser().parse_args(list(argv)))
+
+    large = plan("--nodes", "300")
+    assert large.network.trusted_handshakes
+    assert large.lockstep is not None and large.lockstep.batched
+    assert large.lockstep.align == 0.0  # aligning holds model locks: off unless asked
+    assert large.spec.eval_every == 10
+    small = plan("--nodes", "8")
+    assert not small.network.trusted_handshakes and small.lockstep is None
+    chosen = plan("--nodes", "8", "--lockstep", "plain", "--lockstep-align", "0.5",
+                  "--handshakes", "trusted")
+    assert chosen.network.trusted_handshakes
+    assert not chosen.lockstep.batched and chosen.lockstep.align == 0.5
+    assert plan("--nodes", "300", "--lockstep", "off", "--handshakes", "noise").lockstep is None
+    with pytest.raises(ValueError, match="--lockstep-align"):
+        plan("--nodes", "8", "--lockstep", "batched", "--lockstep-align", "-1")

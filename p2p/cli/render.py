@@ -24,6 +24,7 @@ __all__ = [
     "fmt_bytes",
     "fmt_duration",
     "fmt_groups",
+    "fmt_strategy",
     "fmt_masking",
     "fmt_privacy",
     "make_console",
@@ -188,6 +189,16 @@ def fmt_masking(value: object) -> str:
     return "; ".join(parts)
 
 
+def fmt_strategy(value: object) -> str:
+    """``status``'s ``strategy``: ``fedcurv (lambda 1, fisher_rounds 4, ...)``."""
+    g = _mapping(value)
+    if not g:
+        return MISSING
+    rest = [f"{k} {_fmt_float(v) if isinstance(v, float) else v}"
+            for k, v in g.items() if k != "name" and not isinstance(v, (dict, list))]
+    return f"{g.get('name', '?')}" + (f" ({', '.join(rest)})" if rest else "")
+
+
 def fmt_groups(value: object) -> str:
     """``status``'s ``groups``: ``agreed, epoch 1: 5 groups; own: semi-e1-g2 (2 members);
     fingerprint 3fa2c1d0e4…, 11 peers agree``."""
@@ -223,6 +234,7 @@ _STATUS_FIELDS: tuple[tuple[str, str, Callable[[object], str]], ...] = (
     ("privacy", "privacy", fmt_privacy),
     ("masking", "masking", fmt_masking),
     ("groups", "groups", fmt_groups),
+    ("strategy", "strategy", fmt_strategy),
     ("view_size", "peers in view", _fmt_int),
     ("connections", "connections", _fmt_int),
     ("pid", "pid", _fmt_text),

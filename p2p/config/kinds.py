@@ -36,6 +36,7 @@ __all__ = [
     "COUNTS",
     "FilePath",
     "Integer",
+    "IntegerList",
     "IntegerOrWord",
     "Kind",
     "LAYERS",
@@ -269,6 +270,34 @@ class StringList:
         return tuple(value)
 
     def dump(self, value: Sequence[str]) -> list[str]:
+        return list(value)
+
+
+@dataclass(frozen=True)
+class IntegerList:
+    """Distinct whole numbers >= ``minimum``: a list, or a comma-separated string
+    (``"0,5,6,9"``, as an option gives it)."""
+
+    minimum: int = 0
+
+    def parse(self, value: object, key: str, ctx: Context) -> tuple[int, ...]:
+        items: object = value
+        if isinstance(value, str):
+            try:
+                items = [int(part) for part in value.split(",") if part.strip()]
+            except ValueError:
+                raise ConfigError(f"{key}: expected integers separated by commas, got "
+                                  f"{show(value)}", key=key) from None
+        if (not isinstance(items, list | tuple) or not items
+                or any(isinstance(v, bool) or not isinstance(v, int) for v in items)):
+            raise ConfigError(f"{key}: expected a non-empty list of integers, got {show(value)}",
+                              key=key)
+        if any(v < self.minimum for v in items) or len(set(items)) != len(items):
+            raise ConfigError(f"{key}: expected distinct integers >= {self.minimum}, got "
+                              f"{show(value)}", key=key)
+        return tuple(items)
+
+    def dump(self, value: Sequence[int]) -> list[int]:
         return list(value)
 
 

@@ -44,6 +44,7 @@ from p2p.config.kinds import (
     Context,
     FilePath,
     Integer,
+    IntegerList,
     IntegerOrWord,
     LayerSizes,
     Number,
@@ -54,6 +55,7 @@ from p2p.config.kinds import (
     setting,
     settings_of,
 )
+from p2p.strategy.registry import STRATEGIES, STRATEGY_NAMES
 from p2p.wire.framing import DEFAULT_MAX_FRAME_SIZE
 from p2p.wire.sealing import CIPHERS, DEFAULT_CIPHER
 from p2p.wire.transport import (
@@ -82,6 +84,7 @@ __all__ = [
     "NodeSection",
     "PeerSamplingConfig",
     "SecurityConfig",
+    "StrategyConfig",
     "PUSH_OVERHEAD_BYTES",
     "TrainingConfig",
     "option_setting",
@@ -390,6 +393,14 @@ class DataConfig:
                                       "samples of the public split every node holds alike "
                                       "(absent: the task's own, 500 for mnist5k and mnist1d, "
                                       "0 for digits, npz and idx)")
+    classes: tuple[int, ...] | None = setting(None, IntegerList(),
+                                              "true labels this node trains and is tested on, "
+                                              "e.g. [0, 5, 6, 9] (absent: all); the public "
+                                              "split keeps every class")
+    label_skew: float | None = setting(DataSpec.label_skew, Number(above=0),
+                                       "Dirichlet alpha of each node's class proportions "
+                                       "(absent: every class alike; 0.3: a few classes per "
+                                       "node mostly); the same on every node")
 
     def __post_init__(self) -> None:
         self.spec()
@@ -401,7 +412,8 @@ class DataConfig:
                             node_index=self.node_index, num_nodes=self.num_nodes,
                             permutation=self.permutation_text, seed=self.seed,
                             test_fraction=self.test_fraction, scale=self.scale,
-                            num_samples=self.num_samples, public_size=self.public_size)
+                            num_samples=self.num_samples, public_size=self.public_size,
+                            classes=self.classes, label_skew=self.label_skew)
         except FieldError as exc:
             raise _learner_error(exc, "data", {}) from None
 
@@ -541,6 +553,83 @@ class ClusteringConfig:
         return tuple(counts)
 
 
+@dataclass(frozen=True)
+class StrategyConfig:
+    """``[strategy]``: what collaboration adds on top of local SGD (:mod:`p2p.strategy`).
+
+    ``name`` picks the scheme; each scheme's keys are prefixed by its name
+    (``fedcurv_lambda``) and only read when that scheme runs.
+    """
+
+    name: str = setting("partial", Choice(STRATEGY_NAMES),
+                        '"partial": push-sum averaging of the partial models alone; "fedcurv": '
+                        "plus FedCurv's elastic penalty (docs/strategies.md)")
+    fedcurv_lambda: float = setting(1.0, Number(minimum=0),
+                                    "fedcurv: weight of the penalty sum_j (w - w_j)' diag(F_j) "
+                                    "(w - w_j) over the other holders j")
+    fedcurv_every: int = setting(5, Integer(minimum=1),
+                                 "fedcurv: rounds between two estimates of this node's Fisher "
+                                 "diagonal (each costs about fedcurv_samples gradients)")
+    fedcurv_samples: int = setting(128, Integer(minimum=1, maximum=100_000),
+                                   "fedcurv: training samples the Fisher diagonal is estimated "
+                                   "on (at most the shard)")
+    fedlinked_weight: float = setting(0.3, Number(minimum=0),
+                                      "fedlinked: weight of the distillation loss (squared "
+                                      "distance to the target on a public batch)")
+    fedlinked_eta: float = setting(1.0, Number(above=0),
+                                   "fedlinked: the report's eta, sum of the squared utilities")
+    fedlinked_sharpness: float = setting(32.0, Number(minimum=1),
+                                         "fedlinked: peers weigh utility ** sharpness in the "
+                                         "target (1: the report's weights)")
+    fedlinked_peers: int = setting(3, Integer(minimum=1, maximum=64),
+                                   "fedlinked: peers pulled at each refresh")
+    fedlinked_every: int = setting(2, Integer(minimum=1),
+                                   "fedlinked: rounds between two refreshes of the target")
+    fedlinked_warmup: int = setting(10, Integer(minimum=0),
+                                    "fedlinked: rounds of local training before the first "
+                                    "refresh")
+    fedlinked_cache: int = setting(16, Integer(minimum=1, maximum=1024),
+                                   "fedlinked: peers whose latest representation is kept")
+    fedlinked_public_batch: int = setting(32, Integer(minimum=1),
+                                          "fedlinked: public samples per distillation batch")
+    graph_mu: float = setting(1.0, Number(above=0),
+                              "graph: mu, smoothness of the models along the graph against "
+                              "the local losses")
+    graph_beta: float = setting(0.002, Number(above=0),
+                                "graph: beta, L2 penalty on the edge weights (smaller: sparser)")
+    graph_delta: float = setting(0.1, Number(above=0),
+                                 "graph: delta, offset of the log barrier on the degrees")
+    graph_kappa: int = setting(3, Integer(minimum=1, maximum=64),
+                               "graph: peers sampled (and their edges updated) per wake-up")
+    graph_local_lipschitz: float = setting(100.0, Number(minimum=0),
+                                           "graph: L_loc of the local loss; a wake-up moves "
+                                           "the model mu / (mu + c L_loc) of the way to its "
+                                           "neighbours' weighted mean (0: all the way)")
+    graph_neighbours: int = setting(4, Integer(minimum=1, maximum=64),
+                                    "graph: heaviest neighbours a node pulls and mixes with")
+    graph_max_edges: int = setting(64, Integer(minimum=1, maximum=4096),
+                                   "graph: edges a node keeps (the lightest is dropped "
+                                   "beyond; at least graph_neighbours)")
+    graph_period: float = setting(1.0, Number(minimum=0.01),
+                                  "graph: mean seconds between wake-ups (Poisson clock)")
+    graph_epsilon: float = setting(0.0, Number(minimum=0),
+                                   "graph: epsilon of each release's Laplace noise (0: no noise)")
+    graph_epsilon_budget: float = setting(0.0, Number(minimum=0),
+                                          "graph: stop waking once releases would spend more "
+                                          "(0: no budget)")
+    graph_sensitivity: float = setting(1.0, Number(minimum=0),
+                                       "graph: L0 of the noise scale s = L0 / (epsilon m)")
+    graph_confidence_samples: int = setting(1000, Integer(minimum=1),
+                                            "graph: shard size at which the confidence c "
+                                            "reaches 1 (c = min(1, m / this))")
+
+    def __post_init__(self) -> None:
+        if self.name not in STRATEGIES:  # the live table: tests may register a strategy
+            known = ", ".join(repr(n) for n in STRATEGIES)
+            raise ConfigError(f"strategy.name: unknown strategy {self.name!r}; expected one "
+                              f"of {known}", key="strategy.name")
+
+
 # --------------------------------------------------------------------------- the whole
 
 #: What a push adds to its model's float64 values on the wire: fingerprint, ids,
@@ -592,6 +681,7 @@ class NodeConfig:
     limits: LimitsConfig = field(default_factory=LimitsConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     clustering: ClusteringConfig = field(default_factory=ClusteringConfig)
+    strategy: StrategyConfig = field(default_factory=StrategyConfig)
     source: Path | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
@@ -601,6 +691,55 @@ class NodeConfig:
         self._check_dp_plan()
         self._check_shift()
         self._check_clustering()
+        self._check_strategy()
+
+    def _check_strategy(self) -> None:
+        """A strategy other than "partial" trains and exchanges more than DP-SGD accounts
+        for; FedCurv's sums travel in clear, which masking would not hide."""
+        name = self.strategy.name
+        if name != "partial" and self.gossip.dp:
+            raise ConfigError(
+                f"strategy.name: {name!r} is not supported with DP-SGD (gossip.privacy "
+                f"{self.gossip.privacy!r}): its extra loss or exchanges are not accounted "
+                'for; use strategy "partial" with DP', key="strategy.name")
+        if name == "fedlinked" and self.models:
+            raise ConfigError(
+                'strategy.name: "fedlinked" sends no parameters, but this config declares '
+                f"{len(self.models)} partial model(s) ([[models]]); remove them (all-local "
+                "layout)", key="strategy.name")
+        if name == "graph" and self.models:
+            raise ConfigError(
+                'strategy.name: "graph" mixes whole models itself, but this config declares '
+                f"{len(self.models)} partial model(s) ([[models]]); remove them (all-local "
+                "layout)", key="strategy.name")
+        if name == "graph":
+            self._check_graph()
+        if name == "fedcurv" and self.gossip.masking == "masked":
+            raise ConfigError(
+                'strategy.name: "fedcurv" gossips Fisher-weighted parameters in clear, '
+                f"which gossip.privacy {self.gossip.privacy!r} would not hide; use privacy "
+                '"none" with fedcurv', key="strategy.name")
+
+    def _check_graph(self) -> None:
+        """The graph compares outputs on the public split, keeps at least the edges it mixes
+        with, and sends whole models (float32) in one frame."""
+        if self.data.public_size == 0:
+            raise ConfigError('strategy.name: "graph" compares outputs on the task\'s public '
+                              "split, but data.public_size is 0; set data.public_size (e.g. "
+                              "200)", key="data.public_size")
+        if self.strategy.graph_max_edges < self.strategy.graph_neighbours:
+            raise ConfigError(f"strategy.graph_max_edges: {self.strategy.graph_max_edges} is "
+                              "fewer than strategy.graph_neighbours = "
+                              f"{self.strategy.graph_neighbours}; expected at least as many",
+                              key="strategy.graph_max_edges")
+        parameters = self.layout().total_parameters
+        need = push_frame_bytes(parameters)
+        if self.limits.max_frame_size < need:
+            raise ConfigError(
+                f"limits.max_frame_size: {self.limits.max_frame_size} bytes cannot carry a "
+                f'"graph" reply of the whole network ({parameters:,} parameters; needs '
+                f"{need:,} bytes); raise it or use a smaller network",
+                key="limits.max_frame_size")
 
     def _check_clustering(self) -> None:
         """``clustering.mode = "auto"`` needs a global model, local neurons to convert,

@@ -170,6 +170,8 @@ class StatusReport:
     # privacy "masked": model name -> masking epochs' state (phase, pairs, folds, warning)
     masking: dict[str, Any] | None = None
     groups: dict[str, Any] | None = None  # clustering on: summary of the ``groups`` command
+    # the collaboration strategy ([strategy]): its name and what it reports
+    strategy: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,9 @@ A peer saying it holds more records than this node (``held``) is pulled
 from next, and the table is not complete while such a claim stands; the
 pull brings the missing records in (restarting the quiet period). A claim
 the peer's own reply does not back (it sent all it had and the table is
-still smaller) is dropped, so a lying peer cannot stall completeness.
+still smaller) is dropped, so a lying peer cannot stall completeness; so is
+the claim of a peer that cannot be pulled (:meth:`~GroupingAgreement.on_unreachable`:
+the next pulls go to sampled peers instead).
 
 A complete table gives a *candidate*: ``find(projections, seed)`` with the
 seed of :func:`grouping_seed` (the global model's fingerprint and the epoch:
@@ -291,6 +293,19 @@ class GroupingAgreement:
         if len(msg.records) < RECORDS_PER_MESSAGE:
             # it sent every record this node lacked: a larger claim is not backed
             self._claims.pop(peer, None)
+
+    def on_unreachable(self, peer: bytes) -> None:
+        """A pull to ``peer`` failed: stop pulling from it first and drop its claim.
+
+        A re-sync peer is pulled before any sampled one; one that cannot be
+        reached (gone, or pulled this node before this node ever sampled
+        where it listens) would otherwise take every pull and, with its claim
+        standing, keep the table from completing. The next pulls go to sampled
+        peers; the peer is pulled first again if it shows up again.
+        """
+        if self._resync == peer:
+            self._resync = None
+        self._claims.pop(peer, None)
 
     # ------------------------------------------------------------------ deciding
 

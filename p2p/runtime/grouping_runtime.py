@@ -199,11 +199,16 @@ class NodeGrouping:
                                      self.attempt)
                 if self.agreement.own_record is None:
                     failed_at = rounds
-            peer = self.agreement.resync_peer or host.grouping_peer()
+            pinned = self.agreement.resync_peer
+            peer = pinned or host.grouping_peer()
             if peer is not None:
                 reply = await host.pull_groups(peer, self.agreement.make_pull())
                 if reply is not None:
                     self.agreement.on_reply(peer, reply, trio.current_time())
+                elif peer == pinned:
+                    # unreachable (e.g. it pulled this node, which never sampled its
+                    # address): pull sampled peers next rather than it forever
+                    self.agreement.on_unreachable(peer)
             decided = self.agreement.step(trio.current_time())
             if decided is not None:
                 try:

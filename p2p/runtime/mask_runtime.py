@@ -58,12 +58,14 @@ class EpochStatus:
     refused: int
     holders: int
     warning: str | None
+    forced_folds: int = 0  # folds made by the max_noisy_rounds bound
 
     def as_dict(self) -> dict[str, object]:
         """Plain data for the admin reply."""
         return {"phase": self.phase, "epoch": self.epoch, "pairs": self.pairs,
                 "folds": self.folds, "removed": self.removed, "refused": self.refused,
-                "holders": self.holders, "warning": self.warning}
+                "holders": self.holders, "warning": self.warning,
+                "forced_folds": self.forced_folds}
 
 
 class NodeMasking:
@@ -81,6 +83,7 @@ class NodeMasking:
         self._send_offer = send_offer
         self._holder_count = holder_count
         self._epochs: dict[str, MaskEpochs] = {}
+        self._unmasks: dict[str, int] = {}  # each core's fold count at the last settle
         self._names = {core.fingerprint: name for name, core in cores.items()}
 
     def epochs(self, name: str) -> MaskEpochs:
@@ -89,6 +92,7 @@ class NodeMasking:
         if ep is None:
             core = self._cores[name]
             ep = MaskEpochs(self.node_id, core.fingerprint, core.length, self.settings)
+            core.boundary_fold_age = self.settings.boundary_fold_age
             self._epochs[name] = ep
             self._names[core.fingerprint] = name
         return ep
@@ -98,7 +102,13 @@ class NodeMasking:
         """A training round ended: start an epoch of ``name`` if one is due (returns once
         every offer is answered or its partner given up)."""
         ep = self.epochs(name)
-        ep.on_round()
+        self._sync(name, core)
+        ep.on_round(core.noisy)
+        if ep.fold_overdue and core.fold_noise():
+            log.warning("model %s: noise held %d rounds in a row (a peer claiming young "
+                        "noise?): folded now", name, ep.noisy_rounds)
+            ep.on_forced_fold()
+            self._sync(name, core)
         # Pushes in flight do not hold an epoch back (a peer that never answers would
         # hold it back for good): pairs are sized on the weight not promised to them,
         # and a push made before a pair carries none of its side (note_pushed).
@@ -131,6 +141,7 @@ class NodeMasking:
                     ep.offer_failed(peer)
                     return
                 continue  # maybe applied there: the same offer again
+            self._sync(name, core)
             try:
                 side = ep.on_accept(peer, accept, next_push_id=core.next_push_id)
             except InvalidValues as exc:
@@ -151,8 +162,18 @@ class NodeMasking:
 
     def settle(self, name: str, core: PushSum) -> None:
         """After a wave: once the core has folded, the epoch's pairs are over."""
+        self._sync(name, core)
         if not core.noisy:
             self.epochs(name).on_folded()
+
+    def _sync(self, name: str, core: PushSum) -> None:
+        """Close the epoch if the core folded since we last looked (a fold at a merge,
+        ``PushSum.boundary_fold_age``, may be followed by fresh noise before a settle):
+        called before any new pair is applied, so a fold never clears a newer pair."""
+        unmasks = core.counters.unmasks
+        if unmasks != self._unmasks.get(name, unmasks):
+            self.epochs(name).on_folded()
+        self._unmasks[name] = unmasks
 
     def unreachable(self, peer: bytes, *, surely: bool, failures: int) -> None:
         """A push to ``peer`` got no answer: a pair partner that surely did not get it, or
@@ -180,6 +201,7 @@ class NodeMasking:
         if name is None or name not in self._cores:
             raise InvalidValues("offer: this node does not hold that model")
         core = self._cores[name]
+        self._sync(name, core)
         # sized on the weight not promised to pushes in flight: acks only lower it
         accept, side = self.epochs(name).on_offer(peer, offer, core.available_weight,
                                                   noisy=core.noisy, noise_age=core.noise_age,
@@ -199,7 +221,8 @@ class NodeMasking:
                 phase=ep.phase.value, epoch=ep.epoch, pairs=ep.live_pairs, folds=ep.folds,
                 removed=ep.removed_exact + ep.removed_mixing, refused=ep.refused,
                 holders=holders,
-                warning=hiding_warning(holders) if holders >= 2 else None).as_dict()
+                warning=hiding_warning(holders) if holders >= 2 else None,
+                forced_folds=ep.forced_folds).as_dict()
         return out
 
 

@@ -23,7 +23,7 @@ import time
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 import torch
@@ -73,10 +73,12 @@ from p2p.runtime.node_transport import NodeTransport, node_frame_limit
 from p2p.runtime.protocol import register_node_messages
 from p2p.runtime.signed_sampling import signed_sampler
 from p2p.runtime.state import COUNTER_SEP, resume_from, snapshot_state
+from p2p.runtime.strategy_host import NodeStrategyHost
 from p2p.runtime.timing import TimingStats
 from p2p.runtime.train_runner import ThreadRunner, TrainRunner
 from p2p.runtime.training_record import training_record
 from p2p.runtime.transport_adapters import PushOverTransport, ShuffleOverTransport
+from p2p.strategy import Strategy, build_strategy
 from p2p.wire.codec import Message
 from p2p.wire.dispatch import RequestDispatcher
 from p2p.wire.handshake import PeerInfo
@@ -218,6 +220,15 @@ class Node:
         self._save_lock = trio.Lock()  # checkpoints land in the order they were taken
         self._gossip_scope = trio.CancelScope()
         self.admin = NodeAdmin(self)
+        # The collaboration strategy ([strategy]; p2p/strategy): built last, it sees the
+        # whole node through NodeStrategyHost. Its auxiliary push-sum cores (gossiped
+        # vectors) are not models: kept apart from ``cores`` and not checkpointed.
+        self.gossiped: dict[str, PushSum] = {}
+        self.strategy: Strategy = build_strategy(config)
+        # why the strategy was switched off, if it failed (the node runs on without it)
+        self.strategy_failure: str | None = None
+        self.strategy.install(NodeStrategyHost(self))
+        self.learning.trainer.loss_term = self.strategy.loss_term()
 
     # ------------------------------------------------------------------ state
 
@@ -390,6 +401,31 @@ class Node:
         """Training rounds done so far (counting a resumed checkpoint's)."""
         return self.progress.round
 
+    @property
+    def model_lock(self) -> trio.Lock:
+        """Held while the trainer trains or the network is read or written."""
+        return self._model_lock
+
+    def holders(self, fingerprint: bytes, count: int) -> list[bytes]:
+        """Up to ``count`` sampled holders of ``fingerprint`` (addresses remembered)."""
+        return self._holders(fingerprint, count)
+
+    def remember_address(self, peer: bytes, address: str) -> None:
+        """Remember where ``peer`` listens (from a sampled descriptor)."""
+        _remember(self._addresses, peer, address)
+
+    def address_of(self, peer: bytes) -> str | None:
+        """Where ``peer`` listens, if a sampled descriptor said so."""
+        return self._addresses.get(peer)
+
+    def retag(self) -> None:
+        """Advertise ``by_fingerprint`` again (HELLO tags, own descriptor) after it grew."""
+        tags = frozenset(self.by_fingerprint)
+        if isinstance(self.transport, Transport):
+            self.transport.tags = tags
+        if self._sampler is not None:
+            self._sampler.set_tags(tags)
+
     async def _grouping_loop(self) -> None:
         if self.grouping is not None:
             await self.grouping.run(self)
@@ -505,6 +541,7 @@ class Node:
             nursery.start_soon(self._checkpoint_loop)
             nursery.start_soon(self._watch_collaboration)
             nursery.start_soon(self._grouping_loop)
+            nursery.start_soon(self._run_strategy)
             trainer_done = trio.Event()
             nursery.start_soon(self._trainer_loop, trainer_done)
             logger.info("node %s listening on %s", self.identity.node_id[:6].hex(),
@@ -610,6 +647,7 @@ class Node:
                     loss = await self.runner.train_steps(trainer, t.steps_per_round)
                     self.timings["train_round"].add(time.perf_counter() - t0)
                     self.sync.sync()
+                    self._strategy_after_round()
                     done_rounds = self.progress.round + 1
                     ev = (await self._evaluation()) if done_rounds % t.eval_every == 0 else None
                     # the round and its evaluation become visible together
@@ -773,8 +811,9 @@ class Node:
                                    "push from %s for a model this node does not hold (%s)",
                                    _short(peer), msg.model[:4].hex())
             return Error(code=ERROR_REJECTED, reason="this node does not hold that model")
+        core = self.cores[name] if name in self.cores else self.gossiped[name]
         try:
-            ack = self.cores[name].on_push(peer.node_id, msg, trio.current_time())
+            ack = core.on_push(peer.node_id, msg, trio.current_time())
         except RejectedPush as exc:
             # the core has logged the one warning line for this offence
             logger.debug("push of %s from %s rejected: %s", name, _short(peer), exc)
@@ -798,6 +837,37 @@ class Node:
         if self._sampler is None:
             return 0
         return sum(1 for d in self._sampler.view() if fingerprint in d.tags)
+
+    def strategy_status(self) -> dict[str, Any]:
+        """What the strategy reports (``p2p status``, ``p2p metrics``, the swarm's JSON)."""
+        status: dict[str, Any] = {"name": self.strategy.name, **self.strategy.status()}
+        if self.strategy_failure is not None:
+            status["failed"] = self.strategy_failure
+        return status
+
+    async def _run_strategy(self) -> None:
+        """The strategy's background task: a bug in it switches the strategy off, never
+        the node (its nursery would otherwise stop without a final checkpoint)."""
+        try:
+            await self.strategy.run()
+        except Exception as exc:
+            self._strategy_failed("run", exc)
+
+    def _strategy_after_round(self) -> None:
+        if self.strategy_failure is not None:
+            return
+        try:
+            self.strategy.after_round()
+        except Exception as exc:
+            self._strategy_failed("after_round", exc)
+
+    def _strategy_failed(self, where: str, exc: Exception) -> None:
+        """Switch the strategy off after ``exc`` in ``where``: no loss term, no more
+        after-round calls; the node keeps training and gossiping its shared models."""
+        self.strategy_failure = f"{where}: {type(exc).__name__}: {exc}"
+        self.learning.trainer.loss_term = None
+        logger.error("strategy %s failed in %s and is switched off; the node trains and "
+                     "gossips on without it", self.strategy.name, where, exc_info=exc)
 
     def masking_status(self) -> dict[str, dict[str, object]] | None:
         """Model name -> its masking epochs' state (None unless privacy is masked)."""

@@ -104,6 +104,7 @@ class AdminSource(Protocol):
     def masking_status(self) -> dict[str, dict[str, object]] | None: ...
     def model_counters(self, name: str) -> dict[str, int]: ...
     def flat_model_counters(self) -> dict[str, int]: ...
+    def strategy_status(self) -> dict[str, Any]: ...
     async def save_checkpoint(self) -> int: ...
     def request_stop(self) -> None: ...
 
@@ -210,6 +211,7 @@ class NodeAdmin:
             privacy=None if spent is None else privacy_report(n.config.gossip.privacy, spent),
             masking=n.masking_status(),
             groups=groups_summary(n.groups_status()),
+            strategy=n.strategy_status(),
         )
 
     def groups(self) -> dict[str, Any]:
@@ -266,6 +268,10 @@ class NodeAdmin:
         counters: dict[str, int | float] = {**n.counters, **n.flat_model_counters()}
         for key, value in asdict(n.sampler.stats).items():
             counters[f"peer_sampling.{key}"] = value
+        # the strategy's numbers (its name and texts stay in ``status``)
+        for key, value in n.strategy_status().items():
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                counters[f"strategy.{key}"] = value
         counters["round"] = n.progress.round
         counters["steps"] = n.progress.steps
         wire = getattr(n.transport, "bytes_sent", None)  # a TCP transport counts; a test one may not

@@ -31,6 +31,8 @@ def node_frame_limit(config: NodeConfig) -> int:
     """
     layout = config.layout()
     largest = max((layout.vector_length(name) for name in layout.shared_models), default=0)
+    if config.strategy.name == "graph":  # it shares no model but sends the whole network
+        largest = max(largest, layout.total_parameters)
     return receive_frame_limit(push_frame_bytes(largest), config.limits.max_frame_size)
 
 

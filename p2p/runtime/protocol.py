@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from gossip import WIRE_MESSAGES as GOSSIP_MESSAGES
 from p2p.runtime.grouping_messages import GROUPING_MESSAGES
+from p2p.strategy.fedlinked_messages import FEDLINKED_MESSAGES
+from p2p.strategy.graph_messages import GRAPH_MESSAGES
 from p2p.wire import codec
 from p2p.wire.messages import MESSAGES as P2P_MESSAGES
 from peersampling import WIRE_MESSAGES as PEER_SAMPLING_MESSAGES
@@ -22,6 +24,8 @@ NODE_MESSAGES: tuple[codec.WireMessage, ...] = (
     *PEER_SAMPLING_MESSAGES,
     *GOSSIP_MESSAGES,
     *GROUPING_MESSAGES,
+    *FEDLINKED_MESSAGES,
+    *GRAPH_MESSAGES,
 )
 
 

@@ -35,8 +35,8 @@ if TYPE_CHECKING:
     from gossip.pushsum import PushSum
     from p2p.runtime.assembly import LearningSetup
     from p2p.runtime.train_runner import TrainRunner
-    from p2p.wire.dispatch import RequestDispatcher
     from p2p.wire.codec import Message
+    from p2p.wire.dispatch import RequestDispatcher
 
 __all__ = ["LossTerm", "Strategy", "StrategyHost"]
 
@@ -99,11 +99,14 @@ class StrategyHost(Protocol):
         another type (logged, never raised: the strategy tries again later)."""
         ...
 
-    def add_gossiped(self, name: str, fingerprint: bytes, values: np.ndarray) -> PushSum:
+    def add_gossiped(self, name: str, fingerprint: bytes, values: np.ndarray,
+                     check: Callable[[np.ndarray], str | None] | None = None) -> PushSum:
         """Gossip an auxiliary vector by push-sum among the nodes that add the same
         ``fingerprint`` (same rules, guard and transport as a shared model); returns
         its core. The strategy changes its contribution with ``core.set_values``
-        between exchanges, as the model sync does."""
+        between exchanges, as the model sync does. ``check`` (optional) says why a
+        push's values are impossible for an honest holder: such pushes are refused
+        (the vector then travels by one-way pushes only)."""
         ...
 
 

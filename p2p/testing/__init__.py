@@ -26,6 +26,9 @@ builders load the node runtime (and so torch) on first use.
 - :mod:`p2p.testing.procfs`: a daemon process's memory and CPU time.
 - :mod:`p2p.testing.simnet`: :class:`SimNetwork`, a memory network whose links
   have a seeded latency, bandwidth and loss (:class:`Distribution`).
+- :mod:`p2p.testing.sim_handshake`: :class:`TrustedHandshake`, a simulation's
+  handshake: the Noise handshake's messages and identity checks without its
+  cryptography (``SimNetwork(trusted_handshakes=True)``).
 - :mod:`p2p.testing.sim_churn`: :class:`ChurnEvent`, churn scripts and
   :func:`random_churn`.
 - :mod:`p2p.testing.sim_host`: :class:`Simulation`, N real nodes in one trio run
@@ -52,6 +55,7 @@ from p2p.testing.procfs import cpu_seconds, memory_kib, reset_peak_memory
 from p2p.testing.relay_attack import ClaimedIdentity, RelayAttacker
 from p2p.testing.scripts import load_script
 from p2p.testing.sim_churn import ChurnEvent, parse_churn_script, random_churn
+from p2p.testing.sim_handshake import TrustedHandshake
 from p2p.testing.simnet import Distribution, SimNetwork, SimTransport, parse_distribution
 from p2p.testing.waiting import DEFAULT_WAIT, wait_until
 from p2p.testing.wire_client import (
@@ -109,6 +113,7 @@ __all__ = [
     "SimNetwork",
     "SimTransport",
     "Simulation",
+    "TrustedHandshake",
     "parse_churn_script",
     "parse_distribution",
     "random_churn",

@@ -24,6 +24,15 @@ nodes, so each distinct descriptor is verified once per run) or ``per-node``
 (each node its own bounded cache, as a daemon does). The choice is named in
 the output.
 
+Push-sum engines (``--pushsum-engine``): ``cores`` runs every node's own
+:class:`~gossip.pushsum.PushSum` (the reference: any encoding, loss,
+retransmissions); ``batched`` applies the period's exchanges, picked exactly
+as for the cores, with a few numpy operations per layer of disjoint exchanges
+(:class:`BatchedPushPull`: lossless f64 push-pull only, where it matches the
+cores bit for bit on a pair's first exchange and within a few ulps after,
+checked by ``tests/test_gossip_scale_engines.py``); ``auto`` (default) takes
+``batched`` when it applies. The engine is named in the output.
+
 Entry points for ``scripts/simulate.py --gossip-only``:
 :func:`add_gossip_only_arguments` and :func:`run_gossip_only`.
 """
@@ -36,19 +45,24 @@ import logging
 import statistics
 import sys
 import time
-from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 
 from gossip.errors import RejectedAck, RejectedPush
 from gossip.pushsum import PushSum
-from peersampling import PeerSampler, Simulator
+from peersampling import PeerSampler, SamplerTuning, Simulator
 from peersampling.graph import in_degree_stats
 
 log = logging.getLogger(__name__)
 
 SIGNATURE_MODES = ("off", "shared-cache", "per-node")
+#: How push-sum rounds run: every node's own :class:`~gossip.pushsum.PushSum` core
+#: ("cores", the reference), or one numpy pass over the period's exchanges
+#: (:class:`BatchedPushPull`, checked against the cores by the tests); "auto"
+#: picks "batched" when it applies (no loss, f64 wire formats), else "cores".
+PUSHSUM_ENGINES = ("auto", "cores", "batched")
 #: The model every node holds and averages (its static vector).
 GLOBAL_MODEL = hashlib.sha256(b"gossip-scale-global-model").digest()
 #: The semi-local model held by a few nodes (holder lookup).
@@ -78,6 +92,9 @@ class GossipScaleConfig:
     period_seconds: float = 1.0
     ack_timeout: float = 2.0
     pushsum: bool = True  # False: peer sampling only (overlay and holder lookup figures)
+    pushsum_engine: str = "auto"
+    # peersampling's lookup_small (None: the core's default, l; 0: the rule before issue 17)
+    lookup_small: int | None = None
 
     def __post_init__(self) -> None:
         if self.nodes < 2:
@@ -97,6 +114,24 @@ class GossipScaleConfig:
             raise ValueError(f"holders: expected 0..nodes-1, got {self.holders}")
         if self.period_seconds <= 0:
             raise ValueError(f"period_seconds: expected > 0, got {self.period_seconds}")
+        if self.pushsum_engine not in PUSHSUM_ENGINES:
+            raise ValueError(f"pushsum_engine: expected one of {PUSHSUM_ENGINES}, "
+                             f"got {self.pushsum_engine!r}")
+        if self.pushsum_engine == "batched" and not self.batched_applies:
+            raise ValueError("pushsum_engine: 'batched' needs --loss 0 and f64 encodings "
+                             "(lossless exchanges that complete at once); use 'cores'")
+
+    @property
+    def batched_applies(self) -> bool:
+        """Whether :class:`BatchedPushPull` computes what the cores would (within rounding)."""
+        return self.loss == 0.0 and self.encoding == "f64" and self.delta_encoding == "f64"
+
+    @property
+    def engine(self) -> str:
+        """The push-sum engine this run uses ("cores" or "batched")."""
+        if self.pushsum_engine == "auto":
+            return "batched" if self.batched_applies else "cores"
+        return self.pushsum_engine
 
 
 def add_gossip_only_arguments(parser: argparse.ArgumentParser) -> None:
@@ -136,6 +171,14 @@ def add_gossip_only_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--pushsum", action=argparse.BooleanOptionalAction, default=True,
                    help="run a push-sum round every period (default); --no-pushsum: peer "
                         "sampling only, for the overlay and holder lookup figures")
+    g.add_argument("--pushsum-engine", choices=PUSHSUM_ENGINES, default=d.pushsum_engine,
+                   help="push-sum rounds: each node's own PushSum core (cores, the reference), "
+                        "one numpy pass per period checked against the cores (batched: lossless "
+                        "f64 runs only), or batched when it applies (auto, default)")
+    g.add_argument("--lookup-small", type=int, default=d.lookup_small, metavar="K",
+                   help="holders keep asking for partners every period while their model view "
+                        "holds fewer than K holders (default: the core's, l; 0: the rule before "
+                        "issue 17, one lookup every 4 periods once one partner is known)")
     g.add_argument("--quiet", action="store_true", help="no per-period progress on stderr")
 
 
@@ -147,6 +190,8 @@ def config_from_args(args: argparse.Namespace) -> GossipScaleConfig:
         encoding=args.encoding, delta_encoding=args.delta_encoding, loss=args.loss,
         crash=args.crash, crash_at=args.crash_at, holders=args.holders,
         holders_at=args.holders_at, period_seconds=args.period_seconds, pushsum=args.pushsum,
+        pushsum_engine=getattr(args, "pushsum_engine", "auto"),
+        lookup_small=getattr(args, "lookup_small", None),
     )
 
 
@@ -177,6 +222,7 @@ class GossipScale:
             c=cfg.view_size, l=cfg.shuffle_length, seed=cfg.seed, loss=cfg.loss,
             signatures=cfg.signatures != "off",
             shared_signature_cache=cfg.signatures != "per-node",
+            **_sampler_options(cfg),
         )
         started = time.perf_counter()
         self.addresses = self.sim.add_nodes(cfg.nodes)
@@ -185,11 +231,16 @@ class GossipScale:
         self.rng = np.random.default_rng(cfg.seed)
         self.vectors = self.rng.normal(1.0, 1.0, size=(cfg.nodes, cfg.dim))
         self.truth = self.vectors.mean(axis=0)
+        self.engine = cfg.engine if cfg.pushsum else "none"
+        # push ids come from their own stream: both engines then draw the same
+        # orders and holders from self.rng, so their runs can be compared
+        ids_rng = np.random.default_rng([cfg.seed, 1])
         self.cores = [
-            PushSum(GLOBAL_MODEL, self.vectors[i], rng=self.rng, encoding=cfg.encoding,
+            PushSum(GLOBAL_MODEL, self.vectors[i], rng=ids_rng, encoding=cfg.encoding,
                     delta_encoding=cfg.delta_encoding)
             for i in range(cfg.nodes)
-        ]
+        ] if self.engine == "cores" else []
+        self.batched = BatchedPushPull(self.vectors) if self.engine == "batched" else None
         self.peer_ids = [node_peer_id(i) for i in range(cfg.nodes)]
         self.alive = np.ones(cfg.nodes, dtype=bool)
         self.setup_seconds = time.perf_counter() - started
@@ -240,6 +291,7 @@ class GossipScale:
                 [float(r["cpu_seconds"]) for r in rows]),  # type: ignore[arg-type]
             "signatures": cfg.signatures,
             "signature_note": self.signature_note,
+            "pushsum_engine": self.engine,
             "pushsum_max_error": last["pushsum_max_error"],
             "pushsum_mean_error": last["pushsum_mean_error"],
             "periods_to_error_1e-2": _first_below(rows, 1e-2),
@@ -271,7 +323,9 @@ class GossipScale:
         t0 = time.perf_counter()
         self.sim.run_period()
         t1 = time.perf_counter()
-        if cfg.pushsum:
+        if self.batched is not None:
+            self.batched.run(self._pushsum_pairs())
+        elif cfg.pushsum:
             self._pushsum_round(float(self.period))
         t2 = time.perf_counter()
         cpu = time.process_time() - cpu0
@@ -336,12 +390,47 @@ class GossipScale:
                 except RejectedAck:
                     pass  # a duplicate ack of a retransmission (counted by the core)
 
+    def _pushsum_pairs(self) -> list[tuple[int, int]]:
+        """The period's push-pull exchanges (initiator, responder), in the order they happen.
+
+        Picked exactly as :meth:`_pushsum_round` picks them (same random order,
+        same main-view samples); a push to a crashed node is refused and
+        changes nothing, so it is counted and left out.
+        """
+        index, alive, addresses = self.index, self.alive, self.addresses
+        nodes = self.sim.nodes
+        order = np.flatnonzero(alive)
+        self.rng.shuffle(order)
+        pairs: list[tuple[int, int]] = []
+        for i in order.tolist():
+            peer = nodes[addresses[i]].sample()
+            if peer is None:
+                continue
+            j = index.get(peer.address)
+            if j is None:
+                continue
+            self.pushes += 1
+            if alive[j]:
+                pairs.append((i, j))
+            else:
+                self.refused += 1
+        return pairs
+
+    def estimates(self) -> np.ndarray:
+        """Every node's push-sum estimate (one row per node, crashed ones included)."""
+        if self.batched is not None:
+            return self.batched.x
+        return np.stack([core.estimate_view() for core in self.cores])
+
     # ------------------------------------------------------------------ metrics
 
     def pushsum_errors(self) -> dict[str, float]:
         """Relative L2 error of every live estimate against the true average of the vectors."""
         live = np.flatnonzero(self.alive)
-        estimates = np.stack([self.cores[i].estimate_view() for i in live.tolist()])
+        if self.batched is not None:
+            estimates = self.batched.x[live]
+        else:
+            estimates = np.stack([self.cores[i].estimate_view() for i in live.tolist()])
         err = np.linalg.norm(estimates - self.truth, axis=1) / np.linalg.norm(self.truth)
         return {"pushsum_max_error": float(err.max()), "pushsum_mean_error": float(err.mean())}
 
@@ -366,6 +455,65 @@ class GossipScale:
 
     def sampler(self, i: int) -> PeerSampler:
         return self.sim.nodes[self.addresses[i]]
+
+
+class BatchedPushPull:
+    """A period's push-pull exchanges between static vectors, as one numpy pass per layer.
+
+    What :class:`~gossip.pushsum.PushSum` computes for a lossless push-pull
+    exchange with fanout 1, f64 wire formats and nothing in flight (see
+    ``PushSum.make_pushes``, ``_reply`` and ``on_ack``): the initiator A offers
+    the share ``s = w_A / 2`` of values ``q_A = x_A``; the responder B keeps
+    ``r = min(s, w_B / 2)`` back and, with ``d = x_B - q_A``, lands on
+    ``x_B - d (s - r) / w_B' - d r / w_B'`` with ``w_B' = w_B + s - r``; A
+    lands on ``x_A + d r / w_A'`` with ``w_A' = w_A - s + r``.  Same operations
+    in the same order, so an exchange whose request carries absolute values
+    gives the cores' bits; later requests of a pair carry a delta against the
+    pair's reference, which the cores round once more (a few ulps).
+
+    The exchanges of a period happen one after the other; they are cut into
+    layers of exchanges that share no node, each exchange in the layer after
+    the last one that touched either end, so every node sees its exchanges in
+    the same order as in the sequential run.  Tests compare it with the cores
+    (``tests/test_gossip_scale_engines.py``).
+    """
+
+    def __init__(self, vectors: np.ndarray) -> None:
+        self.x = np.array(vectors, dtype=np.float64, copy=True)
+        self.w = np.ones(self.x.shape[0], dtype=np.float64)
+        self.layers = 0  # layers in the latest period
+
+    def run(self, pairs: Sequence[tuple[int, int]]) -> None:
+        """Apply the exchanges ``(initiator, responder)`` in order (no node with itself)."""
+        if not pairs:
+            self.layers = 0
+            return
+        last: dict[int, int] = {}
+        layer_of: list[int] = []
+        for i, j in pairs:
+            k = max(last.get(i, -1), last.get(j, -1)) + 1
+            last[i] = last[j] = k
+            layer_of.append(k)
+        ends = np.asarray(pairs, dtype=np.intp)
+        layer = np.asarray(layer_of, dtype=np.intp)
+        by_layer = np.argsort(layer, kind="stable")
+        bounds = np.searchsorted(layer[by_layer], np.arange(layer[by_layer[-1]] + 2))
+        self.layers = len(bounds) - 1
+        x, w = self.x, self.w
+        for k in range(self.layers):
+            rows = by_layer[bounds[k]:bounds[k + 1]]
+            a, b = ends[rows, 0], ends[rows, 1]
+            wa, wb = w[a], w[b]
+            s = wa / 2
+            r = np.minimum(s, wb / 2)
+            d = x[b] - x[a]  # responder's x - q_A
+            new_wb = wb + s - r
+            xb = x[b] - d * ((s - r) / new_wb)[:, None]
+            xb -= d * (r / new_wb)[:, None]
+            new_wa = wa - s + r
+            x[a] += d * (r / new_wa)[:, None]
+            x[b] = xb
+            w[a], w[b] = new_wa, new_wb
 
 
 class _HolderLookup:
@@ -431,6 +579,12 @@ class _HolderLookup:
         }
 
 
+def _sampler_options(cfg: GossipScaleConfig) -> SamplerTuning:
+    """Peer-sampling options the run sets (the rest are the core's defaults)."""
+    return SamplerTuning() if cfg.lookup_small is None else SamplerTuning(
+        lookup_small=cfg.lookup_small)
+
+
 def _spread(values: list[float]) -> dict[str, float]:
     return {"median": statistics.median(values), "max": max(values), "min": min(values)}
 
@@ -443,15 +597,61 @@ def _first_below(rows: list[dict[str, object]], tolerance: float) -> int | None:
     return None
 
 
+def lookup_trials(config: GossipScaleConfig, trials: int) -> dict[str, object]:
+    """The holder lookup over ``trials`` seeds (``config.seed`` on), peer sampling only.
+
+    Returns every trial's :class:`_HolderLookup` summary and the medians over
+    the trials of the periods until every holder has a holder, until every
+    holder knows all others and until the newcomer has a holder (a trial that
+    never got there counts as ``config.periods``, so the median is a lower
+    bound when any did not; ``not_reached`` says how many).
+    """
+    if trials < 1:
+        raise ValueError(f"trials: expected >= 1, got {trials}")
+    runs: list[dict[str, object]] = []
+    for k in range(trials):
+        cfg = replace(config, seed=config.seed + k, pushsum=False)
+        doc = GossipScale(cfg).run()
+        summary = doc["holder_lookup"]
+        assert isinstance(summary, dict)
+        runs.append({"seed": cfg.seed, **summary})
+    figures: dict[str, object] = {}
+    for key in ("periods_until_every_holder_has_a_holder",
+                "periods_until_every_holder_knows_all", "periods_until_newcomer_has_a_holder"):
+        values = [r[key] for r in runs]
+        reached = [v for v in values if isinstance(v, int)]
+        figures[key] = {
+            "median": statistics.median(
+                [v if isinstance(v, int) else config.periods for v in values]),
+            "values": values,
+            "not_reached": len(values) - len(reached),
+        }
+    return {"nodes": config.nodes, "holders": config.holders, "trials": trials,
+            "periods": config.periods, "lookup_small": config.lookup_small,
+            **figures, "runs": runs}
+
+
 def main(argv: list[str] | None = None) -> int:
-    """``python -m p2p.testing.gossip_scale``: the same as ``scripts/simulate.py --gossip-only``."""
+    """``python -m p2p.testing.gossip_scale``: the same as ``scripts/simulate.py --gossip-only``.
+
+    With ``--lookup-trials K``: the holder lookup over K seeds instead (peer sampling only).
+    """
     import json
     from pathlib import Path
 
     p = argparse.ArgumentParser(description="gossip-only simulation (no training)")
     p.add_argument("--json", type=Path, metavar="PATH", help="write every figure as JSON")
+    p.add_argument("--lookup-trials", type=int, metavar="K",
+                   help="measure the holder lookup over K seeds (--seed on, peer sampling "
+                        "only) and print the medians")
     add_gossip_only_arguments(p)
     args = p.parse_args(argv)
+    if args.lookup_trials:
+        trials = lookup_trials(config_from_args(args), args.lookup_trials)
+        print(json.dumps({k: v for k, v in trials.items() if k != "runs"}, indent=2))
+        if args.json:
+            args.json.write_text(json.dumps(trials, indent=2))
+        return 0
     doc = run_gossip_only(args)
     print(json.dumps({k: v for k, v in doc.items() if k != "per_period"}, indent=2))
     if args.json:

@@ -18,8 +18,9 @@ from typing import Any, Unpack
 import trio
 
 from p2p.cli.admin_client import AdminClient
-from p2p.config import LimitsConfig, NodeConfig, encode_swarm_key
+from p2p.config import LimitsConfig, NodeConfig, StrategyConfig, encode_swarm_key
 from p2p.runtime.node import ADMIN_SOCKET, Node
+from p2p.runtime.train_runner import TrainRunner
 from p2p.swarm import SwarmSpec, node_config
 from p2p.testing.memnet import MemoryNetwork, TransportTuning
 from p2p.wire.identity import Identity
@@ -94,20 +95,28 @@ def memory_addresses(count: int, *, subnet: str = "10.0.0", port: int = 7000) ->
 def memory_node(net: MemoryNetwork, data_dir: Path, spec: SwarmSpec, index: int,
                 address: str, *, bootstrap: Sequence[str] = (), swarm_key: bytes | None = None,
                 push_timeout: float | None = None,
+                strategy: StrategyConfig | None = None,
+                train_runner: TrainRunner | None = None,
                 **transport: Unpack[TransportTuning]) -> Node:
     """Node ``index`` of ``spec`` listening on ``address`` of ``net``.
 
     ``data_dir`` is created if missing (a node restarted on it resumes its
     identity and checkpoint). ``swarm_key`` goes to both the node and its
     transport; ``transport`` passes options such as timeouts to the transport.
+    ``strategy`` replaces the config's ``[strategy]``; ``train_runner`` is the
+    node's (pass :class:`~p2p.runtime.train_runner.InlineRunner` under an
+    autojump clock: a worker thread would let virtual time jump).
     """
     data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)  # private, as a node requires
     config = node_config(spec, index, data_dir, None).with_overrides(
         listen=address, bootstrap=list(bootstrap))
     config = tune_config(config, push_timeout=push_timeout)
+    if strategy is not None:
+        config = dataclasses.replace(config, strategy=strategy)
     memory_transport = net.transport(Identity.load_or_create(data_dir), address,
                                      swarm_key=swarm_key, **transport)
-    node = Node(config, transport=memory_transport, swarm_key=swarm_key)
+    node = Node(config, transport=memory_transport, swarm_key=swarm_key,
+                train_runner=train_runner)
     # the node knows its models only once built; they go in the HELLO of new connections
     memory_transport.tags = frozenset(node.by_fingerprint)
     return node

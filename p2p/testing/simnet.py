@@ -24,6 +24,7 @@ import trio
 import trio.testing
 
 from p2p.testing.memnet import FaultyStream, MemoryNetwork, MemoryTransport, TransportOptions
+from p2p.testing.sim_handshake import TrustedHandshake
 from p2p.wire.identity import Identity
 
 __all__ = ["Distribution", "Link", "SimNetwork", "SimStream", "SimTransport",
@@ -115,12 +116,19 @@ class SimNetwork(MemoryNetwork):
     address to one it had already opened a connection to (a pooled connection
     closed and dialled again; 0 in a run without churn or loss, see
     docs/simulation.md, "Cost at scale").
+
+    ``trusted_handshakes``: the transports made here skip the cryptography of the
+    identities the simulation hands out (:class:`~p2p.testing.sim_handshake.TrustedHandshake`:
+    the same messages and identity checks, no X25519, no Ed25519); False (default): the
+    daemon's Noise handshake.
     """
 
     def __init__(self, *, seed: int = 0, latency: Distribution | None = None,
-                 bandwidth: Distribution | None = None, message_loss: float = 0.0) -> None:
+                 bandwidth: Distribution | None = None, message_loss: float = 0.0,
+                 trusted_handshakes: bool = False) -> None:
         super().__init__(seed=seed, message_loss=message_loss)
         self.seed = seed
+        self.trusted_handshakes = trusted_handshakes
         self.latency = latency or Distribution("fixed", 0.0)
         self.bandwidth = bandwidth
         self._links: dict[tuple[str, str], Link] = {}
@@ -201,6 +209,8 @@ class SimTransport(MemoryTransport):
     def __init__(self, network: SimNetwork, address: str, identity: Identity,
                  **options: Unpack[TransportOptions]) -> None:
         super().__init__(network, address, identity, **options)
+        if network.trusted_handshakes:
+            self.handshake_class = TrustedHandshake
 
         async def connect(target: str) -> trio.abc.Stream:
             return await network.connect_from(address, target)

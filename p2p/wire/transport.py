@@ -595,6 +595,10 @@ class Transport:
     (:class:`gossip.log_limit.LogLimiter`).
     """
 
+    #: The sans-IO handshake every connection runs. Only the in-memory simulation
+    #: substitutes another (:mod:`p2p.testing.sim_handshake`: identities it vouches for).
+    handshake_class: type[Handshake] = Handshake
+
     def __init__(
         self,
         identity: Identity,
@@ -1041,7 +1045,7 @@ class Transport:
     async def _handshake(
         self, ms: MessageStream, *, initiator: bool, expected_node_id: bytes | None
     ) -> PeerInfo:
-        hs = Handshake(
+        hs = self.handshake_class(
             self.identity,
             initiator=initiator,
             listen_address=self.listen_address,

@@ -1,0 +1,235 @@
+"""The node as a :class:`~p2p.strategy.base.StrategyHost`: what a strategy may use of it.
+
+:class:`NodeStrategyHost` wraps a :class:`~p2p.runtime.node.Node` and hands the
+strategy the node's learning setup, push-sum cores, request dispatcher, runner
+and model lock, sampled peers, one-off requests to them and *gossiped vectors*.
+
+A gossiped vector (:meth:`NodeStrategyHost.add_gossiped`) is an auxiliary
+push-sum core run exactly as a shared model's: its fingerprint goes into the
+node's ``by_fingerprint`` and its transport and peer-sampling tags, so holders of
+the same fingerprint find each other in the views; the gossip driver pushes it
+after every round; pushes for it are served by the node's push handler, under
+the same validation, frame limit (checked here when it is added) and merge guard,
+but for its value clipping (a clipped reply drops mass: the sums would no longer
+be exact; the weight-share, balance and sink checks stay). Its values travel in float64 (``encoding`` "f64"), so the averages are
+exact up to float64 rounding. It is *not* checkpointed: a restarted node
+rebuilds it from the strategy's current contribution (docs/strategies.md says
+what that costs FedCurv's sums).
+
+A strategy may pass ``check``: a function of a push's decoded values returning why
+they are impossible for an honest holder (or None). A push whose values fail it is
+refused before anything merges (counted as ``rejected``, logged as any refused push),
+and so is a delta push (``base``), whose absolute values are only known during the
+merge. Push-pull *replies* are not checked (they are deltas merged inside the core):
+a lying receiver can still inject through them. One-way pushes only would close that,
+but the count slot then spread too slowly in a 16-node run (no node had a count
+after 20 rounds), so the node's ``gossip.exchange`` is kept.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+
+import numpy as np
+import trio
+
+from gossip import PushSum, RejectedPush
+from gossip.messages import Push, PushAck
+from gossip.validation import MAX_ABS_VALUE, validate_push
+from p2p.config.schema import push_frame_bytes
+from p2p.runtime.node_transport import node_frame_limit
+from p2p.wire.codec import Message
+from p2p.wire.transport import TransportError
+
+if TYPE_CHECKING:
+    from gossip import GossipDriver
+    from p2p.config import NodeConfig
+    from p2p.runtime.assembly import LearningSetup
+    from p2p.runtime.node_transport import NodeTransport
+    from p2p.runtime.train_runner import TrainRunner
+    from p2p.wire.dispatch import RequestDispatcher
+    from p2p.wire.identity import Identity
+    from peersampling import PeerSampler
+
+__all__ = ["GOSSIPED_ENCODING", "CheckedPushSum", "HostedNode", "NodeStrategyHost", "ValueCheck"]
+
+logger = logging.getLogger(__name__)
+
+R = TypeVar("R")
+
+#: How gossiped vectors travel (absolute values and deltas alike): exact sums matter
+#: more than bytes for what strategies gossip (FedCurv's Fisher sums).
+GOSSIPED_ENCODING = "f64"
+
+
+#: Why a gossiped vector's pushed values are impossible for an honest holder, or None.
+ValueCheck = Callable[[np.ndarray], "str | None"]
+
+
+class CheckedPushSum(PushSum):
+    """A push-sum core that refuses pushes whose values fail a strategy's ``check``
+    (run before the merge; delta pushes are refused, replies are not checked)."""
+
+    def __init__(self, fingerprint: bytes, values: np.ndarray, *, check: ValueCheck,
+                 **options: Any) -> None:
+        # absolute values in every request, so that every push can be checked
+        super().__init__(fingerprint, values, reference_store_bytes=0, **options)
+        self._check = check
+
+    def on_push(self, sender: bytes, push: Push, now: float) -> PushAck:
+        try:
+            y = validate_push(push, self.fingerprint, self.length, self.max_weight)
+        except RejectedPush:
+            return super().on_push(sender, push, now)  # refused, counted and logged there
+        # one-way pushes are absolute: a delta (``base``) is no honest holder's
+        reason = "a delta push for a checked vector" if push.base else self._check(y)
+        if reason is not None:
+            self._c["rejected"] += 1
+            self._offences.warning(now, sender.hex() if isinstance(sender, bytes) else "?",
+                                   "rejected push for gossiped vector %s: %s",
+                                   self.fingerprint[:4].hex(), reason)
+            raise RejectedPush(reason)
+        return super().on_push(sender, push, now)
+
+
+class HostedNode(Protocol):
+    """What :class:`NodeStrategyHost` uses of :class:`~p2p.runtime.node.Node` (a Protocol:
+    importing the node here would be an import cycle)."""
+
+    identity: Identity
+    learning: LearningSetup
+    cores: dict[str, PushSum]
+    gossiped: dict[str, PushSum]
+    by_fingerprint: dict[bytes, str]
+    requests: RequestDispatcher
+    runner: TrainRunner
+    config: NodeConfig
+    transport: NodeTransport
+    gossip: GossipDriver
+
+    @property
+    def model_lock(self) -> trio.Lock: ...
+    @property
+    def started_sampler(self) -> PeerSampler | None: ...
+    @property
+    def sampler(self) -> PeerSampler: ...
+    @property
+    def shuffle_timeout(self) -> float: ...
+    def rounds_done(self) -> int: ...
+    def holders(self, fingerprint: bytes, count: int) -> list[bytes]: ...
+    def remember_address(self, peer: bytes, address: str) -> None: ...
+    def address_of(self, peer: bytes) -> str | None: ...
+    def retag(self) -> None: ...
+
+
+class NodeStrategyHost:
+    """:class:`~p2p.strategy.base.StrategyHost` over a node (built by the node itself)."""
+
+    def __init__(self, node: HostedNode) -> None:
+        self._node = node
+
+    @property
+    def node_id(self) -> bytes:
+        return self._node.identity.node_id
+
+    @property
+    def learning(self) -> LearningSetup:
+        return self._node.learning
+
+    @property
+    def cores(self) -> Mapping[str, PushSum]:
+        return self._node.cores
+
+    @property
+    def requests(self) -> RequestDispatcher:
+        return self._node.requests
+
+    @property
+    def runner(self) -> TrainRunner:
+        return self._node.runner
+
+    @property
+    def model_lock(self) -> trio.Lock:
+        return self._node.model_lock
+
+    def rounds_done(self) -> int:
+        return self._node.rounds_done()
+
+    def sample_peers(self, count: int, fingerprint: bytes | None = None) -> Sequence[bytes]:
+        """Up to ``count`` distinct peers of the view (holders of ``fingerprint`` when given);
+        nothing before the node listens."""
+        node = self._node
+        if node.started_sampler is None or count < 1:
+            return []
+        if fingerprint is not None:
+            return node.holders(fingerprint, count)
+        view = node.sampler.view()
+        node.sampler.rng.shuffle(view)
+        chosen = view[:count]
+        for d in chosen:
+            node.remember_address(d.node_id, d.address)
+        return [d.node_id for d in chosen]
+
+    async def request(self, peer: bytes, msg: Message, expected: type[R], *,
+                      timeout: float | None = None) -> R | None:
+        node = self._node
+        address = node.address_of(peer)
+        if address is None:
+            logger.debug("%s to %s: address unknown", type(msg).__name__, peer[:4].hex())
+            return None
+        limit = node.shuffle_timeout if timeout is None else timeout
+        try:
+            with trio.move_on_after(limit):
+                reply = await node.transport.request(address, msg, node_id=peer, timeout=limit)
+                if isinstance(reply, expected):
+                    return reply
+                logger.debug("%s to %s answered with %s", type(msg).__name__, address,
+                             type(reply).__name__)
+        except TransportError as exc:
+            logger.debug("%s to %s failed: %s", type(msg).__name__, address, exc)
+        return None
+
+    def add_gossiped(self, name: str, fingerprint: bytes, values: np.ndarray,
+                     check: ValueCheck | None = None) -> PushSum:
+        node = self._node
+        if name in node.cores or name in node.gossiped:
+            raise ValueError(f"add_gossiped: {name!r} is already a model or gossiped vector")
+        if fingerprint in node.by_fingerprint:
+            raise ValueError(f"add_gossiped({name!r}): fingerprint {fingerprint[:4].hex()} "
+                             f"is already {node.by_fingerprint[fingerprint]!r}'s")
+        g = node.config.gossip
+        if g.masking != "none":
+            raise ValueError(f"add_gossiped({name!r}): gossiped vectors are not masked; "
+                             f"gossip.privacy {g.privacy!r} would leave them in clear")
+        vector = np.asarray(values, dtype=np.float64)
+        limit = node_frame_limit(node.config)
+        if push_frame_bytes(vector.size) > limit:
+            raise ValueError(f"add_gossiped({name!r}): a push of {vector.size} values "
+                             f"({push_frame_bytes(vector.size)} bytes) exceeds the node's "
+                             f"frame limit ({limit} bytes, from its largest model)")
+        # The merge guard's weight checks stay; its value clipping does not: a
+        # contribution that jumps (a new Fisher estimate) is a legitimate large update,
+        # and a clipped reply's excess is dropped, which would make the sums inexact.
+        guard = None if g.guard is None else dataclasses.replace(g.guard, clip_factor=0.0)
+        core: PushSum
+        if check is None:
+            core = PushSum(fingerprint, vector, fanout=g.fanout, exchange=g.exchange,
+                           encoding=GOSSIPED_ENCODING, delta_encoding=GOSSIPED_ENCODING,
+                           max_in_flight=g.max_in_flight, guard=guard,
+                           max_abs_value=MAX_ABS_VALUE)
+        else:
+            core = CheckedPushSum(fingerprint, vector, check=check, fanout=g.fanout,
+                                  exchange=g.exchange, encoding=GOSSIPED_ENCODING,
+                                  delta_encoding=GOSSIPED_ENCODING,
+                                  max_in_flight=g.max_in_flight, guard=guard,
+                                  max_abs_value=MAX_ABS_VALUE)
+        node.gossiped[name] = core
+        node.by_fingerprint[fingerprint] = name
+        node.gossip.add_core(name, core)
+        node.retag()
+        logger.info("gossiping %s (%d values) among holders of %s", name, vector.size,
+                    fingerprint[:6].hex())
+        return core
