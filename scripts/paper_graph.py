@@ -89,12 +89,13 @@ class Settings:
     steps_per_round: int = 1
     public_size: int = 200
     test_fraction: float = 0.2
-    mu: float = 1.0
-    beta: float = 0.002
-    delta: float = 0.1
-    kappa: int = 3
-    local_lipschitz: float = 100.0
-    max_neighbours: int = 4
+    # the scheme's own defaults (learner.strategies.collab_graph.GraphParams)
+    mu: float = GraphParams.mu
+    beta: float = GraphParams.beta
+    delta: float = GraphParams.delta
+    kappa: int = GraphParams.kappa
+    local_lipschitz: float = GraphParams.local_lipschitz
+    max_neighbours: int = GraphParams.max_neighbours
     confidence_samples: int = 1000
     epsilon: float = math.inf
     sensitivity: float = 1.0

@@ -10,11 +10,12 @@ parameter. :func:`representation_of` checks a reply before its values are used.
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 
 import numpy as np
 from numpy.typing import NDArray
+
+from p2p.strategy.public_split import public_digest
 
 __all__ = [
     "FEDLINKED_MESSAGES",
@@ -35,22 +36,10 @@ MAX_ROWS = 20_000
 MAX_FEATURES = 8_192
 MAX_VALUES = 240_000
 
-#: Length of :func:`public_digest`.
-DIGEST_BYTES = 16
 
 
 class FedLinkedMessageError(ValueError):
     """A FedLinked reply that cannot be used (the message says what was wrong)."""
-
-
-def public_digest(public_x: np.ndarray) -> bytes:
-    """A digest of the public inputs (shape and float32 values): equal on two nodes
-    exactly when their representations are of the same samples."""
-    x = np.ascontiguousarray(public_x, dtype="<f4")
-    h = hashlib.blake2b(digest_size=DIGEST_BYTES)
-    h.update(repr(x.shape).encode())
-    h.update(x.tobytes())
-    return h.digest()
 
 
 @dataclass(frozen=True)

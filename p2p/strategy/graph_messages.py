@@ -16,7 +16,6 @@ used (:class:`GraphMessageError` names the field that was wrong).
 
 from __future__ import annotations
 
-import hashlib
 import math
 from dataclasses import dataclass
 
@@ -24,6 +23,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from gossip.validation import MAX_ABS_VALUE
+from p2p.strategy.public_split import DIGEST_BYTES, public_digest
 
 __all__ = [
     "DIGEST_BYTES",
@@ -40,8 +40,6 @@ __all__ = [
     "weight_of",
 ]
 
-#: Length of :func:`graph_digest`.
-DIGEST_BYTES = 16
 #: The largest edge weight or degree a node accepts from a peer (the objective's
 #: weights stay far below: about 4 / (distance to the nearest peer)).
 MAX_WEIGHT = 1e6
@@ -56,12 +54,7 @@ class GraphMessageError(ValueError):
 def graph_digest(notation: str, public_x: np.ndarray) -> bytes:
     """A digest of the network notation and the public inputs: equal on two nodes exactly
     when their models and output distances are comparable."""
-    x = np.ascontiguousarray(public_x, dtype="<f4")
-    h = hashlib.blake2b(digest_size=DIGEST_BYTES)
-    h.update(notation.encode())
-    h.update(repr(x.shape).encode())
-    h.update(x.tobytes())
-    return h.digest()
+    return public_digest(public_x, context=notation)
 
 
 @dataclass(frozen=True)
