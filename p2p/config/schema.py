@@ -31,6 +31,7 @@ from learner.errors import FieldError
 from learner.layout import ModelLayout
 from learner.permutations import Cycles, format_cycles, parse_permutation
 from learner.spec import ACTIVATIONS, DECLARED_KINDS, NetworkSpec, PartialModelSpec, SpecError
+from learner.strategies.collab_graph import GraphParams
 from learner.tasks import TASKS
 from learner.train_config import OPTIMIZERS, TrainConfig
 from p2p.config.errors import ConfigError
@@ -592,22 +593,22 @@ class StrategyConfig:
                                    "fedlinked: peers whose latest representation is kept")
     fedlinked_public_batch: int = setting(32, Integer(minimum=1),
                                           "fedlinked: public samples per distillation batch")
-    graph_mu: float = setting(1.0, Number(above=0),
+    graph_mu: float = setting(GraphParams.mu, Number(above=0),
                               "graph: mu, smoothness of the models along the graph against "
                               "the local losses")
-    graph_beta: float = setting(0.002, Number(above=0),
+    graph_beta: float = setting(GraphParams.beta, Number(above=0),
                                 "graph: beta, L2 penalty on the edge weights (smaller: sparser)")
-    graph_delta: float = setting(0.1, Number(above=0),
+    graph_delta: float = setting(GraphParams.delta, Number(above=0),
                                  "graph: delta, offset of the log barrier on the degrees")
-    graph_kappa: int = setting(3, Integer(minimum=1, maximum=64),
+    graph_kappa: int = setting(GraphParams.kappa, Integer(minimum=1, maximum=64),
                                "graph: peers sampled (and their edges updated) per wake-up")
-    graph_local_lipschitz: float = setting(100.0, Number(minimum=0),
+    graph_local_lipschitz: float = setting(GraphParams.local_lipschitz, Number(minimum=0),
                                            "graph: L_loc of the local loss; a wake-up moves "
                                            "the model mu / (mu + c L_loc) of the way to its "
                                            "neighbours' weighted mean (0: all the way)")
-    graph_neighbours: int = setting(4, Integer(minimum=1, maximum=64),
+    graph_neighbours: int = setting(GraphParams.max_neighbours, Integer(minimum=1, maximum=64),
                                     "graph: heaviest neighbours a node pulls and mixes with")
-    graph_max_edges: int = setting(64, Integer(minimum=1, maximum=4096),
+    graph_max_edges: int = setting(GraphParams.max_edges, Integer(minimum=1, maximum=4096),
                                    "graph: edges a node keeps (the lightest is dropped "
                                    "beyond; at least graph_neighbours)")
     graph_period: float = setting(1.0, Number(minimum=0.01),
