@@ -126,7 +126,7 @@ def status(data_dir: Path) -> dict[str, object] | None:
     return json.loads(done.stdout) if done.returncode == 0 else None
 
 
-def wait_for(predicate: object, what: str, timeout: float = 60.0) -> object:
+def wait_for(predicate: object, what: str, timeout: float = 240.0) -> object:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = predicate()  # type: ignore[operator]
