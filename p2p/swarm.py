@@ -436,7 +436,7 @@ class Swarm:
         self.spec = spec
         self.keep = keep
         # every daemon imports torch: on 2 cores that is a few seconds each
-        self.startup_timeout = startup_timeout or max(60.0, 10.0 * spec.nodes)
+        self.startup_timeout = startup_timeout or max(120.0, 10.0 * spec.nodes)
         self._own_dir = workdir is None
         self.workdir = Path(workdir or tempfile.mkdtemp(prefix="p2p-swarm-"))
         self.daemons: list[Daemon] = []

@@ -98,7 +98,7 @@ def test_sigterm_checkpoints_and_exits_zero_then_resumes(swarm: Swarm) -> None:
     assert state.node_id is not None and state.node_id.hex() == node_id
     # restarted on the same data directory: same identity, same round
     swarm._spawn(d, [swarm.daemons[0].address or ""])
-    swarm._wait_ready(d, time.monotonic() + 60)
+    swarm._wait_ready(d, time.monotonic() + 120)
     assert d.status["id"] == node_id
     assert d.status["round"] >= rounds
 
