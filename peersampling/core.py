@@ -48,7 +48,7 @@ from .descriptor import (
 )
 from .directory import HolderDirectory
 from .errors import InvalidDescriptor, InvalidMessage
-from .messages import ShuffleReply, ShuffleRequest
+from .messages import ShuffleReply, ShuffleRequest, new_reply, new_request
 from .offence_log import EveryLine, OffenceLog
 from .ranked import RankedView
 from .rules import SybilRules
@@ -98,6 +98,7 @@ class SamplerTuning(TypedDict, total=False):
     verify: Verifier | SignatureCheck | None
     sybil: SybilRules | None
     offences: OffenceLog | None
+    in_process: bool
 
 
 @dataclass(frozen=True)
@@ -133,6 +134,14 @@ class PeerSampler:
     ``offences`` receives the warning lines a peer causes (a malformed
     shuffle, bad descriptors), keyed by the offender: the node passes its
     rate limiter (:class:`OffenceLog`); the default writes every line.
+
+    ``in_process=True`` is for simulators only: every request and reply comes
+    from another core of the same process, whose descriptors were validated
+    when they entered it (or were built by it), so the fields of received
+    descriptors are not validated again. Everything else still applies
+    (message shape, this node's own descriptor, duplicates, distrusted and
+    failed peers, signatures when ``verify`` is given): for such input the
+    views, counters and random draws are exactly those of a full check.
     """
 
     def __init__(
@@ -155,6 +164,7 @@ class PeerSampler:
         verify: Verifier | SignatureCheck | None = None,
         sybil: SybilRules | None = None,
         offences: OffenceLog | None = None,
+        in_process: bool = False,
     ) -> None:
         if not isinstance(c, int) or c < 1:
             raise ValueError(f"c (view size) must be an int >= 1, got {c!r}")
@@ -237,6 +247,8 @@ class PeerSampler:
         self._stats = SamplerStats()
         # a peer chooses how many bad messages it sends: lines go through this
         self._offences: OffenceLog = offences if offences is not None else EveryLine(log)
+        self._in_process = bool(in_process)
+        self._flush_offences = type(self._offences) is not EveryLine  # EveryLine keeps none
         self._sync_model_views()
 
     def _new_view(self, capacity: int) -> AnyView:
@@ -378,19 +390,21 @@ class PeerSampler:
         model view, plus holder lookups for model views that need partners.
         """
         self._period += 1
-        self._offences.flush(now)  # summaries of offenders who went quiet
+        if self._flush_offences:
+            self._offences.flush(now)  # summaries of offenders who went quiet
         rng, me = self.rng, self._me
         out: list[tuple[str, ShuffleRequest]] = []
+        models = self._models
         self._view.increase_age()
-        for v in self._models.values():
+        for v in models.values():
             v.increase_age()
 
         # Holder lookups go to random main-view peers, chosen before the
         # main shuffle takes its target out of the view.
         lookup_turn = (self._period + self._lookup_phase) % self.lookup_every == 0
         lookups: list[tuple[str, ShuffleRequest]] = []
-        if self.lookups and self._view:
-            for m, v in self._models.items():
+        if models and self.lookups and self._view:
+            for m, v in models.items():
                 if not v or len(v) < self.lookup_small:
                     fanout = self.lookup_fanout
                 elif lookup_turn and len(v) < v.capacity:
@@ -417,7 +431,7 @@ class PeerSampler:
             if address is not None:
                 out.append((address, ShuffleRequest(me, (), None)))
 
-        for m, v in self._models.items():
+        for m, v in models.items():
             shuffle = self._shuffle_oldest(m, v)
             if shuffle is not None:
                 out.append(shuffle)
@@ -450,7 +464,7 @@ class PeerSampler:
             assert target is not None
             entries = tuple(view.random_subset(self.rng, self.l - 1))
             self._in_flight[key] = target
-        req = ShuffleRequest(self._me, entries, key)
+        req = new_request(self._me, entries, key)
         self._round_shuffles[key] = req
         return target.address, req
 
@@ -530,25 +544,30 @@ class PeerSampler:
         A malformed request gets an empty reply and changes nothing.
         """
         self._stats.shuffles_received += 1
-        source = _sender_key(req)
         try:
-            sender, entries, model = self._check_request(req, now, source)
+            sender, entries, model = self._check_request(req, now)
         except InvalidMessage as exc:
             self._stats.messages_rejected += 1
+            source = _sender_key(req)
             self._offences.log(now, source, logging.WARNING,
                                "dropped shuffle request from %s: %s", source, exc)
             return ShuffleReply((), None)
         self._last_contact[sender.address] = now
-        self._failed.pop(sender.address, None)  # it is talking to us: alive
-        if self._refused(sender.node_id):
+        if self._failed:
+            self._failed.pop(sender.address, None)  # it is talking to us: alive
+        if self._distrusted and self._refused(sender.node_id):
             # only our own descriptor: it still proves who answers at this address
             return ShuffleReply((self._me,), model)
         if self._rules is not None:
             return self._guarded_request(sender, entries, model)
         offered = [sender, *entries]
-        self._observe(sender, fresh=True)
+        models = self._models
+        # _observe only acts on tags and model views: skip the call without either
+        if models or sender.tags:
+            self._observe(sender, fresh=True)
         for d in entries:
-            self._observe(d)
+            if models or d.tags:
+                self._observe(d)
         rng, length = self.rng, self.l
         if model is None:
             view: AnyView | None = self._view
@@ -567,7 +586,7 @@ class PeerSampler:
         if model is not None:
             offered = [d for d in offered if model in d.tags]
         view.merge(offered, [d.node_id for d in reply], sender.node_id)
-        return ShuffleReply(tuple(reply), model)
+        return new_reply(tuple(reply), model)
 
     def _guarded_request(
         self, sender: Descriptor, entries: list[Descriptor], model: bytes | None
@@ -634,9 +653,15 @@ class PeerSampler:
             self._guarded_reply(address, req, received)
             return
         # The responder may include itself: that copy is first-hand news.
-        responder = next((d.node_id for d in received if d.address == address), None)
+        responder = None
         for d in received:
-            self._observe(d, fresh=d.node_id == responder)
+            if d.address == address:
+                responder = d.node_id
+                break
+        models = self._models
+        for d in received:
+            if models or d.tags:  # _observe acts on tags and model views only
+                self._observe(d, fresh=d.node_id == responder)
         sent = [d.node_id for d in req.entries]
         target = self._in_flight.get(req.view)
         if target is not None and target.address == address:
@@ -650,9 +675,10 @@ class PeerSampler:
             view.merge(received, sent, responder)
         else:
             view.merge([d for d in received if req.view in d.tags], sent, responder)
-        if target is not None:
+        if target is not None and (target.node_id in view or not view.is_full):
             # It just answered, so it is alive: keep it if there is room
-            # (only small views have room; full ones behave as plain Cyclon).
+            # (only small views have room; full ones behave as plain Cyclon,
+            # and a full view that does not know it would refuse the offer).
             view.offer(with_age(target, 0))
 
     def _guarded_reply(self, address: str, req: ShuffleRequest, received: list[Descriptor]) -> None:
@@ -838,21 +864,33 @@ class PeerSampler:
                 if age is not None and d.age < age:  # fresher news: it dropped m
                     v.pop(n)
 
-    def _accept(self, raw: object) -> Descriptor | None:
-        """Validate one received descriptor; ``None`` if it names this node."""
-        d = validate_descriptor(raw, max_age=self.max_age, max_tags=MAX_TAGS)
+    def _accept(self, raw: object, *, received: bool = False) -> Descriptor | None:
+        """Validate one descriptor; ``None`` if it names this node.
+
+        ``received``: it came in a message (an ``in_process`` core trusts those).
+        """
+        if received and self._in_process and type(raw) is Descriptor:
+            d = raw  # built or validated by the sending core (see in_process)
+        else:
+            d = validate_descriptor(raw, max_age=self.max_age, max_tags=MAX_TAGS)
         if d.node_id == self._me.node_id or d.address == self._me.address:
             return None
         check = self._check_signature
         if check is not None and not check(d):
-            self._stats.signatures_rejected += 1
-            raise InvalidDescriptor(
-                "signature", "missing" if not d.signature else "does not verify for this node id"
-            )
+            raise self._signature_error(d)
         return d
 
+    def _signature_error(self, d: Descriptor) -> InvalidDescriptor:
+        """Count a descriptor whose signature failed and say what was wrong."""
+        self._stats.signatures_rejected += 1
+        return InvalidDescriptor(
+            "signature", "missing" if not d.signature else "does not verify for this node id"
+        )
+
     def _check_entries_shape(self, raw: object, what: str) -> Sequence[object]:
-        if isinstance(raw, str | bytes) or not isinstance(raw, tuple | list):
+        if type(raw) is not tuple and (
+            isinstance(raw, str | bytes) or not isinstance(raw, tuple | list)
+        ):
             raise InvalidMessage(f"{what}.entries", f"expected a tuple, got {type(raw).__name__}")
         if len(raw) > self.max_entries:
             raise InvalidMessage(
@@ -860,27 +898,42 @@ class PeerSampler:
             )
         return raw
 
-    def _check_entries(self, raw: object, what: str, now: float, source: str) -> list[Descriptor]:
+    def _check_entries(
+        self, raw: object, what: str, now: float, source: str | ShuffleRequest
+    ) -> list[Descriptor]:
+        """The acceptable descriptors of ``raw``; problems are logged against ``source``
+        (an address, or a request: its sender, worked out only if there is a problem)."""
         raw = self._check_entries_shape(raw, what)
         out: list[Descriptor] = []
         seen: set[bytes] = set()
         problems: list[str] = []
+        # _accept, written out: this loop runs for every descriptor received
+        me_id, me_address = self._me.node_id, self._me.address
+        max_age, check = self.max_age, self._check_signature
+        failed, trusted = self._failed, self._in_process
         for item in raw:
-            try:
-                d = self._accept(item)
-            except InvalidDescriptor as exc:
-                problems.append(str(exc))
-                continue
-            if d is None:
+            if trusted and type(item) is Descriptor:
+                d = item  # built or validated by the sending core (see in_process)
+            else:
+                try:
+                    d = validate_descriptor(item, max_age=max_age, max_tags=MAX_TAGS)
+                except InvalidDescriptor as exc:
+                    problems.append(str(exc))
+                    continue
+            n = d.node_id
+            if n == me_id or d.address == me_address:
                 problems.append("descriptor points at this node")
                 continue
-            if d.node_id in seen:
+            if check is not None and not check(d):
+                problems.append(str(self._signature_error(d)))
+                continue
+            if n in seen:
                 problems.append("duplicate node id")
                 continue
-            seen.add(d.node_id)
-            if self._distrusted and self._refused(d.node_id):
+            seen.add(n)
+            if self._distrusted and self._refused(n):
                 continue  # distrusted for now: not malformed, just refused
-            failed_at = self._failed.get(d.address)
+            failed_at = failed.get(d.address) if failed else None
             if failed_at is not None:
                 if d.age >= self._period - failed_at:
                     continue  # issued before it failed on us: stale, not malformed
@@ -888,6 +941,8 @@ class PeerSampler:
             out.append(d)
         if problems:
             self._stats.descriptors_rejected += len(problems)
+            if not isinstance(source, str):
+                source = _sender_key(source)
             self._offences.log(
                 now, source, logging.WARNING,
                 "dropped %d of %d descriptors in %s from %s: %s",
@@ -909,7 +964,7 @@ class PeerSampler:
         return raw
 
     def _check_request(
-        self, req: object, now: float, source: str
+        self, req: object, now: float
     ) -> tuple[Descriptor, list[Descriptor], bytes | None]:
         if not isinstance(req, ShuffleRequest):
             raise InvalidMessage("request", f"expected ShuffleRequest, got {type(req).__name__}")
@@ -917,7 +972,7 @@ class PeerSampler:
         # cheap checks of the whole message before any signature is verified
         self._check_entries_shape(req.entries, "request")
         try:
-            sender = self._accept(req.sender)
+            sender = self._accept(req.sender, received=True)
         except InvalidDescriptor as exc:
             self._stats.descriptors_rejected += 1
             raise InvalidMessage("request.sender", str(exc)) from None
@@ -925,7 +980,7 @@ class PeerSampler:
             self._stats.descriptors_rejected += 1
             raise InvalidMessage("request.sender", "sender claims to be this node")
         entries = [
-            d for d in self._check_entries(req.entries, "request", now, source)
+            d for d in self._check_entries(req.entries, "request", now, req)
             if d.node_id != sender.node_id
         ]
         return sender, entries, model

@@ -14,7 +14,6 @@ each hop changes.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
 
 from .address import AddressError, parse_host_port
 from .errors import InvalidDescriptor
@@ -59,8 +58,34 @@ def parse_address(address: object) -> tuple[str, int]:
 
 
 # Addresses repeat endlessly in shuffles: remember the valid ones (errors are
-# not cached, so a bad address is re-examined and re-reported every time).
-_parse_address_cached = lru_cache(maxsize=1 << 16)(parse_address)
+# not cached, so a bad address is re-examined and re-reported every time). A
+# plain set, emptied when full: a membership test costs a fraction of an
+# lru_cache call, which reorders its list on every hit.
+_GOOD_ADDRESSES: set[str] = set()
+_MAX_GOOD_ADDRESSES = 1 << 16
+
+
+def _check_address(address: str) -> None:
+    """:func:`parse_address` for a str, remembering the valid ones."""
+    if address in _GOOD_ADDRESSES:
+        return
+    parse_address(address)
+    if len(_GOOD_ADDRESSES) >= _MAX_GOOD_ADDRESSES:
+        _GOOD_ADDRESSES.clear()
+    _GOOD_ADDRESSES.add(address)
+
+
+_SIGNATURE_LENGTHS = (0, SIGNATURE_LENGTH)
+
+
+def _good_tags(tags: frozenset[object], max_tags: int) -> bool:
+    """Whether every tag is a fingerprint and there are not too many."""
+    if len(tags) > max_tags:
+        return False
+    for tag in tags:
+        if type(tag) is not bytes or len(tag) != TAG_LENGTH:
+            return False
+    return True
 
 
 def validate_descriptor(
@@ -72,6 +97,23 @@ def validate_descriptor(
     always has a ``frozenset``. Raises :class:`InvalidDescriptor` naming the
     first bad field.
     """
+    # Fast path: a Descriptor with every field of the right type and in range
+    # (what every peer sends) passes here; anything else takes the checks
+    # below, which name the first bad field.
+    if type(descriptor) is Descriptor:
+        node_id, age, tags = descriptor.node_id, descriptor.age, descriptor.tags
+        epoch, signature = descriptor.epoch, descriptor.signature
+        if (
+            type(node_id) is bytes and 0 < len(node_id) <= MAX_NODE_ID_LENGTH
+            and type(age) is int and 0 <= age <= max_age
+            and type(tags) is frozenset and (not tags or _good_tags(tags, max_tags))
+            and type(epoch) is int and 0 <= epoch <= MAX_EPOCH
+            and type(signature) is bytes and len(signature) in _SIGNATURE_LENGTHS
+            and type(descriptor.address) is str
+        ):
+            if descriptor.address not in _GOOD_ADDRESSES:
+                _check_address(descriptor.address)
+            return descriptor
     if not isinstance(descriptor, Descriptor):
         raise InvalidDescriptor(
             "descriptor", f"expected a Descriptor, got {type(descriptor).__name__}"
@@ -88,7 +130,7 @@ def validate_descriptor(
         raise InvalidDescriptor(
             "address", f"expected str 'host:port', got {type(address).__name__}"
         )
-    _parse_address_cached(address)
+    _check_address(address)
     age = descriptor.age
     if type(age) is not int:
         raise InvalidDescriptor("age", f"expected int, got {type(age).__name__}")

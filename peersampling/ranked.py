@@ -51,7 +51,7 @@ class RankedView(AgedEntries):
 
     __slots__ = (
         "capacity", "max_candidates", "_key", "_salts", "_slot", "_rank", "_empty",
-        "_where", "_desc", "_age", "_candidates", "_losers",
+        "_where", "_candidates", "_losers",
     )
 
     def __init__(self, capacity: int, rng: random.Random, *, max_candidates: int = 0) -> None:
@@ -66,7 +66,8 @@ class RankedView(AgedEntries):
         self._empty = list(range(capacity - 1, -1, -1))  # empty slots (lowest index last)
         self._where: dict[bytes, int] = {}  # holder -> its slot
         self._desc: dict[bytes, Descriptor] = {}
-        self._age: dict[bytes, int] = {}
+        self._born: dict[bytes, int] = {}  # holder -> _now minus its age (see AgedEntries)
+        self._now = 0
         # id -> (descriptor, pulled): would win a slot, waiting for a probe
         self._candidates: dict[bytes, tuple[Descriptor, bool]] = {}
         # ids known to win no slot; valid while no slot's rank goes up
@@ -80,8 +81,8 @@ class RankedView(AgedEntries):
 
     def refresh(self, node_id: bytes) -> None:
         """``node_id`` answered us: its age restarts at 0."""
-        if node_id in self._age:
-            self._age[node_id] = 0
+        if node_id in self._born:
+            self._born[node_id] = self._now
 
     def slot_holders(self) -> list[bytes | None]:
         """The holder of every slot (``None`` = empty), for tests and metrics."""
@@ -121,7 +122,7 @@ class RankedView(AgedEntries):
                     return True
                 self._desc[n] = d
             if proven:
-                self._age[n] = 0
+                self._born[n] = self._now
             return True
         waiting = self._candidates.get(n)
         if waiting is not None and not proven:
@@ -149,14 +150,14 @@ class RankedView(AgedEntries):
         self._rank[slot] = rank
         self._where[n] = slot
         self._desc[n] = d
-        self._age[n] = 0
+        self._born[n] = self._now
         if old is not None:
-            # The displaced holder may still park in an empty slot.
+            # The displaced holder may still park in an empty slot (keeping its age).
             del self._where[old]
             old_d = self._desc.pop(old)
-            old_age = self._age.pop(old)
+            old_born = self._born.pop(old)
             if self._empty and self.consider(old_d, proven=True):
-                self._age[old] = old_age
+                self._born[old] = old_born
         return True
 
     def offer(self, d: Descriptor, *, fresh: bool = False) -> bool:
@@ -231,7 +232,7 @@ class RankedView(AgedEntries):
         d = self._desc.pop(node_id, None)
         if d is None:
             return None
-        age = self._age.pop(node_id)
+        age = self._now - self._born.pop(node_id)
         self._vacate(self._where.pop(node_id))
         return with_age(d, age)
 
@@ -264,6 +265,6 @@ class RankedView(AgedEntries):
         self._empty = list(range(self.capacity - 1, -1, -1))
         self._where.clear()
         self._desc.clear()
-        self._age.clear()
+        self._born.clear()
         self._candidates.clear()
         self._losers.clear()

@@ -49,29 +49,38 @@ def sign_descriptor(d: Descriptor, sign: Signer) -> Descriptor:
 class SignatureCheck:
     """``verify`` applied to descriptors, remembering the last ``capacity`` answers.
 
-    The cache key is the whole signed content plus the signature, so a cached
-    "valid" can never vouch for different content.
+    Answers are looked up by signature and hold the whole signed content they
+    were computed for; a hit counts only if that content equals the
+    descriptor's, so a cached "valid" can never vouch for different content.
+    (Keyed by the signature alone, a hit costs one lookup of a bytes object
+    whose hash is cached, instead of building and hashing a 5-tuple.)
     """
 
     __slots__ = ("_verify", "_cache", "capacity", "checks")
 
     def __init__(self, verify: Verifier, *, capacity: int = 4096) -> None:
         self._verify = verify
-        self._cache: dict[tuple[object, ...], bool] = {}
+        # signature -> (node_id, address, tags, epoch, answer)
+        self._cache: dict[bytes, tuple[bytes, str, frozenset[bytes], int, bool]] = {}
         self.capacity = capacity
         self.checks = 0  # calls of ``verify`` (cache misses)
 
     def __call__(self, d: Descriptor) -> bool:
-        if not d.signature:
+        signature = d.signature
+        if not signature:
             return False
-        key = (d.node_id, d.address, d.tags, d.epoch, d.signature)
-        ok = self._cache.get(key)
-        if ok is None:
-            self.checks += 1
-            ok = bool(self._verify(d.node_id, d.signature, signing_payload(d)))
+        hit = self._cache.get(signature)
+        if (
+            hit is not None and hit[0] == d.node_id and hit[1] == d.address
+            and hit[3] == d.epoch and hit[2] == d.tags
+        ):
+            return hit[4]
+        self.checks += 1
+        ok = bool(self._verify(d.node_id, signature, signing_payload(d)))
+        if ok or hit is None or not hit[4]:  # a forgery never evicts the valid answer
             if len(self._cache) >= self.capacity:
                 self._cache.clear()  # simple bound; refilled from live traffic
-            self._cache[key] = ok
+            self._cache[signature] = (d.node_id, d.address, d.tags, d.epoch, ok)
         return ok
 
 

@@ -1,8 +1,9 @@
 """A bounded partial view with Cyclon's aging and merge rules.
 
 Entries are keyed by node id, so a view never holds duplicates. Ages are kept
-in a separate integer map: aging every entry each period is then a cheap loop
-and descriptors are only rebuilt when they leave the view.
+in a separate integer map, as births against a tick counter (see
+:mod:`peersampling.aged`): aging every entry each period is one increment and
+descriptors are only rebuilt when they leave the view.
 """
 
 from __future__ import annotations
@@ -19,32 +20,33 @@ class PartialView(AgedEntries):
     The owner is responsible for never inserting its own descriptor.
     """
 
-    __slots__ = ("capacity", "_desc", "_age")
+    __slots__ = ("capacity",)
 
     def __init__(self, capacity: int) -> None:
         if capacity < 1:
             raise ValueError(f"view capacity must be >= 1, got {capacity}")
         self.capacity = capacity
         self._desc: dict[bytes, Descriptor] = {}
-        self._age: dict[bytes, int] = {}
+        self._born: dict[bytes, int] = {}
+        self._now = 0
 
     @property
     def is_full(self) -> bool:
-        return len(self._age) >= self.capacity
+        return len(self._born) >= self.capacity
 
     def pop(self, node_id: bytes) -> Descriptor | None:
         """Remove and return the entry for ``node_id`` (with its age)."""
         d = self._desc.pop(node_id, None)
         if d is None:
             return None
-        return with_age(d, self._age.pop(node_id))
+        return with_age(d, self._now - self._born.pop(node_id))
 
     def remove_address(self, address: str) -> int:
         """Drop every entry reachable at ``address``; return how many."""
         gone = [k for k, d in self._desc.items() if d.address == address]
         for k in gone:
             del self._desc[k]
-            del self._age[k]
+            del self._born[k]
         return len(gone)
 
     def _update_known(self, n: bytes, d: Descriptor, fresh: bool) -> None:
@@ -60,18 +62,18 @@ class PartialView(AgedEntries):
         even first-hand (a replay), a newer one replaces the address and tags
         (the age only if fresh). Unsigned descriptors all have epoch 0.
         """
-        cur_epoch = self._desc[n].epoch
+        cur = self._desc[n]
+        cur_epoch = cur.epoch
         if d.epoch < cur_epoch:
             return
         if d.epoch > cur_epoch and not fresh:
-            self._desc[n] = with_age(d, self._age[n])
+            self._desc[n] = with_age(d, self._now - self._born[n])
             return
         if fresh:
             self._desc[n] = d
-            self._age[n] = d.age
+            self._born[n] = self._now - d.age
             return
-        cur = self._desc[n]
-        if d.age < self._age[n] and (d.tags != cur.tags or d.address != cur.address):
+        if d.age < self._now - self._born[n] and (d.tags != cur.tags or d.address != cur.address):
             self._desc[n] = d
 
     def offer(self, d: Descriptor, *, fresh: bool = False) -> bool:
@@ -80,12 +82,13 @@ class PartialView(AgedEntries):
         Returns ``True`` when ``d`` was added.
         """
         n = d.node_id
-        if n in self._age:
+        born = self._born
+        if n in born:
             self._update_known(n, d, fresh)
             return False
-        if len(self._age) < self.capacity:
+        if len(born) < self.capacity:
             self._desc[n] = d
-            self._age[n] = d.age
+            born[n] = self._now - d.age
             return True
         return False
 
@@ -103,37 +106,37 @@ class PartialView(AgedEntries):
         replaces one of the entries sent in this exchange that is still here;
         if neither is possible it is dropped. Returns the number of new entries.
         """
-        desc, ages, cap = self._desc, self._age, self.capacity
+        desc, born, cap, now = self._desc, self._born, self.capacity, self._now
         fresh: list[Descriptor] = []
         for d in received:  # decide what is known before changing anything
             n = d.node_id
-            if n in ages:
+            if n in born:
                 self._update_known(n, d, n == fresh_id)
             else:
                 fresh.append(d)
-        replaceable = [n for n in sent if n in ages]
+        replaceable = [n for n in sent if n in born]
         replaceable.reverse()  # pop() evicts in the order the entries were sent
         added = 0
         for d in fresh:
             n = d.node_id
-            if n in ages:  # listed twice in ``received``
+            if n in born:  # listed twice in ``received``
                 continue
-            if len(ages) >= cap:
+            if len(born) >= cap:
                 victim = None
                 while replaceable:
                     candidate = replaceable.pop()
-                    if candidate in ages:
+                    if candidate in born:
                         victim = candidate
                         break
                 if victim is None:
                     continue
                 del desc[victim]
-                del ages[victim]
+                del born[victim]
             desc[n] = d
-            ages[n] = d.age
+            born[n] = now - d.age
             added += 1
         return added
 
     def clear(self) -> None:
         self._desc.clear()
-        self._age.clear()
+        self._born.clear()

@@ -24,6 +24,14 @@ nodes, so each distinct descriptor is verified once per run) or ``per-node``
 (each node its own bounded cache, as a daemon does). The choice is named in
 the output.
 
+Descriptor checks (``--descriptor-checks``): ``in-process`` (default) builds the
+cores with peer sampling's ``in_process`` option (a descriptor received from
+another core of this process is not validated field by field again; the views
+are the same as with ``full``, checked by ``tests/test_peersampling_pinned.py``)
+or ``full`` (every field checked, as a daemon does). Named in the output.
+Python's cyclic garbage collector is paused while the nodes are built and the
+periods run (the cores make no reference cycles; it only cost time).
+
 Push-sum engines (``--pushsum-engine``): ``cores`` runs every node's own
 :class:`~gossip.pushsum.PushSum` (the reference: any encoding, loss,
 retransmissions); ``batched`` applies the period's exchanges, picked exactly
@@ -40,12 +48,14 @@ Entry points for ``scripts/simulate.py --gossip-only``:
 from __future__ import annotations
 
 import argparse
+import gc
 import hashlib
 import logging
 import statistics
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, replace
 
 import numpy as np
@@ -58,6 +68,12 @@ from peersampling.graph import in_degree_stats
 log = logging.getLogger(__name__)
 
 SIGNATURE_MODES = ("off", "shared-cache", "per-node")
+#: How received descriptors are checked: "full" (every field of every received
+#: descriptor, as a daemon does) or "in-process" (the core's ``in_process``
+#: option: descriptors handed over by another core of this process were
+#: checked when they entered it, so their fields are not checked again; the
+#: views are the same, see ``tests/test_peersampling_pinned.py``).
+DESCRIPTOR_CHECKS = ("in-process", "full")
 #: How push-sum rounds run: every node's own :class:`~gossip.pushsum.PushSum` core
 #: ("cores", the reference), or one numpy pass over the period's exchanges
 #: (:class:`BatchedPushPull`, checked against the cores by the tests); "auto"
@@ -95,6 +111,7 @@ class GossipScaleConfig:
     pushsum_engine: str = "auto"
     # peersampling's lookup_small (None: the core's default, l; 0: the rule before issue 17)
     lookup_small: int | None = None
+    descriptor_checks: str = "in-process"
 
     def __post_init__(self) -> None:
         if self.nodes < 2:
@@ -114,6 +131,9 @@ class GossipScaleConfig:
             raise ValueError(f"holders: expected 0..nodes-1, got {self.holders}")
         if self.period_seconds <= 0:
             raise ValueError(f"period_seconds: expected > 0, got {self.period_seconds}")
+        if self.descriptor_checks not in DESCRIPTOR_CHECKS:
+            raise ValueError(f"descriptor_checks: expected one of {DESCRIPTOR_CHECKS}, "
+                             f"got {self.descriptor_checks!r}")
         if self.pushsum_engine not in PUSHSUM_ENGINES:
             raise ValueError(f"pushsum_engine: expected one of {PUSHSUM_ENGINES}, "
                              f"got {self.pushsum_engine!r}")
@@ -179,6 +199,10 @@ def add_gossip_only_arguments(parser: argparse.ArgumentParser) -> None:
                    help="holders keep asking for partners every period while their model view "
                         "holds fewer than K holders (default: the core's, l; 0: the rule before "
                         "issue 17, one lookup every 4 periods once one partner is known)")
+    g.add_argument("--descriptor-checks", choices=DESCRIPTOR_CHECKS, default=d.descriptor_checks,
+                   help="received descriptors: fields not checked again when another core of "
+                        "this process sent them (in-process, default: same views, less time) "
+                        "or every field checked as a daemon does (full)")
     g.add_argument("--quiet", action="store_true", help="no per-period progress on stderr")
 
 
@@ -192,6 +216,7 @@ def config_from_args(args: argparse.Namespace) -> GossipScaleConfig:
         holders_at=args.holders_at, period_seconds=args.period_seconds, pushsum=args.pushsum,
         pushsum_engine=getattr(args, "pushsum_engine", "auto"),
         lookup_small=getattr(args, "lookup_small", None),
+        descriptor_checks=getattr(args, "descriptor_checks", "in-process"),
     )
 
 
@@ -206,6 +231,25 @@ def _print_progress(row: dict[str, object]) -> None:
           f"CPU (peer sampling {row['peer_sampling_seconds']:.3f}, push-sum "
           f"{row['pushsum_seconds']:.3f}); push-sum max error {row['pushsum_max_error']}",
           file=sys.stderr, flush=True)
+
+
+@contextmanager
+def _collector_paused() -> Iterator[None]:
+    """Pause Python's cyclic garbage collector (reference counting still frees everything).
+
+    A period at 10,000 nodes allocates some 10^5 short-lived descriptors and
+    messages among millions of long-lived objects, so the collector would
+    run hundreds of times per period and now and then walk every object;
+    the cores make no reference cycles (a run of 10 periods leaves no cyclic
+    garbage), so pausing it changes nothing but the time.
+    """
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 def node_peer_id(index: int) -> bytes:
@@ -225,8 +269,9 @@ class GossipScale:
             **_sampler_options(cfg),
         )
         started = time.perf_counter()
-        self.addresses = self.sim.add_nodes(cfg.nodes)
-        self.sim.fill_random_views()
+        with _collector_paused():
+            self.addresses = self.sim.add_nodes(cfg.nodes)
+            self.sim.fill_random_views()
         self.index = {a: i for i, a in enumerate(self.addresses)}
         self.rng = np.random.default_rng(cfg.seed)
         self.vectors = self.rng.normal(1.0, 1.0, size=(cfg.nodes, cfg.dim))
@@ -258,13 +303,14 @@ class GossipScale:
         rows: list[dict[str, object]] = []
         lookup = _HolderLookup(self) if cfg.holders else None
         started = time.perf_counter()
-        for _ in range(cfg.periods):
-            row = self.step()
-            if lookup is not None:
-                lookup.observe(self.period)
-            rows.append(row)
-            if progress is not None:
-                progress(row)
+        with _collector_paused():
+            for _ in range(cfg.periods):
+                row = self.step()
+                if lookup is not None:
+                    lookup.observe(self.period)
+                rows.append(row)
+                if progress is not None:
+                    progress(row)
         wall = time.perf_counter() - started
         period_walls = [float(r["wall_seconds"]) for r in rows]  # type: ignore[arg-type]
         last = rows[-1]
@@ -291,6 +337,8 @@ class GossipScale:
                 [float(r["cpu_seconds"]) for r in rows]),  # type: ignore[arg-type]
             "signatures": cfg.signatures,
             "signature_note": self.signature_note,
+            "descriptor_checks": cfg.descriptor_checks,
+            "descriptor_checks_note": self.descriptor_checks_note,
             "pushsum_engine": self.engine,
             "pushsum_max_error": last["pushsum_max_error"],
             "pushsum_mean_error": last["pushsum_mean_error"],
@@ -308,6 +356,15 @@ class GossipScale:
     def signature_note(self) -> str:
         """How this run treats the signatures of simulated identities."""
         return f"{self.config.signatures}: {self.sim.signature_note}"
+
+    @property
+    def descriptor_checks_note(self) -> str:
+        """How this run checks the descriptors the cores receive."""
+        if self.config.descriptor_checks == "full":
+            return "full: every field of every received descriptor is checked, as daemons do"
+        return ("in-process: descriptors sent by another core of this process are not checked "
+                "field by field again (they were when they entered it); own-id, duplicate, "
+                "failed-peer and signature checks still run; same views as full checks")
 
     def step(self) -> dict[str, object]:
         """One period: crashes due now, every node's shuffles, then a push-sum round."""
@@ -581,8 +638,10 @@ class _HolderLookup:
 
 def _sampler_options(cfg: GossipScaleConfig) -> SamplerTuning:
     """Peer-sampling options the run sets (the rest are the core's defaults)."""
-    return SamplerTuning() if cfg.lookup_small is None else SamplerTuning(
-        lookup_small=cfg.lookup_small)
+    options = SamplerTuning(in_process=cfg.descriptor_checks == "in-process")
+    if cfg.lookup_small is not None:
+        options["lookup_small"] = cfg.lookup_small
+    return options
 
 
 def _spread(values: list[float]) -> dict[str, float]:
