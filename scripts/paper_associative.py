@@ -13,22 +13,32 @@ hidden neurons; ``--levels``, the thesis also tried 100 and 200) and full
 averaging; accuracy after 10, 20 and 30 mini-batches (``--checkpoints``, the
 thesis also reports 40).
 
-The task is the thesis' generator. Vector ``k`` has ``m = 8`` input 1s at
-``3m (k mod s) + i`` (``i < m``) and ``m`` completion 1s at ``3m (k mod s) + i``
-(``m <= i < 2m``; a modified peer uses ``2m <= i < 3m`` for the vectors with
-``k mod s == 1``), coordinates modulo ``n = 50``, periodicity ``s = 3``; the
-``z = 2`` bits ``((k div s) + i n/z) mod n`` are flipped in every vector.
-Training batch ``k = 0..8``, mini-batches of 3 drawn from it; tests: the input
-part of ``k = 1000..1099``, expected to come back as the complete vector. A
-test succeeds when expected AND returned has at least as many 1s as expected
-XOR returned (the thesis' criterion). (Binarised digits with one-hot label bits
-were tried too: the rule collapsed to one constant answer under every scheme;
-see docs/strategies.md.)
+The task is the thesis' generator (ch. 3 V.5; every peer holds the same batch,
+the thesis' generator being a function of ``k`` only). Vector ``k`` has ``m``
+input 1s at ``3m (k mod s) + i`` (``i < m``) and ``m`` completion 1s at
+``3m (k mod s) + i`` (``m <= i < 2m``; a modified peer uses ``2m <= i < 3m``
+for the vectors with ``k mod s == 1``), coordinates modulo ``n = 50``,
+periodicity ``s = 3``; the ``z = 2`` bits ``((k div s) + i n/z) mod n`` are
+flipped in every vector. Training batch ``k = 0..8``, mini-batches of 3 drawn
+from it; tests: the input part of ``k = 1000..1099``, expected to come back as
+the complete vector. A test succeeds when expected AND returned has at least as
+many 1s as expected XOR returned (the thesis' criterion).
 
-``--shared-init``: ``common`` (default, the project's rule) starts the shared
-model identically on every peer, from its fingerprint; ``independent`` lets
-each peer draw it from its own seed, so the first averaging mixes different
-networks and shrinks the shared weights towards 0.
+Defaults follow the thesis where it speaks; where it is silent or
+inconsistent, an option shows the alternative (docs/strategies.md gives each
+choice and its source line):
+
+- ``--shared-init``: ``independent`` (default) lets each peer draw its whole
+  network from its own seed, as the thesis' peers build their own randomly
+  initialised networks; ``common`` (the project's rule) starts the shared
+  model identically on every peer, from its fingerprint.
+- ``--m``: 8 (default, the thesis' value; its generator then runs past bit 50
+  and wraps); 4 reads "m = 8 (non-zero bits)" as 8 ones per complete vector,
+  which fits the generator in 50 bits.
+- ``--overflow``: ``wrap`` (default) takes the generator's coordinates past
+  bit 50 modulo 50; ``drop`` leaves them out.
+- ``--expected``: ``noisy`` (default) expects the complete test vector with its
+  noise bits flipped; ``clean`` without.
 
 Each cell: the mean accuracy over the 15 peers, median over seeds with the
 interquartile range, and the paired difference (same seed: same local
@@ -36,7 +46,7 @@ initial weights and mini-batch order) partial minus none and partial minus
 full, median and min..max over seeds.
 
     python scripts/paper_associative.py --seeds 7 --checkpoints 10,20,30,40
-    python scripts/paper_associative.py --shared-init independent --levels 300 --json out.json
+    python scripts/paper_associative.py --shared-init common --levels 300 --json out.json
 """
 
 from __future__ import annotations
@@ -64,6 +74,10 @@ MODIFIED = (0, 1)  # the peers whose task differs (2 of 15, as in the thesis)
 HIDDEN = 400
 CHECKPOINTS = (10, 20, 30)  # the thesis also reports 40 (--checkpoints)
 PARTIAL_LEVELS = (300, 350)  # the thesis also tried 100 and 200 (--levels)
+#: What the generator does with coordinates past the vector's end (ThesisTask.overflow).
+OVERFLOWS = ("wrap", "drop")
+#: Added to a peer's seed for its own draw of the shared model (``--shared-init independent``).
+INDEPENDENT_SEED_OFFSET = 10**9
 
 
 # ----------------------------------------------------------------- tasks
@@ -78,7 +92,15 @@ class PeerData:
 
 @dataclass(frozen=True)
 class ThesisTask:
-    """The thesis' sparse-vector generator (V.5), parameters as in the thesis."""
+    """The thesis' sparse-vector generator (V.5), parameters as in the thesis.
+
+    ``m``: input 1s per vector (the thesis: 8; its generator then writes
+    coordinates up to ``3m s - 1 = 71`` of a 50-bit vector). ``overflow``:
+    what becomes of a coordinate past ``n``: ``"wrap"`` takes it modulo ``n``,
+    ``"drop"`` leaves it out (the vector then has fewer 1s). ``noisy_expected``: whether the expected output of a
+    test carries the test vector's noise (the thesis flips the noise bits in
+    every vector fed to the network; the expected output is not fed to it).
+    """
 
     n: int = 50
     m: int = 8
@@ -88,6 +110,20 @@ class ThesisTask:
     test_start: int = 1000
     tests: int = 100
     modified_residue: int = 1
+    noisy_expected: bool = True
+    overflow: str = "wrap"
+
+    def __post_init__(self) -> None:
+        if not 0 < 2 * self.m <= self.n:
+            raise ValueError(f"task: m={self.m} needs 0 < 2m <= n={self.n}")
+        if not 0 <= self.z <= self.n or self.s < 1 or self.batch < 1 or self.tests < 1:
+            raise ValueError(f"task: z={self.z}, s={self.s}, batch={self.batch}, "
+                             f"tests={self.tests} out of range")
+        if self.overflow not in OVERFLOWS:
+            raise ValueError(f"task: overflow {self.overflow!r} is not one of {OVERFLOWS}")
+        if not 0 <= self.modified_residue < self.s:
+            raise ValueError(f"task: modified_residue {self.modified_residue} is not in "
+                             f"0..{self.s - 1}")
 
     @property
     def visible(self) -> int:
@@ -95,23 +131,38 @@ class ThesisTask:
 
     def vectors(self, k: int, modified: bool) -> tuple[np.ndarray, np.ndarray]:
         """(test input, complete vector) number ``k``, noise included."""
-        n, m = self.n, self.m
-        base = 3 * m * (k % self.s)
-        first = 2 * m if modified and k % self.s == self.modified_residue else m
-        given = np.zeros(n)
-        given[[(base + i) % n for i in range(m)]] = 1
-        full = given.copy()
-        full[[(base + i) % n for i in range(first, first + m)]] = 1
-        noise = [((k // self.s) + i * (n // self.z)) % n for i in range(self.z)]
+        given, full = self.clean_vectors(k, modified)
+        noise = [((k // self.s) + i * (self.n // self.z)) % self.n for i in range(self.z)]
         for v in (given, full):
             v[noise] = 1 - v[noise]
         return given, full
 
+    def clean_vectors(self, k: int, modified: bool) -> tuple[np.ndarray, np.ndarray]:
+        """(test input, complete vector) number ``k`` before the noise bits are flipped."""
+        n, m = self.n, self.m
+        base = 3 * m * (k % self.s)
+        first = 2 * m if modified and k % self.s == self.modified_residue else m
+        given = np.zeros(n)
+        given[self._coordinates(base, range(m))] = 1
+        full = given.copy()
+        full[self._coordinates(base, range(first, first + m))] = 1
+        return given, full
+
+    def _coordinates(self, base: int, offsets: range) -> list[int]:
+        """Coordinates ``base + i``: taken modulo ``n``, or those past ``n`` left out."""
+        if self.overflow == "wrap":
+            return [(base + i) % self.n for i in offsets]
+        return [base + i for i in offsets if base + i < self.n]
+
     def peer(self, modified: bool) -> PeerData:
         train = np.array([self.vectors(k, modified)[1] for k in range(self.batch)])
-        pairs = [self.vectors(k, modified)
-                 for k in range(self.test_start, self.test_start + self.tests)]
-        return PeerData(train, np.array([g for g, _ in pairs]), np.array([f for _, f in pairs]))
+        ks = range(self.test_start, self.test_start + self.tests)
+        inputs = np.array([self.vectors(k, modified)[0] for k in ks])
+        if self.noisy_expected:
+            expected = np.array([self.vectors(k, modified)[1] for k in ks])
+        else:
+            expected = np.array([self.clean_vectors(k, modified)[1] for k in ks])
+        return PeerData(train, inputs, expected)
 
     def accuracy(self, net: AssociativeNetwork, data: PeerData) -> float:
         out = net.complete(data.test_input).astype(bool)
@@ -136,12 +187,13 @@ def scheme_counts(scheme: str, visible: int) -> tuple[int, ...] | None:
 
 def run_scheme(scheme: str, peers: Sequence[PeerData], accuracy: Accuracy, seed: int, *,
                visible: int, rounds: int, checkpoints: Sequence[int],
-               shared_init: str = "common") -> dict[str, object]:
+               shared_init: str = "independent") -> dict[str, object]:
     """Train the peers for ``max(checkpoints)`` mini-batches under ``scheme``.
 
-    ``shared_init``: ``"common"`` starts the shared model from its fingerprint
-    on every peer (the project's rule); ``"independent"`` starts it from each
-    peer's own seed, so the first averaging mixes different networks.
+    ``shared_init``: ``"independent"`` starts the shared model from each peer's
+    own seed (the thesis' peers initialise their own networks), so the first
+    averaging mixes different networks; ``"common"`` starts it from its
+    fingerprint on every peer (the project's rule).
     """
     counts = scheme_counts(scheme, visible)
     spec = associative_network_spec(visible, HIDDEN)
@@ -157,7 +209,8 @@ def run_scheme(scheme: str, peers: Sequence[PeerData], accuracy: Accuracy, seed:
         name = layout.shared_models[0]
         if shared_init == "independent":
             for net in nets:
-                net.assign(name, net.initial_values(name, seed=net.seed))
+                # a stream apart from the one that drew the peer's local weights
+                net.assign(name, net.initial_values(name, seed=INDEPENDENT_SEED_OFFSET + net.seed))
         initial = np.array([net.extract(name) for net in nets])
         sim = Simulation([ModelSpec(name, tuple(range(len(peers))), initial)],
                          seed=seed)
@@ -246,8 +299,18 @@ def format_table(summary: dict[str, object], checkpoints: Sequence[int]) -> str:
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--shared-init", choices=("common", "independent"), default="common",
-                        help="shared model's start: the same on every peer (default) or per peer")
+    parser.add_argument("--shared-init", choices=("common", "independent"), default="independent",
+                        help="shared model's start: drawn by each peer from its own seed (default, "
+                             "as the thesis' peers) or the same on every peer (the project's rule)")
+    parser.add_argument("--m", type=int, default=8,
+                        help="input 1s per vector (thesis: 8; 4 reads its 'm = 8 (non-zero bits)' "
+                             "as 8 ones in a complete vector)")
+    parser.add_argument("--overflow", choices=OVERFLOWS, default="wrap",
+                        help="generator coordinates past bit n: taken modulo n (default) or "
+                             "left out")
+    parser.add_argument("--expected", choices=("noisy", "clean"), default="noisy",
+                        help="expected test output: the complete vector with its noise bits "
+                             "flipped (default) or without")
     parser.add_argument("--seeds", type=int, default=7, help="number of seeds (default 7)")
     parser.add_argument("--levels", default=",".join(map(str, PARTIAL_LEVELS)),
                         help="hidden neurons shared by the partial schemes (comma-separated)")
@@ -273,7 +336,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     schemes = ["none", *map(str, levels), "full"]
     results: dict[str, list[dict[str, object]]] = {s: [] for s in schemes}
-    task = ThesisTask()
+    try:
+        task = ThesisTask(m=args.m, noisy_expected=args.expected == "noisy",
+                          overflow=args.overflow)
+    except ValueError as exc:
+        print(exc, file=sys.stderr)
+        return 2
     peers = [task.peer(p in MODIFIED) for p in range(PEERS)]
     for seed in range(args.seeds):
         for scheme in schemes:
@@ -285,13 +353,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     summary = summarise(results, checkpoints, str(args.best))
     deviation = max(float(r["max_gossip_deviation"]) for runs in results.values()  # type: ignore[arg-type]
                     for r in runs)
-    report = {"shared_init": args.shared_init, "seeds": args.seeds, "peers": PEERS, "modified": list(MODIFIED),
+    report = {"shared_init": args.shared_init, "m": args.m, "expected": args.expected,
+              "overflow": args.overflow,
+              "seeds": args.seeds, "peers": PEERS, "modified": list(MODIFIED),
               "rounds_per_batch": args.rounds, "max_gossip_deviation": deviation,
               "checkpoints": checkpoints, **summary, "runs": results}
     if args.json == "-":
         print(json.dumps(report, indent=1))
     else:
-        print(f"shared init {args.shared_init}, {PEERS} peers ({len(MODIFIED)} modified), {args.seeds} seeds, "
+        print(f"shared init {args.shared_init}, m={args.m} ({args.overflow} past bit "
+              f"{task.n}), {args.expected} expected output, "
+              f"{PEERS} peers ({len(MODIFIED)} modified), {args.seeds} seeds, "
               f"{args.rounds} push-sum rounds per mini-batch; largest gap between a holder "
               f"and the holders' mean after gossip: {deviation:.2e}")
         print(format_table(summary, checkpoints))

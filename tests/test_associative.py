@@ -166,3 +166,33 @@ def test_paper_script_runs_and_reports(tmp_path: Path, monkeypatch: pytest.Monke
     assert set(report["paired"]) == {"300-none", "300-full"}
     assert report["paired"]["300-none"]["1"]["runs"] == 1
     assert "paired difference" in capsys.readouterr().out
+
+
+def test_paper_task_open_choices(monkeypatch: pytest.MonkeyPatch) -> None:
+    """m = 4 fits the generator in 50 bits; clean expected outputs drop only the noise."""
+    script = load_script("paper_associative", monkeypatch)
+    # m = 8: the third pattern (k mod 3 = 2) starts at 48 and wraps round to 0..5
+    given, _ = script.ThesisTask().clean_vectors(2, modified=False)
+    assert set(np.flatnonzero(given)) == {48, 49, 0, 1, 2, 3, 4, 5}
+    # ... or, left out past bit 50, keeps 48 and 49 and nothing to complete
+    given, full = script.ThesisTask(overflow="drop").clean_vectors(2, modified=False)
+    assert set(np.flatnonzero(given)) == set(np.flatnonzero(full)) == {48, 49}
+    # m = 4: patterns at 0, 12 and 24, all inside 50 bits; k mod 3 = 1 is the modified one
+    small = script.ThesisTask(m=4)
+    given, full = small.clean_vectors(2, modified=True)
+    assert set(np.flatnonzero(given)) == set(range(24, 28))
+    assert set(np.flatnonzero(full)) == set(range(24, 32))
+    _, changed = small.clean_vectors(1, modified=True)
+    assert set(np.flatnonzero(changed)) == set(range(12, 16)) | set(range(20, 24))
+    noisy = script.ThesisTask().peer(modified=False)
+    clean = script.ThesisTask(noisy_expected=False).peer(modified=False)
+    np.testing.assert_array_equal(noisy.train, clean.train)
+    np.testing.assert_array_equal(noisy.test_input, clean.test_input)
+    # the expected outputs differ exactly in the z = 2 noise bits of each test vector
+    assert (np.abs(noisy.test_expected - clean.test_expected).sum(axis=1) == 2).all()
+    with pytest.raises(ValueError, match="m=30"):
+        script.ThesisTask(m=30)
+    with pytest.raises(ValueError, match="overflow"):
+        script.ThesisTask(overflow="clip")
+    with pytest.raises(ValueError, match="modified_residue"):
+        script.ThesisTask(modified_residue=3)
