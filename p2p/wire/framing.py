@@ -167,8 +167,11 @@ class FrameDecoder:
         #: its header): tells a caller timing frames that a new one began.
         self.bodies_started = 0
         # Bytes received but not yet parsed live in _stage[_start:_end]; only a
-        # partial header (< 4 bytes) ever stays there between reads.
-        self._stage = bytearray(_STAGE_SIZE)
+        # partial header (< 4 bytes) ever stays there between reads. Not
+        # zero-filled: its pages only take memory as reads reach them, and most
+        # reads (acks, shuffles) touch the first one only, which matters with
+        # thousands of connections in one simulated process.
+        self._stage = uninitialized_buffer(_STAGE_SIZE)
         self._start = 0
         self._end = 0
         # The frame in progress once its header is known and its body did not
@@ -213,12 +216,12 @@ class FrameDecoder:
         if self._start:
             # Keep the partial header (if any) at the front of the stage.
             pending = self._end - self._start
-            self._stage[:pending] = self._stage[self._start : self._end]
+            self._stage[:pending] = bytes(self._stage[self._start : self._end])
             self._start, self._end = 0, pending
         size = _STAGE_SIZE - self._end
         if limit is not None:
             size = min(size, limit)
-        return memoryview(self._stage)[self._end : self._end + size]
+        return self._stage[self._end : self._end + size]
 
     def buffer_updated(self, nbytes: int) -> list[memoryview]:
         """Account for ``nbytes`` written into the last :meth:`get_buffer` view;
@@ -298,13 +301,12 @@ class FrameDecoder:
             available = self._end - body_start
             if available >= size:
                 # Whole small frame: copied out so that the stage can be reused.
-                frames.append(memoryview(stage[body_start : body_start + size]))
+                frames.append(memoryview(bytearray(stage[body_start : body_start + size])))
                 self._start = body_start + size
                 continue
             # The body arrives later, straight into a buffer of its final size.
             self._body = self._new_body(size)
-            # (through a view: slicing the bytearray itself would copy it first)
-            self._body[:available] = memoryview(stage)[body_start : self._end]
+            self._body[:available] = stage[body_start : self._end]
             self._have = available
             self._start = self._end = 0
             break
