@@ -100,8 +100,8 @@ def add_simulation_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--lockstep-align", type=float, default=0.0, metavar="S",
                    help="with --lockstep: a round starts on the next multiple of S simulated "
                         "seconds, so that nodes a little apart train in one batch (default 0: "
-                        "no alignment; a node waits for the tick holding its model lock, "
-                        "which delays the pushes it takes, see docs/simulation.md)")
+                        "no alignment; the wait comes before the node takes its model lock, "
+                        "see docs/simulation.md)")
     g.add_argument("--handshakes", choices=HANDSHAKE_MODES, default="auto",
                    help="noise: the daemon's Noise handshake with Ed25519 signatures; trusted: "
                         "the same messages and identity checks without that cryptography "
@@ -114,6 +114,9 @@ def add_simulation_arguments(p: argparse.ArgumentParser) -> None:
                    help="as the swarm's daemons, each node waits (training.peer_wait, 120 s) "
                         "until it knows min(N-1, 20) peers before its first round (default); "
                         "--no-start-together: train at once (small swarms with churn or loss)")
+    g.add_argument("--max-connections", type=int, metavar="N",
+                   help="each node's limits.max_connections (session slots, outgoing pool; "
+                        "default: the config's, 64 as daemons)")
     g.add_argument("--sample-every", type=float, default=0.5, metavar="S",
                    help="simulated seconds between samples of the time series (default 0.5)")
     g.add_argument("--max-seconds", type=float, metavar="S",
@@ -166,7 +169,14 @@ def spec_and_configure(args: argparse.Namespace) -> tuple[SwarmSpec, Any]:
         changes["checkpoint_interval"] = args.checkpoint_interval
     spec = dataclasses.replace(spec, **changes)
 
+    max_connections = args.max_connections
+    if max_connections is not None and max_connections < 1:
+        raise ValueError(f"--max-connections: expected a number >= 1, got {max_connections}")
+
     def configure(config: Any) -> Any:
+        if max_connections is not None:
+            config = dataclasses.replace(config, limits=dataclasses.replace(
+                config.limits, max_connections=max_connections))
         if num_samples is None:
             return config
         return dataclasses.replace(config, data=dataclasses.replace(
@@ -305,6 +315,13 @@ def simulate(args: argparse.Namespace, plan: Plan, root: Path, *,
         "(self-connection, expected node id, swarm key, cipher) without X25519 or Ed25519: "
         "every identity is a simulated node's",
         "signature_checks": "every peer-sampling descriptor checked (no cache)",
+        "streams": "in-memory stream pairs (SimStream): every frame's bytes written and read "
+        "in order, delayed and lost as the links say; no socket, no kernel buffer",
+        # the simulation's transports get no swarm key (as daemons started without one)
+        "sealing": "none: no swarm key, so frames are not sealed (as between daemons "
+        "without one)",
+        "max_connections": args.max_connections or "the config's (limits.max_connections, "
+        "as daemons)",
         "task": spec.task, "test_samples": args.test_samples,
     }
     if plan.lockstep is not None:
@@ -359,6 +376,10 @@ def report(summary: dict[str, Any]) -> str:
                  f"{net['messages_dropped']} lost, {net['connections']} connections opened "
                  f"({net['reconnections']} to a peer dialled before), "
                  f"{len(summary['churn'])} churn events")
+    refused = net.get("admission") or {}
+    if refused:
+        lines.append("incoming connections refused or closed by admission rule: " + ", ".join(
+            f"{rule} {count}" for rule, count in refused.items()))
     sim = summary.get("simulation", {})
     if sim:
         lines.append(f"simulation: handshakes {sim['handshakes']}, lock-step "

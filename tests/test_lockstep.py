@@ -90,6 +90,22 @@ async def test_align_gathers_callers_a_little_apart(
         LockstepRunner(align=-1.0)
 
 
+async def test_wait_turn_aligns_before_the_round_and_training_then_starts_at_once(
+        autojump_clock: trio.testing.MockClock) -> None:
+    # the node awaits wait_turn() before it takes its model lock: the wait for the
+    # tick happens there, and train_steps, called on the tick, does not wait again
+    runner = LockstepRunner(COMPUTE, align=1.0)
+    await trio.sleep(0.3)
+    await runner.wait_turn()
+    assert trio.current_time() == pytest.approx(1.0)
+    await runner.train_steps(_trainers(1)[0], 1)
+    assert trio.current_time() == pytest.approx(1.0 + COMPUTE)
+    unaligned = LockstepRunner(COMPUTE)
+    before = trio.current_time()
+    await unaligned.wait_turn()
+    assert trio.current_time() == before
+
+
 @pytest.mark.parametrize(("align", "starts"), [(0.0, [0.0, 0.0, 1.0, 1.0]),
                                               (1.0, [0.0, 0.3, 0.95, 1.2])])
 async def test_batched_and_plain_lockstep_agree(autojump_clock: trio.testing.MockClock,

@@ -69,6 +69,34 @@ async def test_a_write_arrives_after_latency_plus_transmission(
         await net.connect_from("a:1", "nobody:1")
 
 
+async def test_sim_streams_behave_as_trio_streams(autojump_clock: trio.testing.MockClock) -> None:
+    from p2p.testing.simnet import SimStream
+
+    net = SimNetwork()
+    a, b = SimStream.pair(net, Link(0.0, math.inf), Link(0.5, math.inf))
+    await a.send_all(b"hello ")
+    await a.send_all(memoryview(b"world"))
+    assert await b.receive_some(3) == b"hel"  # at most max_bytes, the rest kept in order
+    assert await b.receive_some() == b"lo world"
+    start = trio.current_time()
+    async with trio.open_nursery() as nursery:
+        got: list[bytes] = []
+
+        async def read() -> None:
+            got.append(bytes(await a.receive_some()))
+            got.append(bytes(await a.receive_some()))
+        nursery.start_soon(read)
+        await b.send_all(b"back")  # over the backward link: 0.5 s latency
+        assert trio.current_time() - start == pytest.approx(0.5)
+        await b.aclose()  # the reader gets the bytes, then end of stream
+    assert got == [b"back", b""]
+    with pytest.raises(trio.BrokenResourceError):
+        await a.send_all(b"x")  # the peer is gone
+    with pytest.raises(trio.ClosedResourceError):
+        await b.receive_some()
+    assert (net.messages, net.bytes) == (3, 15)
+
+
 async def test_pooled_connections_are_reused_and_redials_counted(
         autojump_clock: trio.testing.MockClock) -> None:
     # The diagnosis of docs/simulation.md, "Cost at scale": the simulation's new
@@ -172,6 +200,29 @@ def test_simulation_with_loss_and_a_crash_restarted_from_its_checkpoint(
     assert doc["simulated_seconds"] >= 1.2
     times = [p["time"] for p in doc["series"]]
     assert times == sorted(times) and len(times) >= 2
+
+
+def test_simulated_transports_take_the_limits_of_the_node_config(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # as a daemon builds its transport from [limits]: caps, timeouts, rate limit, frame size
+    from p2p.runtime.node_transport import node_frame_limit
+    from p2p.testing.sim_host import Simulation
+
+    simulate = load_script("simulate", monkeypatch)
+    args = simulate.build_parser().parse_args(["--nodes", "2", "--max-connections", "7"])
+    plan = simulate.plan_simulation(args)
+    sim = Simulation(plan.spec, tmp_path, plan.network, runner_for=plan.runner_for,
+                     configure=plan.configure)
+    node, transport = sim._build(sim.slots[1])
+    limits = node.config.limits
+    assert limits.max_connections == 7 and transport.max_connections == 7
+    assert transport.admission.limits.max_sessions == 7
+    assert transport.max_messages_per_second == limits.max_messages_per_second
+    assert transport.read_timeout == limits.read_timeout
+    assert transport.max_frame_size == node_frame_limit(node.config)
+    with pytest.raises(ValueError, match="--max-connections"):
+        simulate.plan_simulation(simulate.build_parser().parse_args(
+            ["--nodes", "2", "--max-connections", "0"]))
 
 
 def test_bad_flags_stop_before_anything_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,

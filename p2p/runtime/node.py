@@ -642,6 +642,7 @@ class Node:
                     await self._pause(max(t.round_interval, 0.2))
                     continue
                 await self._hold_for_groups()
+                await self.runner.wait_turn()  # a simulation's schedule, outside the lock
                 t0 = time.perf_counter()
                 async with self._model_lock:
                     loss = await self.runner.train_steps(trainer, t.steps_per_round)

@@ -26,6 +26,12 @@ T = TypeVar("T")
 class TrainRunner(Protocol):
     """Runs a node's blocking work; the node awaits each call."""
 
+    async def wait_turn(self) -> None:
+        """Awaited before each training round, before the node takes its model lock:
+        a runner that starts rounds on a schedule (lock-step alignment) waits here,
+        so that peers' merges and checkpoints are not held up meanwhile."""
+        ...
+
     async def train_steps(self, trainer: Trainer, steps: int) -> float:
         """``trainer.train_steps(steps)``; its mean loss."""
         ...
@@ -41,6 +47,9 @@ class TrainRunner(Protocol):
 
 class ThreadRunner:
     """Every call in a trio worker thread: the daemon's behaviour."""
+
+    async def wait_turn(self) -> None:
+        return None  # a round starts at once
 
     async def train_steps(self, trainer: Trainer, steps: int) -> float:
         return await trio.to_thread.run_sync(trainer.train_steps, steps)
@@ -64,6 +73,9 @@ class InlineRunner:
         if not compute_seconds >= 0.0:
             raise ValueError(f"compute_seconds must be >= 0, got {compute_seconds!r}")
         self.compute_seconds = compute_seconds
+
+    async def wait_turn(self) -> None:
+        return None  # a round starts at once (a lock-step runner may align it)
 
     async def train_steps(self, trainer: Trainer, steps: int) -> float:
         loss = trainer.train_steps(steps)

@@ -91,6 +91,13 @@ class LockstepRunner(InlineRunner):
         self.stats = LockstepStats()
         self._pending: list[_Request] = []
 
+    async def wait_turn(self) -> None:
+        """With ``align``: wait for the next tick. A node awaits this before it takes its
+        model lock, so that its peers' merges and checkpoints go on meanwhile;
+        :meth:`train_steps` then finds itself on the tick and trains at once."""
+        if self.align:
+            await trio.sleep_until(self._next_tick(trio.current_time()))
+
     async def train_steps(self, trainer: Trainer, steps: int) -> float:
         if steps < 1:
             raise ValueError(f"train_steps: expected steps >= 1, got {steps}")

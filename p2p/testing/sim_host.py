@@ -23,6 +23,7 @@ import trio
 
 from p2p.config import NodeConfig
 from p2p.runtime.node import Node
+from p2p.runtime.node_transport import node_frame_limit
 from p2p.runtime.train_runner import TrainRunner
 from p2p.swarm import SwarmSpec, node_config
 from p2p.testing.nodes import memory_addresses
@@ -151,7 +152,14 @@ class Simulation:
             listen=slot.address, bootstrap=bootstrap)
         if self.configure is not None:
             config = self.configure(config)
-        transport = self.network.transport(Identity.load_or_create(slot.data_dir), slot.address)
+        # the transport's limits as a daemon sets them from its config (p2p.runtime.node)
+        limits = config.limits
+        transport = self.network.transport(
+            Identity.load_or_create(slot.data_dir), slot.address,
+            max_connections=limits.max_connections, connect_timeout=limits.connect_timeout,
+            read_timeout=limits.read_timeout, max_frame_size=node_frame_limit(config),
+            max_messages_per_second=limits.max_messages_per_second,
+            cipher=config.security.cipher)
         node = Node(config, transport=transport, train_runner=self.runner_for(slot.index),
                     standalone=False)
         transport.tags = frozenset(node.by_fingerprint)  # known once the models are built
@@ -325,6 +333,17 @@ class Simulation:
             rows.append(row)
         return rows
 
+    def admission_counts(self) -> dict[str, int]:
+        """Incoming connections refused or closed, by admission rule, summed over the live
+        transports (``max_sessions``: a session refused because every slot was taken by an
+        active one; ``session_displaced``: a silent session closed to make room...)."""
+        totals: dict[str, int] = {}
+        for slot in self.slots:
+            if slot.transport is not None:
+                for rule, count in slot.transport.admission.refused.items():
+                    totals[rule] = totals.get(rule, 0) + count
+        return dict(sorted(totals.items()))
+
     def summary(self, wall_seconds: float) -> dict[str, Any]:
         """Every figure of the run as plain data (top level as ``scripts/swarm.py``'s)."""
         rows = self.node_records()
@@ -344,7 +363,8 @@ class Simulation:
             "network": {"messages": self.network.messages, "bytes": self.network.bytes,
                         "messages_dropped": self.network.messages_dropped,
                         "connections": self.network.connections,
-                        "reconnections": self.network.reconnections},
+                        "reconnections": self.network.reconnections,
+                        "admission": self.admission_counts()},
             "churn": self.events_done,
             "series": self.series,
         }

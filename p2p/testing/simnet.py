@@ -6,7 +6,9 @@ addresses from seeded distributions (:class:`Distribution`), and lose
 messages with a given probability. A write of ``n`` bytes on a link waits
 ``latency + n / bandwidth`` seconds (virtual seconds under a mock clock) before
 it is delivered; a lost write darkens the connection, as
-:class:`~p2p.testing.memnet.FaultyStream` does (the peer times out).
+:class:`~p2p.testing.memnet.FaultyStream` does (the peer times out). Its
+streams (:class:`SimStream`) pass bytes straight from one end's write to the
+other end's buffer.
 
 Distributions are written ``VALUE`` (fixed), ``uniform:LOW:HIGH`` or
 ``lognormal:MEDIAN:SIGMA``; the command line gives latencies in milliseconds
@@ -21,9 +23,9 @@ from dataclasses import dataclass
 from typing import Unpack
 
 import trio
-import trio.testing
+import trio.lowlevel
 
-from p2p.testing.memnet import FaultyStream, MemoryNetwork, MemoryTransport, TransportOptions
+from p2p.testing.memnet import MemoryNetwork, MemoryTransport, TransportOptions
 from p2p.testing.sim_handshake import TrustedHandshake
 from p2p.wire.identity import Identity
 
@@ -154,17 +156,14 @@ class SimNetwork(MemoryNetwork):
         if entry is None or address in self.unreachable:
             raise OSError(f"connection to {address} refused (simulated network)")
         server, handler, nursery = entry
-        client_end: trio.abc.Stream
-        server_end: trio.abc.Stream
-        client_end, server_end = trio.testing.memory_stream_pair()
         self.connections += 1
         if (source, address) in self._dialled:
             self.reconnections += 1
         else:
             self._dialled.add((source, address))
         # every write is counted (and delayed or lost as the links say)
-        client_end = SimStream(self, client_end, self.link(source, address))
-        server_end = SimStream(self, server_end, self.link(address, source))
+        client_end, server_end = SimStream.pair(self, self.link(source, address),
+                                                self.link(address, source))
         nursery.start_soon(server.serve_stream, server_end, handler,
                            f"sim-{source}-{self.connections}")
         return client_end
@@ -175,32 +174,130 @@ class SimNetwork(MemoryNetwork):
         return SimTransport(self, address, identity, **options)
 
 
-class SimStream(FaultyStream):
-    """One end of a simulated connection: writes wait their link's delay, may be lost
-    (the pass-through reads and closing are :class:`FaultyStream`'s)."""
+class _Pipe:
+    """One direction of a connection: bytes written by one end, not yet read by the other."""
 
-    def __init__(self, network: SimNetwork, inner: trio.abc.Stream, link: Link) -> None:
-        super().__init__(network, inner)
+    __slots__ = ("buffer", "eof", "reader_gone", "waiting")
+
+    def __init__(self) -> None:
+        self.buffer = bytearray()
+        self.eof = False  # the writing end closed: the reader gets b"" once the buffer is drained
+        self.reader_gone = False  # the reading end closed: a write fails
+        self.waiting = trio.lowlevel.ParkingLot()  # the reader, waiting for bytes or eof
+
+
+class SimStream(trio.abc.Stream):
+    """One end of a simulated connection (made in pairs by :meth:`pair`).
+
+    A write waits its link's delay (latency + size / bandwidth), may be lost
+    (the connection then stays dark: this and every later write is dropped,
+    as when a link goes dark under an open TCP connection), and otherwise
+    appends its bytes to the other end's buffer. Written directly rather than
+    over ``trio.testing.memory_stream_pair`` (two queues and a pump per
+    direction, a lock per write): the bytes and their order are the same,
+    for about half the scheduling steps, and at 1,000 nodes a simulation
+    opens tens of thousands of connections.
+
+    Like trio's streams: one writer and one reader at a time (a second
+    concurrent call raises ``trio.BusyResourceError``), every call is a
+    checkpoint, a write after the peer closed raises
+    ``trio.BrokenResourceError``, a call on a closed end ``trio.ClosedResourceError``.
+    """
+
+    def __init__(self, network: SimNetwork, link: Link, outgoing: _Pipe, incoming: _Pipe) -> None:
         self.sim = network
         self.link = link
-        self._sending = trio.Lock()  # writes on one link go one after another
+        self.dark = False  # once a write is lost, the link stays dark
+        self._out = outgoing
+        self._in = incoming
+        self._closed = False
+        self._sending = False
+        self._receiving = False
+
+    @classmethod
+    def pair(cls, network: SimNetwork, forward: Link,
+             backward: Link) -> tuple[SimStream, SimStream]:
+        """The two ends of a connection: the first writes over ``forward``, the second
+        over ``backward``."""
+        there, back = _Pipe(), _Pipe()
+        return cls(network, forward, there, back), cls(network, backward, back, there)
 
     async def send_all(self, data: bytes | bytearray | memoryview) -> None:
-        net = self.sim
-        size = len(data)
-        async with self._sending:
+        if self._sending:
+            raise trio.BusyResourceError("another task is writing to this stream")
+        self._sending = True
+        try:
+            if self._closed:
+                raise trio.ClosedResourceError("this end of the connection is closed")
+            net = self.sim
+            size = len(data) if type(data) is not memoryview else data.nbytes
             delay = self.link.delay(size)
             if delay > 0:
                 await trio.sleep(delay)
+            else:
+                await trio.lowlevel.checkpoint()
+            if self._closed:
+                raise trio.ClosedResourceError("this end of the connection is closed")
+            out = self._out
+            if out.reader_gone:
+                raise trio.BrokenResourceError("the peer closed the connection")
             if not self.dark and net.message_loss and net.rng.random() < net.message_loss:
                 self.dark = True
                 net.messages_dropped += 1
             if self.dark:
-                await trio.lowlevel.checkpoint()
                 return
             net.messages += 1
             net.bytes += size
-            await self.inner.send_all(data)
+            out.buffer += data
+            out.waiting.unpark_all()
+        finally:
+            self._sending = False
+
+    async def wait_send_all_might_not_block(self) -> None:
+        if self._closed:
+            raise trio.ClosedResourceError("this end of the connection is closed")
+        await trio.lowlevel.checkpoint()
+
+    async def receive_some(self, max_bytes: int | None = None) -> bytes | bytearray:
+        if max_bytes is not None and max_bytes < 1:
+            raise ValueError(f"max_bytes must be >= 1, got {max_bytes}")
+        if self._receiving:
+            raise trio.BusyResourceError("another task is reading this stream")
+        self._receiving = True
+        try:
+            incoming = self._in
+            if self._closed:
+                raise trio.ClosedResourceError("this end of the connection is closed")
+            if incoming.buffer or incoming.eof:
+                await trio.lowlevel.checkpoint()
+            while not incoming.buffer and not incoming.eof:
+                await incoming.waiting.park()
+                if self._closed:
+                    raise trio.ClosedResourceError("this end of the connection is closed")
+            buffer = incoming.buffer
+            if max_bytes is None or max_bytes >= len(buffer):
+                incoming.buffer = bytearray()
+                return buffer
+            data = buffer[:max_bytes]
+            del buffer[:max_bytes]
+            return data
+        finally:
+            self._receiving = False
+
+    def close(self) -> None:
+        """Close this end at once: the peer reads end of stream, its writes fail."""
+        if self._closed:
+            return
+        self._closed = True
+        self._out.eof = True
+        self._out.waiting.unpark_all()
+        self._in.reader_gone = True
+        self._in.buffer = bytearray()  # nobody will read it
+        self._in.waiting.unpark_all()  # a read of this end in progress fails
+
+    async def aclose(self) -> None:
+        self.close()
+        await trio.lowlevel.checkpoint()
 
 
 class SimTransport(MemoryTransport):

@@ -43,9 +43,10 @@ class Identity:
 
     private_key: Ed25519PrivateKey
 
-    @property
+    @functools.cached_property
     def node_id(self) -> bytes:
-        """The 32-byte raw public key identifying this node."""
+        """The 32-byte raw public key identifying this node (derived once: every
+        handshake and descriptor asks for it)."""
         return self.private_key.public_key().public_bytes(
             serialization.Encoding.Raw, serialization.PublicFormat.Raw
         )
