@@ -32,7 +32,13 @@ A sealed mode's serial ceiling is what the socket and the cipher allow when
 sealing, sending and opening run one after the other:
 ``1 / (1/raw + 1/seal + 1/open)``. Ratios are taken per repeat against the
 figures of the same repeat, then the median is reported. Targets (issue 13):
-plain >= 0.8x raw; each sealed mode >= 0.8x its serial ceiling.
+plain >= 0.8x raw; each sealed mode >= 0.8x its serial ceiling, judged on the
+main table (``--size``, 1 MiB of vector data by default).
+
+A second table gives the same ratios at several vector sizes (``--sizes``,
+64 KiB, 1 MiB and 8 MiB by default; fewer repeats, each measurement moving
+the same number of bytes): the transport's cost per exchange is mostly fixed
+(Python work), so the ratios fall with the size of a push and rise with it.
 
 Also printed, for context: the codec's time per push in process, and whether
 the ciphers release the GIL (how long a Python thread is held up during one
@@ -41,7 +47,8 @@ its seal completes nor be opened before it has all arrived, and request/reply
 keeps one frame in flight, so a worker thread would have nothing to overlap
 with here; the transport seals inline.
 
-    .venv/bin/python scripts/bench_transport.py [--quick] [--json PATH]
+    .venv/bin/python scripts/bench_transport.py [--quick] [--clock cpu] [--json PATH]
+        [--size 1M] [--sizes 64K,1M,8M|none]
 """
 
 from __future__ import annotations
@@ -81,15 +88,15 @@ _clock = time.perf_counter
 AAD = b"p2p-gossip frame v1"  # as the transport seals; any 19 bytes cost the same
 
 
-def make_push(i: int) -> Push:
-    """A push of ~1 MB: float32 values when pushes carry encoded vectors."""
+def make_push(i: int, nbytes: int = PAYLOAD_TARGET) -> Push:
+    """A push of ``nbytes`` of vector data (~1 MB by default): float32 values
+    when pushes carry encoded vectors."""
     rng = np.random.default_rng(i)
     if _carries_encoded_vector():
         from gossip.compression import encode as encode_vector
 
-        return Push(MODEL, i, encode_vector(rng.standard_normal(PAYLOAD_TARGET // 4), "f32"),
-                    0.5)
-    return Push(MODEL, i, rng.standard_normal(PAYLOAD_TARGET // 8), 0.5)  # type: ignore[arg-type]
+        return Push(MODEL, i, encode_vector(rng.standard_normal(nbytes // 4), "f32"), 0.5)
+    return Push(MODEL, i, rng.standard_normal(nbytes // 8), 0.5)  # type: ignore[arg-type]
 
 
 def _carries_encoded_vector() -> bool:
@@ -327,6 +334,50 @@ def _span(values: list[float]) -> str:
     return f"{min(values):.0f}-{max(values):.0f}"
 
 
+def parse_size(text: str) -> int:
+    """``"64K"``, ``"1M"``, ``"8M"`` or a plain byte count -> bytes (KiB, MiB)."""
+    units = {"K": 1 << 10, "M": 1 << 20}
+    text = text.strip().upper().removesuffix("IB").removesuffix("B")
+    try:
+        if text and text[-1] in units:
+            return int(float(text[:-1]) * units[text[-1]])
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a size: {text!r} (e.g. 64K, 1M, 8M)") from None
+
+
+def ratios_at_size(nbytes: int, sends: int, repeats: int) -> dict[str, float]:
+    """Median per-repeat ratios at one push size: plain to raw, each cipher to
+    its serial ceiling (repeats interleaved as in the main table)."""
+    push = make_push(0, nbytes)
+    payload = codec.encode(push)
+    mb = len(payload) / 1e6
+    runs: dict[str, list[float]] = {m: [] for m in ("raw", *MODES)}
+    ceilings: dict[str, list[float]] = {c: [] for c in CIPHERS}
+    for _ in range(repeats):
+        raw = mb * sends / trio.run(run_raw, sends, payload)
+        runs["raw"].append(raw)
+        for cipher in CIPHERS:
+            seal, opening = cipher_seconds(cipher, payload, sends)
+            ceilings[cipher].append(_serial_ceiling(raw, mb * sends / seal, mb * sends / opening))
+        for mode in MODES:
+            runs[mode].append(mb * sends / trio.run(run_transport, mode, sends, push))
+    result = {"payload_bytes": float(len(payload)), "sends": float(sends),
+              "raw_MBps": statistics.median(runs["raw"]),
+              "plain_MBps": statistics.median(runs["plain"]),
+              "plain_ratio_to_raw": statistics.median(
+                  m / r for m, r in zip(runs["plain"], runs["raw"], strict=True))}
+    for cipher in CIPHERS:
+        result[f"{cipher}_MBps"] = statistics.median(runs[cipher])
+        result[f"{cipher}_ratio_to_ceiling"] = statistics.median(
+            m / c for m, c in zip(runs[cipher], ceilings[cipher], strict=True))
+    return result
+
+
+def _size_label(nbytes: int) -> str:
+    return f"{nbytes >> 20} MiB" if nbytes >= 1 << 20 else f"{nbytes >> 10} KiB"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer sends and repeats")
@@ -336,14 +387,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--clock", choices=("wall", "cpu"), default="wall",
                         help="time measured: wall clock, or this process's CPU time (steadier "
                              "on a loaded machine; hides any gain from parallel threads)")
+    parser.add_argument("--size", type=parse_size, default=PAYLOAD_TARGET,
+                        help="vector bytes per push of the main table (default 1M)")
+    parser.add_argument("--sizes", default="64K,1M,8M",
+                        help="vector sizes of the per-size table (comma-separated, e.g. "
+                             "64K,1M,8M; 'none' skips it); the targets are judged on the "
+                             "main table (--size)")
     args = parser.parse_args(argv)
+    try:
+        sizes = [] if args.sizes.strip().lower() == "none" else \
+            [parse_size(part) for part in args.sizes.split(",") if part.strip()]
+    except argparse.ArgumentTypeError as exc:
+        parser.error(f"--sizes: {exc}")
     global _clock
     _clock = time.process_time if args.clock == "cpu" else time.perf_counter
     sends = args.sends or (20 if args.quick else 100)
     repeats = args.repeats or (3 if args.quick else 7)
 
     load_before = os.getloadavg()[0]
-    push = make_push(0)
+    push = make_push(0, args.size)
     payload = codec.encode(push)
     mb = len(payload) / 1e6
     raw_runs: list[float] = []
@@ -412,6 +474,22 @@ def main(argv: list[str] | None = None) -> int:
         if mode != "plain":
             modes[mode]["seal_MBps"] = statistics.median(seals)
             modes[mode]["open_MBps"] = statistics.median(opens)
+    by_size = {}
+    if sizes:
+        # Same bytes per measurement at every size (at least 10 sends): small
+        # frames show the fixed cost per exchange, large ones the per-byte cost.
+        volume = (20 if args.quick else 100) * PAYLOAD_TARGET
+        size_repeats = 3 if args.quick else max(3, repeats // 2)
+        print(f"by vector size (sends moving {volume >> 20} MiB per measurement, "
+              f"{size_repeats} interleaved repeats, medians):")
+        print(f"{'size':>8} {'sends':>6} {'raw MB/s':>9} {'plain x raw':>12} "
+              + " ".join(f"{c + ' x ceiling':>18}" for c in CIPHERS))
+        for nbytes in sizes:
+            figures = ratios_at_size(nbytes, max(10, volume // nbytes), size_repeats)
+            by_size[_size_label(nbytes)] = figures
+            print(f"{_size_label(nbytes):>8} {figures['sends']:6.0f} {figures['raw_MBps']:9.0f} "
+                  f"{figures['plain_ratio_to_raw']:12.2f} "
+                  + " ".join(f"{figures[c + '_ratio_to_ceiling']:18.2f}" for c in CIPHERS))
     parts = codec_figures(push, 20 if args.quick else 100)
     print(f"codec in process, per push: encode_parts {parts['codec_encode_us']:.0f} us, "
           f"decode {parts['codec_decode_us']:.0f} us")
@@ -450,6 +528,7 @@ def main(argv: list[str] | None = None) -> int:
             "modes": modes,
             "codec": parts,
             "handshake": handshake,
+            "by_vector_size": by_size,
             "targets_met": not failed,
         }
         args.json.write_text(json.dumps(results, indent=2) + "\n")

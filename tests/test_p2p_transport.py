@@ -582,6 +582,24 @@ async def test_socket_steps_are_checkpoints() -> None:
     assert await ms.receive_payload(5, 5) == b"still there"
 
 
+async def test_a_send_followed_by_a_receive_yields_in_the_receive_only() -> None:
+    near, far = socket_streams()
+    ms, peer = MessageStream(near), MessageStream(far)
+    with trio.CancelScope() as scope:
+        scope.cancel()
+        await ms.send_parts([b"never"], reply_follows=True)  # cancellation still checked
+    assert scope.cancelled_caught
+    # the socket takes it at once: no yield of the send's own (a cancel point only)
+    with pytest.raises(AssertionError, match="did not yield"), \
+            trio.testing.assert_checkpoints():
+        await ms.send_parts([b"request"], reply_follows=True)
+    with trio.testing.assert_checkpoints():  # without reply_follows: a full checkpoint
+        await peer.send_payload(b"reply")
+    with trio.testing.assert_checkpoints():  # the receive that follows is one
+        assert bytes(await ms.receive_payload(5, 5)) == b"reply"
+    assert bytes(await peer.receive_payload(5, 5)) == b"request"  # ("never" never went)
+
+
 async def test_closing_a_socket_stream_wakes_its_reader() -> None:
     near, _far = socket_streams()
     ms = MessageStream(near)

@@ -27,6 +27,7 @@ import logging
 import math
 import os
 import socket
+import struct
 import types
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -112,6 +113,7 @@ Connector = Callable[[str], Awaitable[trio.abc.Stream]]
 Buffer = bytes | bytearray | memoryview
 
 _SEPARATE_HEADER_ABOVE = 64 * 1024
+_HEADER_PACK = struct.Struct(">I").pack  # a frame header (framing.frame_header, unchecked)
 # Frame sizes whose layout a stream remembers (see MessageStream._learn_layout).
 _LAYOUTS_KEPT = 16
 # Sockets are file descriptors that readv/writev accept (not on Windows).
@@ -245,6 +247,12 @@ class MessageStream:
         self._exact_reads = False
         self._frames_received = 0
         self._block: _Deadlines | None = None  # the enclosing deadlines() block
+        # The socket's descriptor, read and written directly (None: another kind
+        # of stream, or no descriptors to read, as on Windows). Asked for at each
+        # step: -1 once the socket is closed (then trio's calls report it).
+        self._fileno: Callable[[], int] | None = (
+            stream.socket.fileno
+            if _DIRECT_SOCKET_IO and isinstance(stream, trio.SocketStream) else None)
         if isinstance(stream, trio.SocketStream):
             _lift_send_limit(stream)
 
@@ -271,49 +279,83 @@ class MessageStream:
         """Send one payload as a (sealed) frame."""
         await self.send_parts([payload])
 
-    async def send_parts(self, parts: Sequence[Buffer]) -> None:
+    async def send_parts(self, parts: Sequence[Buffer], *, reply_follows: bool = False) -> None:
         """Send the concatenation of ``parts`` (see :func:`codec.encode_parts`) as
         one (sealed) frame.
 
         Clear, the parts go out behind the header in one vectored write, not
         copied; sealed, they are gathered once into the outgoing frame buffer
         and encrypted there in place.
+
+        A checkpoint, like trio's own calls. ``reply_follows``: the caller
+        receives on this stream right after (a request, a server awaiting the
+        next one), so a frame the socket takes at once is not followed by a
+        yield of its own: the receive checkpoints, and yields to wait.
         """
-        views = [memoryview(part).cast("B") for part in parts]
-        size = sum(map(len, views))
-        sealed_size = size if self._sealer is None else size + TAG_SIZE
-        try:
-            header = frame_header(sealed_size, self.max_frame_size)
-        except FramingError as exc:
-            raise ConnectionFailure(f"cannot send: {exc}", "protocol") from None
-        out: list[Buffer]
-        if self._sealer is not None:
-            frame = uninitialized_buffer(HEADER_SIZE + sealed_size)
+        size = 0
+        for part in parts:
+            size += len(part) if type(part) is bytes else memoryview(part).nbytes
+        sealer = self._sealer
+        sealed_size = size if sealer is None else size + TAG_SIZE
+        if sealed_size > self.max_frame_size:
+            try:
+                frame_header(sealed_size, self.max_frame_size)
+            except FramingError as exc:
+                raise ConnectionFailure(f"cannot send: {exc}", "protocol") from None
+        header = _HEADER_PACK(sealed_size)
+        total = HEADER_SIZE + sealed_size
+        out: Sequence[Buffer]
+        if sealer is not None:
+            frame = uninitialized_buffer(total)
             frame[:HEADER_SIZE] = header
             pos = HEADER_SIZE
-            for view in views:
+            for part in parts:
+                view = part if type(part) is memoryview else memoryview(part)
+                if view.format != "B" or view.ndim != 1:
+                    view = view.cast("B")
                 frame[pos : pos + len(view)] = view
                 pos += len(view)
-            self._sealer.seal_into(frame[HEADER_SIZE:pos], frame[HEADER_SIZE:])
+            sealer.seal_into(frame[HEADER_SIZE:pos], frame[HEADER_SIZE:])
             out = [frame]
         elif size < _SEPARATE_HEADER_ABOVE:
-            out = [b"".join([header, *views])]
+            out = [b"".join([header, *parts])]
         else:
-            out = [header, *views]
-        block = self._current_block()
-        if block is None:
-            with _Deadlines(None) as own:
-                await self._write_frame(out, HEADER_SIZE + sealed_size, own)
+            out = [header, *parts]
+        fd = -1 if self._fileno is None else self._fileno()
+        if fd < 0:
+            block = self._current_block()
+            if block is None:
+                with _Deadlines(None) as own:
+                    await self._send_stream(out, own)
+            else:
+                await self._send_stream(out, block)
         else:
-            await self._write_frame(out, HEADER_SIZE + sealed_size, block)
-        self.sent.total += HEADER_SIZE + sealed_size
+            # Bypasses trio's socket methods, which yield after every call (a 1 MB
+            # frame took several): cancellation is checked first, then nonblocking
+            # vectored writes (header and payload in one, no copy to glue them),
+            # waiting only when the socket is full.
+            await trio.lowlevel.checkpoint_if_cancelled()
+            try:
+                sent = os.writev(fd, out)
+            except BlockingIOError:
+                sent = 0
+            except OSError as exc:
+                raise ConnectionFailure(f"send failed: {exc}", "broken") from None
+            if sent == total:  # the common case: the socket took the whole frame
+                if not reply_follows:
+                    await trio.lowlevel.cancel_shielded_checkpoint()
+            else:
+                block = self._current_block()
+                if block is None:
+                    with _Deadlines(None) as own:
+                        await self._send_rest(fd, out, sent, own)
+                else:
+                    await self._send_rest(fd, out, sent, block)
+        self.sent.total += total
 
-    async def _write_frame(self, out: list[Buffer], total: int, block: _Deadlines) -> None:
-        fd = _socket_fd(self.stream)
+    async def _send_stream(self, out: Sequence[Buffer], block: _Deadlines) -> None:
+        """Send ``out`` on a stream that is not a socket (trio's ``send_all``)."""
         try:
-            if fd is not None:
-                await self._write_socket(fd, out, total, block)
-                return
             self._arm_write(block, trio.current_time())
             for part in out:
                 await self.stream.send_all(part)
@@ -321,40 +363,28 @@ class MessageStream:
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
             raise ConnectionFailure(f"send failed: {exc or type(exc).__name__}", "broken") from None
 
-    async def _write_socket(self, fd: int, parts: list[Buffer], total: int,
-                            block: _Deadlines) -> None:
-        """Write the ``total`` bytes of ``parts`` to the socket: nonblocking
-        vectored writes (header and payload in one, no copy to glue them, no
-        tiny header segment of its own on the wire), waiting for the socket
-        only when it is full.
-
-        Bypasses trio's socket methods, which yield to the scheduler after every
-        call: a 1 MB frame takes several. Like them, a checkpoint: cancellation
-        is checked first, and the task yields once (waiting counts).
-        """
-        await trio.lowlevel.checkpoint_if_cancelled()
-        try:
-            sent = os.writev(fd, parts)
-        except BlockingIOError:
-            sent = 0
-        if sent == total:  # the common case: the socket took the whole frame
-            await trio.lowlevel.cancel_shielded_checkpoint()
-            return
+    async def _send_rest(self, fd: int, parts: Sequence[Buffer], sent: int,
+                         block: _Deadlines) -> None:
+        """Write what is left of ``parts`` after the first ``sent`` bytes, waiting
+        for the socket whenever it is full (within the write timeout)."""
         self._arm_write(block, trio.current_time())
         views = [memoryview(part).cast("B") for part in parts]
-        while True:
-            while views and sent >= len(views[0]):
-                sent -= len(views[0])
-                views.pop(0)
-            if not views:
-                break
-            if sent:
-                views[0] = views[0][sent:]
-            await trio.lowlevel.wait_writable(fd)
-            try:
-                sent = os.writev(fd, views)
-            except BlockingIOError:
-                sent = 0
+        try:
+            while True:
+                while views and sent >= len(views[0]):
+                    sent -= len(views[0])
+                    views.pop(0)
+                if not views:
+                    break
+                if sent:
+                    views[0] = views[0][sent:]
+                await trio.lowlevel.wait_writable(fd)
+                try:
+                    sent = os.writev(fd, views)
+                except BlockingIOError:
+                    sent = 0
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+            raise ConnectionFailure(f"send failed: {exc or type(exc).__name__}", "broken") from None
         block.disarm()
 
     def _arm_write(self, block: _Deadlines, started: float) -> None:
@@ -362,20 +392,23 @@ class MessageStream:
         block.arm_at(started + self.write_timeout,
                      f"send timed out after {self.write_timeout:g} s", "io")
 
-    async def receive_payload(self, first_timeout: float, read_timeout: float) -> memoryview:
+    async def receive_payload(self, first_timeout: float, read_timeout: float, *,
+                              last: bool = False) -> memoryview:
         """Next payload (opened if sealed), a view the caller owns.
 
         Waits up to ``first_timeout`` for a frame to start and ``read_timeout``
         for each further chunk of it. Large frames are received straight into
         their own buffer and opened in place: no copy after the socket read.
+        ``last``: the enclosing :meth:`deadlines` block ends right after this
+        step, so the deadline a wait armed is left for the block's end to drop.
         """
         if not self._pending:
             block = self._current_block()
             if block is None:
                 with _Deadlines(None) as own:
-                    await self._read_frame(first_timeout, read_timeout, own)
+                    await self._read_frame(first_timeout, read_timeout, own, True)
             else:
-                await self._read_frame(first_timeout, read_timeout, block)
+                await self._read_frame(first_timeout, read_timeout, block, last)
         payload = self._pending.popleft()
         self._frames_received += 1
         size = len(payload)
@@ -396,7 +429,7 @@ class MessageStream:
         self._data_offsets[size] = None if found is None else found[0]
 
     async def _read_frame(self, first_timeout: float, read_timeout: float,
-                          block: _Deadlines) -> None:
+                          block: _Deadlines, keep_deadline: bool) -> None:
         """Receive until at least one whole frame is pending.
 
         On a socket, reads are nonblocking and the deadline is only armed when
@@ -404,15 +437,16 @@ class MessageStream:
         frame has started, else ``read_timeout`` (so ``read_timeout`` runs from
         the last chunk received). Like trio's own calls, a checkpoint.
         """
-        fd = _socket_fd(self.stream)
-        if fd is not None:
+        fd = -1 if self._fileno is None else self._fileno()
+        if fd >= 0:
             await trio.lowlevel.checkpoint_if_cancelled()
         decoder = self._decoder
+        pending = self._pending
         waited = False
-        while not self._pending:
+        while not pending:
             target = decoder.get_buffer(decoder.wanted if self._exact_reads else None)
             try:
-                if fd is None:
+                if fd < 0:
                     self._arm_read(block, first_timeout, read_timeout)
                     waited = True
                     received = await self._receive_into(target)
@@ -433,13 +467,13 @@ class MessageStream:
                     raise ConnectionFailure("connection closed in the middle of a frame", "io")
                 raise ConnectionFailure("connection closed by peer", "eof")
             try:
-                self._pending.extend(decoder.buffer_updated(received))
+                pending.extend(decoder.buffer_updated(received))
             except FramingError as exc:
                 raise ConnectionFailure(self._describe_bad_frame(exc)) from None
-        if waited:
-            block.disarm()
-        else:
+        if not waited:
             await trio.lowlevel.cancel_shielded_checkpoint()
+        elif not keep_deadline:
+            block.disarm()
 
     def _arm_read(self, block: _Deadlines, first_timeout: float, read_timeout: float) -> None:
         decoder = self._decoder
@@ -796,15 +830,25 @@ class Transport:
                 if self.max_messages_per_second is not None
                 else None
             )
+            idle_wait = self.idle_timeout * 2
             with ms.deadlines():  # one cancel scope for the connection, not one per step
                 while True:
-                    msg = await ms.receive(self.idle_timeout * 2, self.read_timeout)
-                    if not isinstance(msg, Ping):  # a ping keeps TCP alive but is no work
+                    payload = await ms.receive_payload(idle_wait, self.read_timeout)
+                    try:
+                        # Read-only: the frame's buffer is handed over, arrays view it.
+                        msg = codec.decode(payload.toreadonly())
+                    except codec.DecodeError as exc:
+                        raise ConnectionFailure(f"bad message: {exc}") from None
+                    if type(msg) is not Ping:  # a ping keeps TCP alive but is no work
                         self.admission.request(conn, trio.current_time())
                     if limiter is not None:
                         await limiter.wait()  # throttle a flooding peer: it waits for replies
                     reply = await self._dispatch(handler, peer, msg, remote)
-                    await ms.send_parts(self._encode_reply(reply, msg))
+                    # The next request is awaited right after: no yield of the send's own.
+                    await ms.send_parts(self._encode_reply(reply, msg), reply_follows=True)
+                    # Let go of this request's frame before the next one is allocated
+                    # (the allocator hands the same, cache-warm, block back).
+                    del payload, msg, reply
         except ConnectionFailure as exc:
             if exc.quiet:
                 logger.debug("connection from %s ended: %s", remote, exc.reason)
@@ -897,7 +941,13 @@ class Transport:
         payload = codec.encode_parts(msg)
         reply_timeout = self.read_timeout if timeout is None else timeout
         for attempt in range(2):
-            conn, fresh = await self._connection(address, node_id)
+            conn = self._pool.get(address)
+            if (conn is not None and not conn.closed and not self._closed
+                    and (node_id is None or conn.peer.node_id == node_id)
+                    and trio.current_time() - conn.last_used < self.idle_timeout):
+                fresh = False  # the common case, as _connection would find it
+            else:
+                conn, fresh = await self._connection(address, node_id)
             try:
                 conn.lock.acquire_nowait()  # free: no scheduler round trip (the I/O checkpoints)
             except trio.WouldBlock:
@@ -907,9 +957,9 @@ class Transport:
                     continue  # dropped while we waited for the lock
                 try:
                     with conn.stream.deadlines():
-                        await conn.stream.send_parts(payload)
+                        await conn.stream.send_parts(payload, reply_follows=True)
                         reply_payload = await conn.stream.receive_payload(
-                            reply_timeout, self.read_timeout
+                            reply_timeout, self.read_timeout, last=True
                         )
                 except BaseException as exc:
                     if not isinstance(exc, ConnectionFailure):
@@ -1125,16 +1175,6 @@ def _lift_send_limit(stream: trio.SocketStream) -> None:
     if option is not None:
         with contextlib.suppress(OSError):  # not a TCP socket (a socketpair in tests)
             stream.setsockopt(socket.IPPROTO_TCP, option, 0)
-
-
-def _socket_fd(stream: trio.abc.Stream) -> int | None:
-    """The file descriptor of a socket stream, read and written directly (see
-    :meth:`MessageStream._write_socket`); None for other streams, a closed
-    socket, or where sockets are not file descriptors (Windows)."""
-    if not _DIRECT_SOCKET_IO or not isinstance(stream, trio.SocketStream):
-        return None
-    fd = stream.socket.fileno()
-    return fd if fd >= 0 else None
 
 
 def _connect_failure(exc: BaseException) -> str:
