@@ -160,15 +160,16 @@ class GossipDriver:
         """True while some core holds mask noise apart from its trained values."""
         return any(core.noisy for core in self._cores.values())
 
-    def add_core(self, name: str, core: PushSum) -> None:
-        """Start driving one more model (a semi-local model added while running).
+    def add_core(self, name: str, core: PushSum, rule: WaveRule | None = None) -> None:
+        """Start driving one more model (a semi-local model added while running), mixed
+        as ``rule`` says (None: the driver's rule).
 
         Call it from the event loop; it joins the next round's mixing."""
         if name in self._cores:
             raise ValueError(f"add_core: model {name!r} is already driven")
         self._cores[name] = core
         self._undelivered.setdefault(name, 0)
-        self._plans[name] = self.rule.plan()
+        self._plans[name] = (self.rule if rule is None else rule).plan()
         self._waves.setdefault(name, 0)
 
     def signal_round(self) -> None:

@@ -13,10 +13,12 @@ the same nodes, shards and seeds:
   ``strategy.fedcurv_lambda``), the sums over the other nodes push-summed.
 
 Printed per scheme: the median over seeds of the nodes' mean test accuracy at the
-end, its min-max over seeds, the median over seeds of the worst node, and the
-simulated and CPU seconds. ``--json PATH`` writes every run.
+end, its min-max over seeds, the median over seeds of the worst node, and the mean
+CPU seconds of a run. ``--json PATH`` writes every run (after each one, so a long
+session keeps what it did). Every node starts at once (``start_together`` off:
+waiting for full views spread the 16 starts over about 35 rounds).
 
-    python scripts/paper_fedcurv.py --seeds 5
+    python scripts/paper_fedcurv.py --seeds 5 --json out.json
     python scripts/paper_fedcurv.py --seeds 1 --rounds 10 --lambdas 1 --json out.json
 """
 
@@ -51,14 +53,15 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--seeds", type=int, default=5, help="seeds 0..N-1 (default 5)")
     p.add_argument("--nodes", type=int, default=16, help="nodes (default 16)")
-    p.add_argument("--rounds", type=int, default=30, help="training rounds (default 30)")
+    p.add_argument("--rounds", type=int, default=20, help="training rounds (default 20)")
     p.add_argument("--steps-per-round", type=int, default=10, help="SGD steps a round")
     p.add_argument("--lr", type=float, default=0.1, help="learning rate (default 0.1)")
     p.add_argument("--skew", type=float, default=0.3, help="data.label_skew alpha (0.3)")
     p.add_argument("--lambdas", default=",".join(f"{x:g}" for x in DEFAULT_LAMBDAS),
                    help="fedcurv lambdas, comma-separated (default 0.1,1,10,100)")
-    p.add_argument("--every", type=int, default=5,
-                   help="strategy.fedcurv_every: rounds between Fisher estimates (5)")
+    p.add_argument("--every", type=int, default=2,
+                   help="strategy.fedcurv_every: rounds a generation of the sums lasts, "
+                        "one Fisher estimate each (2)")
     p.add_argument("--samples", type=int, default=64,
                    help="strategy.fedcurv_samples: samples per Fisher estimate (64)")
     p.add_argument("--no-local", action="store_true", help="skip the local-only baseline")

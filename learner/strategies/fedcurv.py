@@ -33,6 +33,14 @@ a convex mean since every ``F_j >= 0``) and ``A = (est(F) / est(count)) * (N - 1
 with the node's own anchor in the mean and ``F_i`` replaced by the mean Fisher: exact
 when the holders' Fisher estimates agree, an approximation otherwise.
 
+The ratio is a convex mean only while the node's mass is a *non-negative* mix of the
+contributions. Moving a contribution by a negative ``delta`` breaks that: the old
+contribution has mostly left the node, and taking it out there leaves a mix with a
+negative coefficient, whose ratio extrapolates beyond every anchor (the cause of the
+node's divergence at lambda >= 1). The node therefore only ever *adds* with
+:func:`contribute` and renews its sums by generations instead
+(:mod:`p2p.strategy.fedcurv`).
+
 Torch and numpy only: no trio, no p2p (the node's runtime is
 :mod:`p2p.strategy.fedcurv`).
 """
@@ -78,7 +86,8 @@ class GossipedSum(Protocol):
 def contribute(core: GossipedSum, delta: np.ndarray) -> None:
     """Change this node's contribution to the sum ``core`` gossips by ``delta``: the
     sum over holders of ``weight * values`` (push-sum's conserved mass) moves by
-    exactly ``delta``."""
+    exactly ``delta``. A negative ``delta`` keeps the sums exact but not the node's
+    mix non-negative (see the module docstring)."""
     core.set_values(core.values + np.asarray(delta, dtype=np.float64) / core.weight)
 
 
@@ -142,7 +151,8 @@ def capped(a: np.ndarray, b: np.ndarray, lam: float, lr: float, bound: float = n
     node's own estimates are not yet a mix of the holders' (``A`` small, ``B`` off),
     and their ratio can be far beyond any node's parameters. Clipping such a target to
     the bound instead fed back when the bound grows with the node's parameters: pulled
-    to the bound, the parameters raised the next bound (runs diverged so)."""
+    to the bound, the parameters raised the next bound (runs diverged so). The node
+    passes no bound any more: its targets are convex means of the anchors."""
     limit = 1.0 / (4.0 * lr * lam) if lam > 0 else np.inf
     safe = np.maximum(a, 1e-300)
     target = b / safe

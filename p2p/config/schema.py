@@ -568,9 +568,10 @@ class StrategyConfig:
     fedcurv_lambda: float = setting(1.0, Number(minimum=0),
                                     "fedcurv: weight of the penalty sum_j (w - w_j)' diag(F_j) "
                                     "(w - w_j) over the other holders j")
-    fedcurv_every: int = setting(5, Integer(minimum=1),
-                                 "fedcurv: rounds between two estimates of this node's Fisher "
-                                 "diagonal (each costs about fedcurv_samples gradients)")
+    fedcurv_every: int = setting(2, Integer(minimum=1),
+                                 "fedcurv: rounds a generation of the gossiped sums lasts on "
+                                 "this node before it starts the next with a new estimate of "
+                                 "its Fisher diagonal (about fedcurv_samples gradients)")
     fedcurv_samples: int = setting(128, Integer(minimum=1, maximum=100_000),
                                    "fedcurv: training samples the Fisher diagonal is estimated "
                                    "on (at most the shard)")
