@@ -32,7 +32,13 @@ of its cores' ``on_push``, installed here), with the sender's trained values,
 its epoch phase and partners at that time; each node's train runner records
 its local SGD updates.  Same figures per phase (mean and median), each next to
 the level of independent noise of the same lengths, and inside epochs by the
-push's noise age.  The average a push is compared with leaves out the shares
+push's noise age.  The average is that of the epoch being mixed: the
+training other holders folded in since the sender's noise began is left out
+(:func:`_wave_folds`; with it, near a fold, the plain correlation reads the
+shift those folds made whoever sent the push: the JSON keeps the plain
+figure and its control, against non-senders), and the sender's values are
+those it made the push from (a push merged after its sender folded is not
+compared with the fold's result).  The average a push is compared with leaves out the shares
 of pushes merged by their receiver but not yet acknowledged (:func:`_in_flight`:
 counted in both cores' mass they put a copy of the push's own noise into the
 "average").  The JSON keeps one row per push inside epochs (``push_log``: the
@@ -401,6 +407,11 @@ class _RecordingRunner:
         self.streak: dict[str, int] = {}
         self.streaks: list[int] = []
 
+    async def wait_turn(self) -> None:
+        wait = getattr(self.inner, "wait_turn", None)
+        if wait is not None:
+            await wait()
+
     async def train_steps(self, trainer: object, steps: int) -> float:
         node: Any = self.node
         net: Any = None if node is None else node.learning.network
@@ -424,6 +435,39 @@ class _RecordingRunner:
 
     async def run_blocking(self, fn: Any) -> Any:
         return fn()
+
+
+#: (node id, model) -> its folds: (virtual time, the mass the fold added: the weight
+#: at the fold times the epoch's training it folded in, or None without training)
+FoldLog = dict[tuple[bytes, str], list[tuple[float, np.ndarray | None]]]
+
+
+def _wave_folds(folds: FoldLog, name: str, sender: bytes, since: float | None = None) -> Any:
+    """Mass the other holders of ``name`` folded in since ``since``: when ``sender``'s
+    noise began (a push inside an epoch), else (None) since its own last fold.
+
+    A push made inside an epoch is compared with the average of that epoch's
+    estimates.  Near the fold front part of the swarm has folded its epoch's
+    training into its estimates (push-sum conserves that mass wherever it
+    went since): the plain average moves by it, while a push from a holder
+    still mixing carries none of it, so ``push - average`` and every holder's
+    ``values - average`` share that shift and correlate whoever sent the
+    push (measured at noise ages 38-39: 0.17 / 0.06 mean / median with the
+    sender's private part, 0.18 with a non-sender's).  Left out of the
+    average, the shift is gone and what is left is what the push says about
+    its sender.
+    """
+    if since is None:
+        mine = folds.get((sender, name), [])
+        since = mine[-1][0] if mine else -math.inf
+    out: Any = 0.0
+    for (node, model), events in folds.items():
+        if model != name or node == sender:
+            continue
+        for t, mass in events:
+            if t > since and mass is not None:
+                out = out + mass
+    return out
 
 
 def _noise_floor(lengths: list[int], seed: int = 99) -> tuple[float, float]:
@@ -513,6 +557,65 @@ def simulate_real(run: RealRun, mode: str) -> dict[str, object]:
     seen: list[RealSeen] = []
     by_id: dict[bytes, Any] = {}
 
+    refused: dict[str, int] = {}  # merge-guard refusals swarm-wide, by rule
+
+    # (sender, model, push id) -> the sender's trained values when it made the push: a
+    # push merged after its sender folded is compared with what it was made from
+    made_from: dict[tuple[bytes, str, int], np.ndarray] = {}
+
+    folds: FoldLog = {}
+    noisy_since: dict[tuple[bytes, str], float] = {}  # when each core's held noise began
+
+    def hook_every_node(node: Any) -> None:
+        """Counts guard refusals; logs folds, when noise began, values pushes were made from."""
+        from gossip.merge_guard import RefusedByGuard
+
+        me = node.identity.node_id
+        for name, core in node.cores.items():
+            def maybe_unmask(force: bool = False, _orig: Any = core._maybe_unmask,
+                             _core: Any = core, _key: tuple[bytes, str] = (me, name)) -> None:
+                was, held, w = _core.noisy, _core._held_steps, _core.weight
+                held = None if held is None else w * held
+                _orig(force)
+                if was and not _core.noisy:
+                    folds.setdefault(_key, []).append((trio.current_time(), held))
+                    noisy_since.pop(_key, None)
+
+            def add_noise_mass(mass: Any, *, fresh: bool = True, _core: Any = core,
+                               _orig: Any = core.add_noise_mass,
+                               _key: tuple[bytes, str] = (me, name)) -> None:
+                _orig(mass, fresh=fresh)
+                if _core.noisy:
+                    noisy_since.setdefault(_key, trio.current_time())
+
+            core._maybe_unmask = maybe_unmask
+            core.add_noise_mass = add_noise_mass
+
+            def make_pushes(peers: Any, now: float, _orig: Any = core.make_pushes,
+                            _core: Any = core, _name: str = name) -> Any:
+                out = _orig(peers, now)
+                for _, push in out:
+                    if push.noisy:
+                        made_from[(me, _name, push.push_id)] = _core.values
+                return out
+
+            core.make_pushes = make_pushes
+
+            def on_push(sender: bytes, push: Any, now: float, _orig: Any = core.on_push,
+                        _core: Any = core, _key: tuple[bytes, str] = (me, name)) -> Any:
+                try:
+                    ack = _orig(sender, push, now)
+                except RefusedByGuard as exc:
+                    refused[exc.rule] = refused.get(exc.rule, 0) + 1
+                    raise
+                if _core.noisy:  # (a noisy push merged: noise held from now on)
+                    noisy_since.setdefault(_key, trio.current_time())
+                elif _key in noisy_since:  # folded at this merge
+                    noisy_since.pop(_key, None)
+                return ack
+
+            core.on_push = on_push
+
     def hook_observer(node: Any) -> None:
         me = node.identity.node_id
         for name, core in node.cores.items():
@@ -537,14 +640,14 @@ def simulate_real(run: RealRun, mode: str) -> dict[str, object]:
                      np.array(validate_push(push, _core.fingerprint, _core.length,
                                             _core.max_weight), dtype=np.float64))
                 record(me, sender, _name, q, bool(push.noisy or push.masked), now,
-                       int(push.noise_age))
+                       int(push.noise_age), made_from.pop((sender, _name, push.push_id), None))
                 return ack
 
             core.on_push = on_push
             core._rebuild_request = rebuild
 
     def record(me: bytes, sender: bytes, name: str, q: np.ndarray, noisy: bool,
-               now: float, noise_age: int) -> None:
+               now: float, noise_age: int, then: np.ndarray | None = None) -> None:
         src = by_id.get(sender)
         if src is None:
             return
@@ -554,8 +657,12 @@ def simulate_real(run: RealRun, mode: str) -> dict[str, object]:
         weight = sum(n.cores[name].weight for n in holders)
         raw_avg = mass / weight
         fix_mass, fix_weight = _in_flight(holders, name, by_id)
-        avg = (mass - fix_mass) / (weight - fix_weight)
-        mine = node.cores[name].values
+        plain_avg = (mass - fix_mass) / (weight - fix_weight)
+        # the average of the epoch being mixed (see _wave_folds)
+        wave = _wave_folds(folds, name, sender, noisy_since.get((sender, name)) if noisy
+                           else None)
+        avg = (mass - fix_mass - wave) / (weight - fix_weight)
+        mine = node.cores[name].values if then is None else then
         phase, hidden = "clear", False
         if node.masking is not None:
             ep = node.masking.epochs(name)
@@ -570,6 +677,14 @@ def simulate_real(run: RealRun, mode: str) -> dict[str, object]:
         snap = node.cores[name].snapshot()
         extra["held_rms"] = float(np.sqrt(np.mean((snap.estimate - snap.values) ** 2)))
         extra["private_rms"] = float(np.sqrt(np.mean((mine - avg) ** 2)))
+        others = [n for n in holders if n is not node]
+        now_values = node.cores[name].values
+        extra["vs_average_corr"] = abs(_corr(q - plain_avg, now_values - plain_avg))
+        extra["corr_others"] = (statistics.fmean(
+            abs(_corr(q - plain_avg, n.cores[name].values - plain_avg)) for n in others)
+            if others else math.nan)
+        extra["clear_weight_share"] = (sum(n.cores[name].weight for n in holders
+                                           if not n.cores[name].noisy) / weight)
         private = float(np.sqrt(np.mean((mine - avg) ** 2)))
         ratio = float(np.sqrt(np.mean((q - mine) ** 2))) / max(private, 1e-300)
         local = runner.local_sum.get(name)
@@ -586,6 +701,7 @@ def simulate_real(run: RealRun, mode: str) -> dict[str, object]:
             by_id[node.identity.node_id] = (node, runners[slot.index])
             if slot.index == 0:
                 hook_observer(node)
+            hook_every_node(node)
             return node, transport
 
     # the nodes' warnings (a rejected push...) are counted below, not printed
@@ -634,9 +750,11 @@ def simulate_real(run: RealRun, mode: str) -> dict[str, object]:
                      "outside" if not a.noisy and not b.noisy else "boundary")
             upd[phase].append((abs(_corr(b.payload - a.payload, local)), a.payload.size))
 
-    def values(select: Any) -> dict[str, object]:
+    def values(select: Any, vs_average: bool = False) -> dict[str, object]:
         xs = [s for s in seen if select(s)]
-        return {**stats([s.values_corr for s in xs]), **floor([s.payload.size for s in xs])}
+        corr = [float(s.extra["vs_average_corr"]) if vs_average  # type: ignore[arg-type]
+                else s.values_corr for s in xs]
+        return {**stats(corr), **floor([s.payload.size for s in xs])}
 
     def updates(phase: str) -> dict[str, object]:
         xs = upd[phase]
@@ -656,6 +774,19 @@ def simulate_real(run: RealRun, mode: str) -> dict[str, object]:
         "values_hidden_case_by_noise_age": {
             f"{lo}-{hi - 1}" if hi < 10 ** 6 else f">={lo}":
             values(lambda s, lo=lo, hi=hi: s.noisy and s.hidden_case and lo <= s.noise_age < hi)
+            for lo, hi in _AGE_BINS},
+        # the same against the plain average (the other holders' folds of this epoch not
+        # left out, see _wave_folds) and the sender's values when merged, as measured
+        # before; and its control: against non-senders' values
+        "values_hidden_case_by_noise_age_vs_average": {
+            f"{lo}-{hi - 1}" if hi < 10 ** 6 else f">={lo}":
+            values(lambda s, lo=lo, hi=hi: s.noisy and s.hidden_case and lo <= s.noise_age < hi,
+                   vs_average=True)
+            for lo, hi in _AGE_BINS},
+        "values_hidden_case_by_noise_age_control": {
+            f"{lo}-{hi - 1}" if hi < 10 ** 6 else f">={lo}":
+            {**stats([float(s.extra["corr_others"]) for s in seen  # type: ignore[arg-type]
+                      if s.noisy and s.hidden_case and lo <= s.noise_age < hi])}
             for lo, hi in _AGE_BINS},
         # inside epochs by the sender's own epoch phase then ("clear": it holds only noise
         # received from others)
@@ -677,6 +808,7 @@ def simulate_real(run: RealRun, mode: str) -> dict[str, object]:
         # rounds in a row a node held noise (the forced fold's bound must sit above them)
         "noisy_streak_rounds": _quantiles([x for r in runners for x in r.streaks]),
         "pushes_rejected": sum(int(r.get("pushes_rejected") or 0) for r in summary["nodes"]),
+        "guard_refused_by_rule": dict(sorted(refused.items())),
         "cpu_seconds": cpu,
         # one row per push inside epochs (diagnostics: what made a push readable)
         "push_log": [{"time": s.time, "model": s.model, "sender": s.sender[:4].hex(),
@@ -718,6 +850,12 @@ def report_real(run: RealRun, modes: tuple[str, ...]) -> dict[str, object]:
             print(f"{'':<10} same, sender with >= 2 pairs with others: " + ", ".join(
                 f"{k}: {_fmt_real(a)}" for k, a in hid_ages.items()  # type: ignore[attr-defined]
                 if a["count"]))
+            for key, what in (("vs_average", "against the plain average (as before)"),
+                              ("control", "control, against non-senders' values")):
+                print(f"{'':<10} same, {what}: " + ", ".join(
+                    f"{k}: {_fmt_real(a)}"
+                    for k, a in r[f"values_hidden_case_by_noise_age_{key}"].items()  # type: ignore[attr-defined]
+                    if a["count"]))
             phases = r["values_inside_by_sender_phase"]
             print(f"{'':<10} values inside epochs by the sender's epoch phase: " + ", ".join(
                 f"{k}: {_fmt_real(a)}" for k, a in phases.items()))  # type: ignore[attr-defined]
@@ -735,7 +873,8 @@ def report_real(run: RealRun, modes: tuple[str, ...]) -> dict[str, object]:
         print(f"{'':<10} {len(r['rounds_trained'])} nodes, pushes seen "  # type: ignore[arg-type]
               f"{r['pushes_observed']} from {r['senders_observed']} senders, "
               f"{100 * float(r['share_of_pushes_inside']):.1f}% inside epochs, "  # type: ignore[arg-type]
-              f"{r['pushes_rejected']} pushes rejected swarm-wide, "
+              f"{r['pushes_rejected']} pushes rejected swarm-wide "
+              f"(merge guard by rule: {r['guard_refused_by_rule'] or 'none'}), "
               f"mean accuracy {acc_s}{extra}, {float(r['cpu_seconds']):.0f} CPU s",  # type: ignore[arg-type]
               flush=True)
     return results

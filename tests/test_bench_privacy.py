@@ -73,3 +73,54 @@ def test_the_observers_average_leaves_out_pushes_merged_but_not_yet_acknowledged
     fix_mass, fix_weight = bench._in_flight(nodes, "m", by_id)
     assert fix_weight == 0.0  # acknowledged: nothing counted twice any more
     assert np.allclose(sum(c.mass for c in cores), total, atol=1e-9)
+
+
+
+def test_near_a_fold_the_observer_compares_with_the_average_of_the_epoch_being_mixed(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # The tail of issue 12 (pushes in the last merges before a fold read |corr| 0.18):
+    # half the holders folded their epoch's training into their estimates, so the
+    # push-sum average moved by it; a push from a holder still mixing carries none of
+    # it, and "push - average" shares that shift with *every* holder's private part,
+    # the sender's or not.  The observer leaves this epoch's folds out of the average.
+    import numpy as np
+
+    from gossip.pushsum import PushSum
+
+    bench = load_script("bench_privacy", monkeypatch)
+    fp, n, dim = bytes(range(32)), 8, 400
+    rng = np.random.default_rng(12)
+    mixed = rng.normal(0.0, 0.1, dim)  # what the epoch's estimates mixed to (public)
+    cores = [PushSum(fp, mixed + rng.normal(0.0, 0.002, dim), privacy="masked",
+                     masked_pushes=0, exchange="push") for _ in range(n)]
+    ids = [bytes([i + 1]) * 8 for i in range(n)]
+    training = rng.normal(0.0, 0.004, dim)  # an epoch of training, alike at every holder
+    folds: dict = {}
+    for i, c in enumerate(cores):
+        # the epoch: noise (mixed away by now: a small residual), training held apart
+        c.add_noise_mass(c.weight * (mixed - c.estimate + rng.normal(0.0, 0.001, dim)))
+        c.set_values(c.values + training + rng.normal(0.0, 0.002, dim))
+        if i >= n // 2:  # half the swarm has folded
+            held = c.weight * (c.values - c.estimate)
+            assert c.fold_noise()
+            folds[(ids[i], "m")] = [(float(i), held)]  # one after the other
+    sender = cores[0]
+    assert sender.noisy
+    q = sender.estimate  # its push: the estimate, none of its own training
+    mass = sum(c.mass for c in cores)
+    weight = sum(c.weight for c in cores)
+    plain = mass / weight
+    epoch = (mass - bench._wave_folds(folds, "m", ids[0])) / weight
+    floor_mean, floor_p99 = bench.noise_level(dim)
+    before = abs(bench._corr(q - plain, sender.values - plain))
+    control = abs(bench._corr(q - plain, cores[1].values - plain))
+    assert before > 3 * floor_p99 and control > 3 * floor_p99  # the shift, whoever sent
+    assert abs(bench._corr(q - epoch, sender.values - epoch)) < floor_p99
+    # a push that does carry the sender's values still reads them
+    leaked = q + 0.5 * (sender.values - q)
+    assert abs(bench._corr(leaked - epoch, sender.values - epoch)) > 0.5
+    # a holder that folded is compared with an average holding its own fold and those
+    # before it: only the folds made after its own are left out
+    first = n // 2
+    assert np.array_equal(bench._wave_folds(folds, "m", ids[first]),
+                          sum(folds[(ids[i], "m")][0][1] for i in range(first + 1, n)))

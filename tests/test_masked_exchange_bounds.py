@@ -18,10 +18,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gossip import PushAck, PushSum, decode
+from gossip import Push, PushAck, PushSum, decode
 from gossip.masking import MaskSource
 from gossip.validation import MAX_ABS_VALUE
 from p2p.swarm import SwarmSpec
@@ -112,3 +113,49 @@ async def test_busy_peers_do_not_let_a_node_fold_unmixed_noise(tmp_path: Path) -
             (node.config.node.name, c)
     # the trained values never took in mask-sized noise: still parameter-scale
     assert max(float(np.abs(v).max()) for v in values) < 10.0
+
+
+def test_after_a_fold_a_clear_push_carrying_an_epoch_of_training_is_merged() -> None:
+    # Issue 12, merge guard: a masked node's first clear pushes after its fold carry a
+    # whole epoch of its training, while the clip radius followed the small updates of
+    # the clear rounds before; one-way, the push could only be refused whole.  After
+    # its own fold the receiver's radius is at least clip_factor times the training it
+    # folded itself; a poisoner's update stays far beyond it.
+    from gossip.mask_epochs import EpochSettings, magnitude_bound
+    from gossip.merge_guard import GuardSettings, RefusedByGuard
+
+    rng = np.random.default_rng(5)
+    dim = 200
+    start = rng.normal(0.0, 0.3, dim)
+    opts: dict = dict(privacy="masked", masked_pushes=0, exchange="push",
+                      guard=GuardSettings(), max_abs_value=magnitude_bound(EpochSettings()))
+    receiver = PushSum(FP, start, **opts)
+    for k in range(4):  # clear rounds: updates of a round's drift set the radius
+        peer = PushSum(FP, start + rng.normal(0.0, 1e-3, dim), privacy="masked",
+                       masked_pushes=0, exchange="push")
+        [(_, p)] = peer.make_pushes([b"r" * 8], float(k))
+        receiver.on_push(bytes([k + 1]) * 8, p, float(k))
+    epoch = rng.normal(0.0, 0.02, dim)  # an epoch of training, alike at every holder
+    before = receiver.values
+
+    def post_fold_push(sender_epoch: np.ndarray, t: float) -> Push:
+        sender = PushSum(FP, before, **opts)
+        sender.add_noise_mass(np.full(dim, 1e-9))  # an epoch: noise (negligible here)
+        sender.set_values(sender.values + sender_epoch)
+        assert sender.fold_noise()
+        [(_, p)] = sender.make_pushes([b"r" * 8], t)
+        assert not p.noisy
+        return p
+
+    with pytest.raises(RefusedByGuard, match="clip"):  # before the receiver's own fold
+        receiver.on_push(b"s" * 8, post_fold_push(epoch + rng.normal(0.0, 0.01, dim), 5.0), 5.0)
+    receiver.add_noise_mass(np.full(dim, 1e-9))
+    receiver.set_values(receiver.values + epoch + rng.normal(0.0, 0.01, dim))
+    assert receiver.fold_noise()
+    w = receiver.weight
+    receiver.on_push(b"s" * 8, post_fold_push(epoch + rng.normal(0.0, 0.01, dim), 6.0), 6.0)
+    assert receiver.weight > w  # merged
+    poison = PushSum(FP, receiver.values + rng.normal(0.0, 2.0, dim), **opts)
+    [(_, bad)] = poison.make_pushes([b"r" * 8], 7.0)
+    with pytest.raises(RefusedByGuard, match="clip"):
+        receiver.on_push(b"p" * 8, bad, 7.0)
