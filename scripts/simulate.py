@@ -51,8 +51,15 @@ from p2p.testing.simnet import SimNetwork, parse_distribution
 LOCKSTEP_MODES = ("auto", "off", "plain", "batched")
 HANDSHAKE_MODES = ("auto", "noise", "trusted")
 #: Above this many nodes the defaults ("auto") switch to the cheaper simulation:
-#: lock-step batched training, trusted handshakes, an evaluation every 10 rounds.
+#: lock-step batched training, trusted handshakes, an evaluation every 10 rounds,
+#: more session slots (LARGE_SWARM_MAX_CONNECTIONS).
 LARGE_SWARM = 256
+#: Session slots per node above LARGE_SWARM nodes (daemons: limits.max_connections, 64).
+#: Measured (docs/simulation.md, "Session slots"): with 64, nodes refuse sessions from the
+#: first simulated seconds (after a full handshake each, then retried elsewhere); 256
+#: removed the refusals at 150 and 300 nodes and cost less CPU.
+LARGE_SWARM_MAX_CONNECTIONS = 256
+DESCRIPTOR_CHECKS = ("in-process", "full")
 DIGITS_TRAINING = 1437  # digits' 1,797 samples less the 20 % test part
 DEFAULT_TEST_SAMPLES = 2000
 
@@ -116,7 +123,12 @@ def add_simulation_arguments(p: argparse.ArgumentParser) -> None:
                         "--no-start-together: train at once (small swarms with churn or loss)")
     g.add_argument("--max-connections", type=int, metavar="N",
                    help="each node's limits.max_connections (session slots, outgoing pool; "
-                        "default: the config's, 64 as daemons)")
+                        "default: the config's, 64 as daemons; "
+                        f"{LARGE_SWARM_MAX_CONNECTIONS} above {LARGE_SWARM} nodes)")
+    g.add_argument("--descriptor-checks", choices=DESCRIPTOR_CHECKS, default="in-process",
+                   help="in-process (default): peer sampling does not validate the fields of "
+                        "descriptors received from another simulated node again (signatures "
+                        "still checked); full: every field checked, as a daemon does")
     g.add_argument("--sample-every", type=float, default=0.5, metavar="S",
                    help="simulated seconds between samples of the time series (default 0.5)")
     g.add_argument("--max-seconds", type=float, metavar="S",
@@ -169,7 +181,7 @@ def spec_and_configure(args: argparse.Namespace) -> tuple[SwarmSpec, Any]:
         changes["checkpoint_interval"] = args.checkpoint_interval
     spec = dataclasses.replace(spec, **changes)
 
-    max_connections = args.max_connections
+    max_connections = max_connections_of(args)
     if max_connections is not None and max_connections < 1:
         raise ValueError(f"--max-connections: expected a number >= 1, got {max_connections}")
 
@@ -182,6 +194,14 @@ def spec_and_configure(args: argparse.Namespace) -> tuple[SwarmSpec, Any]:
         return dataclasses.replace(config, data=dataclasses.replace(
             config.data, num_samples=num_samples, test_fraction=test_fraction))
     return spec, configure
+
+
+def max_connections_of(args: argparse.Namespace) -> int | None:
+    """``--max-connections``, or its default: the config's (None) up to ``LARGE_SWARM``
+    nodes, ``LARGE_SWARM_MAX_CONNECTIONS`` above."""
+    if args.max_connections is not None:
+        return int(args.max_connections)
+    return LARGE_SWARM_MAX_CONNECTIONS if args.nodes > LARGE_SWARM else None
 
 
 def lockstep_mode(args: argparse.Namespace) -> str:
@@ -249,6 +269,7 @@ class Plan:
     runner_for: Any
     max_seconds: float
     lockstep: Any = None  # the shared lock-step runner (its stats go in the JSON)
+    in_process_peers: bool = True  # --descriptor-checks in-process (Simulation's option)
 
 
 def plan_simulation(args: argparse.Namespace) -> Plan:
@@ -260,7 +281,8 @@ def plan_simulation(args: argparse.Namespace) -> Plan:
         spec.rounds * (args.compute_seconds + spec.round_interval) * 4 + 150.0)
     runner_for, lockstep = make_runners(args)
     return Plan(spec, configure, churn_events(args, spec), network_of(args, spec.seed),
-                runner_for, limit, lockstep)
+                runner_for, limit, lockstep,
+                in_process_peers=args.descriptor_checks == "in-process")
 
 
 def simulate(args: argparse.Namespace, plan: Plan, root: Path, *,
@@ -295,7 +317,8 @@ def simulate(args: argparse.Namespace, plan: Plan, root: Path, *,
     started = time.perf_counter()
     sim = Simulation(spec, root, plan.network, runner_for=plan.runner_for, churn=plan.events,
                      sample_every=args.sample_every, max_seconds=plan.max_seconds,
-                     on_sample=show, configure=plan.configure)
+                     on_sample=show, configure=plan.configure,
+                     in_process_peers=plan.in_process_peers)
     started, cpu = time.perf_counter(), time.process_time()
     with progress:
         trio.run(sim.run, clock=virtual_clock())
@@ -315,13 +338,21 @@ def simulate(args: argparse.Namespace, plan: Plan, root: Path, *,
         "(self-connection, expected node id, swarm key, cipher) without X25519 or Ed25519: "
         "every identity is a simulated node's",
         "signature_checks": "every peer-sampling descriptor checked (no cache)",
+        "descriptor_checks": args.descriptor_checks,
+        "descriptor_checks_note": "in-process: peer sampling's in_process option; the fields "
+        "of a descriptor received from another simulated node are not validated again "
+        "(daemons check them all)" if args.descriptor_checks == "in-process"
+        else "full: every field of every received descriptor checked, as daemons",
         "streams": "in-memory stream pairs (SimStream): every frame's bytes written and read "
         "in order, delayed and lost as the links say; no socket, no kernel buffer",
         # the simulation's transports get no swarm key (as daemons started without one)
         "sealing": "none: no swarm key, so frames are not sealed (as between daemons "
         "without one)",
-        "max_connections": args.max_connections or "the config's (limits.max_connections, "
+        "max_connections": max_connections_of(args) or "the config's (limits.max_connections, "
         "as daemons)",
+        "max_connections_note": "set by --max-connections" if args.max_connections is not None
+        else f"default above {LARGE_SWARM} nodes (daemons: 64): session slots ran out at 64"
+        if args.nodes > LARGE_SWARM else "the config's, as daemons",
         "task": spec.task, "test_samples": args.test_samples,
     }
     if plan.lockstep is not None:
@@ -382,8 +413,11 @@ def report(summary: dict[str, Any]) -> str:
             f"{rule} {count}" for rule, count in refused.items()))
     sim = summary.get("simulation", {})
     if sim:
+        slots = sim.get("max_connections")
         lines.append(f"simulation: handshakes {sim['handshakes']}, lock-step "
-                     f"{sim['lockstep']}, evaluation every {spec['eval_every']} rounds")
+                     f"{sim['lockstep']}, evaluation every {spec['eval_every']} rounds, "
+                     f"max connections {slots if isinstance(slots, int) else 'as the config'}, "
+                     f"descriptor checks {sim.get('descriptor_checks', 'full')}")
     lines.append(f"{spec['nodes']} nodes x {spec['rounds']} rounds, task {spec['task']}, scheme "
                  f"{spec['scheme']}: {summary['simulated_seconds']:.1f} s simulated in "
                  f"{summary['wall_seconds']:.1f} s wall ({summary['cpu_seconds']:.1f} s CPU)" + (

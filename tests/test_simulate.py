@@ -198,6 +198,9 @@ def test_simulation_with_loss_and_a_crash_restarted_from_its_checkpoint(
     # lost writes and the restart make peers dial again: counted apart from first dials
     assert 0 < doc["network"]["reconnections"] < doc["network"]["connections"]
     assert doc["simulated_seconds"] >= 1.2
+    # what is simulated differently from a daemon is named
+    assert doc["simulation"]["descriptor_checks"] == "in-process"
+    assert doc["simulation"]["max_connections_note"] == "the config's, as daemons"
     times = [p["time"] for p in doc["series"]]
     assert times == sorted(times) and len(times) >= 2
 
@@ -256,6 +259,17 @@ def test_large_swarms_default_to_lockstep_trusted_handshakes_and_aligned_rounds(
 
     large = plan("--nodes", "300")
     assert large.network.trusted_handshakes
+    assert simulate.max_connections_of(large_args := simulate.build_parser().parse_args(
+        ["--nodes", "300"])) == simulate.LARGE_SWARM_MAX_CONNECTIONS == 256
+    from p2p.swarm import node_config
+    config = node_config(large.spec, 1, Path("unused"), None)
+    assert config.limits.max_connections == 64  # daemons'
+    assert large.configure(config).limits.max_connections == 256
+    assert simulate.max_connections_of(simulate.build_parser().parse_args(
+        ["--nodes", "300", "--max-connections", "64"])) == 64
+    assert simulate.max_connections_of(simulate.build_parser().parse_args(
+        ["--nodes", "256"])) is None  # the config's, as daemons
+    assert large_args.descriptor_checks == "in-process"
     assert large.lockstep is not None and large.lockstep.batched
     assert large.lockstep.align == 0.0  # aligning holds model locks: off unless asked
     assert large.spec.eval_every == 10
@@ -268,3 +282,31 @@ def test_large_swarms_default_to_lockstep_trusted_handshakes_and_aligned_rounds(
     assert plan("--nodes", "300", "--lockstep", "off", "--handshakes", "noise").lockstep is None
     with pytest.raises(ValueError, match="--lockstep-align"):
         plan("--nodes", "8", "--lockstep", "batched", "--lockstep-align", "-1")
+
+
+def test_simulated_samplers_trust_in_process_descriptors_daemons_check_them(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # peer sampling's in_process option: simulated nodes only (a daemon checks every field)
+    from p2p.swarm import SwarmSpec
+    from p2p.testing.nodes import tcp_node
+    from p2p.testing.sim_host import Simulation
+
+    simulate = load_script("simulate", monkeypatch)
+
+    def sampler_of_simulated(*flags: str) -> object:
+        args = simulate.build_parser().parse_args(["--nodes", "2", *flags])
+        plan = simulate.plan_simulation(args)
+        sim = Simulation(plan.spec, tmp_path / "-".join(flags or ("default",)), plan.network,
+                         runner_for=plan.runner_for, configure=plan.configure,
+                         in_process_peers=plan.in_process_peers)
+        node, _ = sim._build(sim.slots[1])
+        node._start_sampler(sim.slots[1].address)
+        return node.sampler
+
+    assert sampler_of_simulated()._in_process is True  # type: ignore[attr-defined]
+    full = sampler_of_simulated("--descriptor-checks", "full")
+    assert full._in_process is False  # type: ignore[attr-defined]
+    daemon = tcp_node(tmp_path / "daemon", SwarmSpec(nodes=2, rounds=1))
+    assert daemon.in_process_peers is False
+    daemon._start_sampler("127.0.0.1:7000")
+    assert daemon.sampler._in_process is False  # type: ignore[attr-defined]

@@ -128,7 +128,7 @@ class Node:
                  find_groups: FindGroups | None = None,
                  join_group: JoinGroup | None = None,
                  train_runner: TrainRunner | None = None,
-                 standalone: bool = True) -> None:
+                 standalone: bool = True, in_process_peers: bool = False) -> None:
         if config.node.data_dir is None:
             raise ConfigError("node.data_dir: required (set it in the file or pass --data-dir)")
         self.config = config
@@ -140,6 +140,9 @@ class Node:
         self.runner: TrainRunner = train_runner or ThreadRunner()
         # False inside a simulation host: no admin socket, no signal handlers
         self.standalone = standalone
+        # True only in a simulation host, where every peer is a node of this process:
+        # peer sampling trusts the fields of received descriptors (signatures still checked)
+        self.in_process_peers = in_process_peers
         if swarm_key is None and config.security.swarm_key_file is not None:
             swarm_key = load_swarm_key(config.security.swarm_key_file)
         self.swarm_key = swarm_key
@@ -577,7 +580,7 @@ class Node:
         self._sampler = signed_sampler(
             self.identity, address, frozenset(self.by_fingerprint),
             rng=random.Random(int.from_bytes(os.urandom(8), "big")),
-            c=ps.view_size, l=ps.shuffle_length,
+            c=ps.view_size, l=ps.shuffle_length, in_process=self.in_process_peers,
         )
         self._sampler.restore(self.restored_view)
         self._sampler.bootstrap([f"{b.host}:{b.port}" for b in self.config.node.bootstrap])

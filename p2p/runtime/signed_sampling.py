@@ -18,7 +18,7 @@ from peersampling import Descriptor, PeerSampler, SybilRules
 
 def signed_sampler(identity: Identity, address: str, tags: frozenset[bytes], *,
                    rng: random.Random, c: int = 20, l: int = 5,  # noqa: E741
-                   ) -> PeerSampler:
+                   in_process: bool = False) -> PeerSampler:
     """A :class:`PeerSampler` for ``identity`` listening at ``address`` and holding ``tags``.
 
     Its descriptor is signed with the identity key under an epoch of wall-clock
@@ -26,6 +26,10 @@ def signed_sampler(identity: Identity, address: str, tags: frozenset[bytes], *,
     descriptors must verify (Ed25519), every view follows :class:`SybilRules`,
     and the lines peers cause are rate-limited per offender
     (:class:`gossip.log_limit.LogLimiter` on peer sampling's own logger).
+
+    ``in_process`` (simulations only, never a daemon): every peer is another
+    node of this process, so received descriptors' fields are not validated
+    again (:class:`PeerSampler`'s option of that name; signatures still are).
     """
     return PeerSampler(
         Descriptor(identity.node_id, address, 0, tags, time.time_ns() // 1_000_000),
@@ -36,6 +40,7 @@ def signed_sampler(identity: Identity, address: str, tags: frozenset[bytes], *,
         verify=verify_signature,
         sybil=SybilRules(),
         offences=LogLimiter(logging.getLogger(PeerSampler.__module__)),
+        in_process=in_process,
     )
 
 

@@ -116,6 +116,10 @@ class Simulation:
     ``sample_every`` simulated seconds, view sizes, evaluations and a time
     series point are recorded and ``on_sample`` is called. ``configure`` may
     adjust each node's config (a generated task's size, say) after the swarm's.
+    ``in_process_peers`` (default) gives every node's peer sampler the core's
+    ``in_process`` option: received descriptors come from another node of
+    this process, so their fields are not validated again (signatures are);
+    False checks them all, as a daemon does.
     """
 
     def __init__(self, spec: SwarmSpec, root: Path, network: SimNetwork, *,
@@ -123,7 +127,8 @@ class Simulation:
                  churn: Sequence[ChurnEvent] = (), sample_every: float = 1.0,
                  max_seconds: float | None = None,
                  on_sample: Callable[[SimProgress], None] | None = None,
-                 configure: Callable[[NodeConfig], NodeConfig] | None = None) -> None:
+                 configure: Callable[[NodeConfig], NodeConfig] | None = None,
+                 in_process_peers: bool = True) -> None:
         if not sample_every > 0:
             raise ValueError(f"sample_every must be > 0 seconds, got {sample_every!r}")
         self.spec = spec
@@ -134,6 +139,7 @@ class Simulation:
         self.max_seconds = max_seconds
         self.on_sample = on_sample
         self.configure = configure
+        self.in_process_peers = in_process_peers
         addresses = memory_addresses(spec.nodes, subnet="10.1")
         self.slots = [NodeSlot(i, addresses[i], root / f"node{i}") for i in range(spec.nodes)]
         self.series: list[dict[str, Any]] = []
@@ -161,7 +167,7 @@ class Simulation:
             max_messages_per_second=limits.max_messages_per_second,
             cipher=config.security.cipher)
         node = Node(config, transport=transport, train_runner=self.runner_for(slot.index),
-                    standalone=False)
+                    standalone=False, in_process_peers=self.in_process_peers)
         transport.tags = frozenset(node.by_fingerprint)  # known once the models are built
         return node, transport
 
