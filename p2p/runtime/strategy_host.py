@@ -131,9 +131,9 @@ class CheckedPushSum(PushSum):
         held = list(self._outstanding.values())
         if not held:
             return super()._reply(sender, q_a, push, r, clip)
-        reserved_w = sum(o.push.weight for o in held)
+        free_w = self.available_weight
+        reserved_w = self._w - free_w
         reserved = sum(o.push.weight * o.sent for o in held)
-        free_w = self._w - reserved_w
         free = (self._w * self._x - reserved) / free_w
         self._x = self._z = free  # no noise is ever held here: x and z are one array
         self._w = free_w
