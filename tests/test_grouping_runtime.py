@@ -328,7 +328,7 @@ async def test_a_restart_before_agreement_keeps_the_signed_record(
     grouping = node.grouping
     assert grouping is not None and node.groups_record() is None  # nothing before the record
     node.progress.round = 6  # pre-training done
-    await grouping._make_record(node)
+    await grouping._make_record(node.grouping_host)
     own = grouping.agreement.own_record
     assert own is not None and node.groups_status().phase == "collecting"
     await node.save_checkpoint()
@@ -423,7 +423,7 @@ async def test_a_restart_between_attempts_resumes_the_next_attempt(
     grouping = node.grouping
     assert grouping is not None
     node.progress.round = 6
-    await grouping._make_record(node)
+    await grouping._make_record(node.grouping_host)
     grouping._next_attempt()  # attempt 0 found every node alone
     assert node.groups_status().phase == "pretraining" and grouping.attempt == 1
     assert not grouping.holds_training(6) and grouping.holds_training(12)
@@ -439,7 +439,7 @@ async def test_a_restart_between_attempts_resumes_the_next_attempt(
     assert (status.phase, status.attempt, status.records) == ("pretraining", 1, 0)
     # its record is made at the second attempt's end, for that attempt, and kept too
     restarted.progress.round = 12
-    await again._make_record(restarted)
+    await again._make_record(restarted.grouping_host)
     own = again.agreement.own_record
     assert own is not None and own.epoch == attempt_epoch(1, 1)
     await restarted.save_checkpoint()

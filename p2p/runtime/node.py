@@ -25,7 +25,6 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, TypeVar
 
-import numpy as np
 import torch
 import trio
 
@@ -64,7 +63,7 @@ from p2p.runtime.collaboration import (
     assess,
 )
 from p2p.runtime.grouping_agreement import FindGroups, JoinGroup
-from p2p.runtime.grouping_messages import GroupsPull, GroupsReply
+from p2p.runtime.grouping_host import NodeGroupingHost
 from p2p.runtime.grouping_runtime import NodeGrouping
 from p2p.runtime.grouping_status import GroupsStatus
 from p2p.runtime.mask_runtime import NodeMasking, OfferOverTransport
@@ -84,7 +83,7 @@ from p2p.wire.dispatch import RequestDispatcher
 from p2p.wire.handshake import PeerInfo
 from p2p.wire.identity import Identity
 from p2p.wire.messages import ERROR_BAD_REQUEST, ERROR_REJECTED, Error
-from p2p.wire.transport import Transport, TransportError
+from p2p.wire.transport import Transport
 from peersampling import (
     Descriptor,
     PeerSampler,
@@ -157,11 +156,9 @@ class Node:
         self.requests.add(PairOffer, self._serve_pair_offer)
         self._build_models()
         self.by_fingerprint = {fp: name for name, fp in self.learning.fingerprints.items()}
-        # automatic semi-local groups (clustering.mode "auto"); find/join: tests inject theirs
-        self.grouping = self._make_grouping(find_groups, join_group)
-        self._held_for_groups = -1  # the grouping attempt training last waited for (clustering.hold)
-        if self.grouping is not None:
-            self.requests.add(GroupsPull, self._serve_groups_pull)
+        # automatic semi-local groups (clustering.mode "auto"; registers its GroupsPull
+        # handler); find/join: tests inject theirs
+        self.grouping_host = NodeGroupingHost(self, find=find_groups, join=join_group)
         listen = config.node.listen
         self.transport: NodeTransport = transport or Transport(
             self.identity,
@@ -264,56 +261,29 @@ class Node:
         )
 
     # ------------------------------------------------------------------ groups
+    # Automatic grouping lives in grouping_host; these read it for the admin commands
+    # (AdminSource) and the checkpoint (StatefulNode).
 
-    def _make_grouping(self, find: FindGroups | None,
-                       join: JoinGroup | None) -> NodeGrouping | None:
-        """The node's automatic grouping (None with ``clustering.mode = "off"``)."""
-        c = self.config.clustering
-        if not c.auto:
-            return None
-        data, layout = self.learning.data, self.learning.layout
-        if len(data.public_y) == 0:
-            raise ConfigError(
-                f"clustering.mode: \"auto\" projects the node on the task's public split, but "
-                f"task {self.config.data.task!r} has none here; set data.public_size (e.g. 300)",
-                key="clustering.mode")
-        base = c.global_model(layout)
-        return NodeGrouping(c, self.identity, global_model=base,
-                            global_fingerprint=layout.fingerprint(base),
-                            counts=c.semi_local_counts(layout),
-                            length=data.num_classes * layout.network.sizes[-1],
-                            find=find, join=join, training_rounds=self.config.training.rounds)
+    @property
+    def grouping(self) -> NodeGrouping | None:
+        """The automatic grouping (None with ``clustering.mode = "off"``)."""
+        return self.grouping_host.grouping
 
     def groups_status(self) -> GroupsStatus:
         """Where automatic grouping stands (``p2p groups``, ``p2p status``)."""
-        if self.grouping is None:
-            return GroupsStatus.off()
-        return self.grouping.status(self.progress.round)
+        return self.grouping_host.status()
 
     def groups_record(self) -> GroupsRecord | None:
         """The applied groups, for the checkpoint (None before, or without grouping)."""
-        return None if self.grouping is None else self.grouping.record()
+        return self.grouping_host.record()
 
     def restore_groups(self, groups: GroupsRecord) -> None:
-        """Resume a checkpoint's groups: declare its semi-local model again (before
-        the node runs; no agreement is redone)."""
-        if self.grouping is None:
-            logger.warning("the checkpoint holds automatic groups (epoch %d) but "
-                           "clustering.mode is \"off\": their semi-local model is dropped",
-                           groups.epoch)
-            return
-        spec = self.grouping.restore(groups)
-        if spec is not None:
-            self._declare(spec)
-        if not groups.fingerprint:
-            logger.info("resumed %d projection records of grouping epoch %d; still collecting",
-                        len(groups.records), groups.epoch)
-            return
-        logger.info("resumed the groups of epoch %d (%s)%s", groups.epoch,
-                    groups.fingerprint[:12],
-                    f": semi-local model {spec.name}" if spec is not None else ": alone")
+        """Resume a checkpoint's groups (before the node runs)."""
+        self.grouping_host.restore(groups)
 
-    def _declare(self, spec: PartialModelSpec) -> str:
+    # ------------------------------------------------------------------ layout
+
+    def declare_model(self, spec: PartialModelSpec) -> str:
         """Add shared model ``spec`` to the layout, network, cores and tags (caller holds
         the model lock, or the node is not running yet). The other models' vectors and
         fingerprints do not change (asserted)."""
@@ -331,11 +301,7 @@ class Node:
         for name in added:
             self.cores[name] = self._new_core(name, fingerprints[name])
             self.by_fingerprint[fingerprints[name]] = name
-        tags = frozenset(self.by_fingerprint)
-        if isinstance(self.transport, Transport):  # the tags its HELLO sends
-            self.transport.tags = tags
-        if self._sampler is not None:
-            self._sampler.set_tags(tags)
+        self.retag()
         return spec.name
 
     async def add_semi_local(self, spec: PartialModelSpec, start: str) -> None:
@@ -347,7 +313,7 @@ class Node:
         """
         async with self._model_lock:
             self.sync.sync()  # fold the last round and merges in before the layout changes
-            name = self._declare(spec)
+            name = self.declare_model(spec)
             if start == "reinit":
                 self.learning.network.assign(name, self.learning.network.initial_values(name))
                 self.cores[name].set_values(self.learning.network.extract(name))
@@ -357,48 +323,6 @@ class Node:
             await self.save_checkpoint()
         except CheckpointError as exc:
             logger.error("checkpoint after grouping failed: %s", exc)
-
-    async def _serve_groups_pull(self, peer: PeerInfo, msg: GroupsPull) -> GroupsReply | Error:
-        if self.grouping is None:  # pragma: no cover - only registered with grouping on
-            return Error(code=ERROR_BAD_REQUEST, reason="this node does not group")
-        return self.grouping.on_pull(peer.node_id, msg)
-
-    async def pull_groups(self, peer: bytes, msg: GroupsPull) -> GroupsReply | None:
-        """One record exchange with ``peer`` (None when it failed: tried again later)."""
-        address = self._addresses.get(peer)
-        if address is None:
-            return None
-        try:
-            with trio.move_on_after(self.shuffle_timeout):
-                reply = await self.transport.request(address, msg, node_id=peer,
-                                                     timeout=self.shuffle_timeout)
-                if isinstance(reply, GroupsReply):
-                    return reply
-                logger.debug("groups pull to %s answered with %s", address,
-                             type(reply).__name__)
-        except TransportError as exc:
-            logger.debug("groups pull to %s failed: %s", address, exc)
-        return None
-
-    def grouping_peer(self) -> bytes | None:
-        """A sampled peer to pull records from (a holder of the global model)."""
-        if self._sampler is None or self.grouping is None:
-            return None
-        fp = self.learning.fingerprints[self.grouping.global_model]
-        d = self._sampler.sample(fp) or self._sampler.sample()
-        if d is None:
-            return None
-        _remember(self._addresses, d.node_id, d.address)
-        return d.node_id
-
-    async def project(self) -> np.ndarray:
-        """This node's projection on the task's public split (between rounds)."""
-        from learner.projection import project_network
-        data = self.learning.data
-        async with self._model_lock:
-            return await self.runner.run_blocking(functools.partial(
-                project_network, self.learning.network, data.public_x, data.public_y,
-                data.num_classes))
 
     def rounds_done(self) -> int:
         """Training rounds done so far (counting a resumed checkpoint's)."""
@@ -428,10 +352,6 @@ class Node:
             self.transport.tags = tags
         if self._sampler is not None:
             self._sampler.set_tags(tags)
-
-    async def _grouping_loop(self) -> None:
-        if self.grouping is not None:
-            await self.grouping.run(self)
 
     def _resume(self, fresh: bool) -> None:
         """Resume the checkpoint (refusing one trained with another layout or
@@ -543,7 +463,7 @@ class Node:
             nursery.start_soon(self._gossip_in_scope)
             nursery.start_soon(self._checkpoint_loop)
             nursery.start_soon(self._watch_collaboration)
-            nursery.start_soon(self._grouping_loop)
+            nursery.start_soon(self.grouping_host.run)
             nursery.start_soon(self._run_strategy)
             trainer_done = trio.Event()
             nursery.start_soon(self._trainer_loop, trainer_done)
@@ -644,7 +564,7 @@ class Node:
                     self.gossip.signal_round()
                     await self._pause(max(t.round_interval, 0.2))
                     continue
-                await self._hold_for_groups()
+                await self.grouping_host.hold(self._stop)
                 await self.runner.wait_turn()  # a simulation's schedule, outside the lock
                 t0 = time.perf_counter()
                 async with self._model_lock:
@@ -677,27 +597,6 @@ class Node:
             spent.epsilon, spent.budget, spent.delta, spent.steps, self.progress.round,
             extra={"epsilon": spent.epsilon, "epsilon_budget": spent.budget,
                    "dp_steps": spent.steps, "round": self.progress.round})
-
-    async def _hold_for_groups(self) -> None:
-        """Once per grouping attempt, at the end of its pre-training: wait
-        (``clustering.hold`` seconds at most) for the attempt to settle, so the rounds
-        after it train the groups (or pre-train for the next attempt)."""
-        g = self.grouping
-        if (g is None or self._held_for_groups >= g.attempt
-                or not g.holds_training(self.progress.round)):
-            return
-        self._held_for_groups = g.attempt
-        hold = self.config.clustering.hold
-        async with trio.open_nursery() as nursery:
-            async def stop_waits() -> None:
-                await self._stop.wait()
-                nursery.cancel_scope.cancel()
-            nursery.start_soon(stop_waits)
-            if not await g.wait_applied(hold):
-                logger.warning("grouping epoch %d: no groups applied %.0f s after pre-training "
-                               "(clustering.hold); training on, the groups apply when agreed",
-                               self.config.clustering.epoch, hold)
-            nursery.cancel_scope.cancel()
 
     async def _pause(self, seconds: float) -> None:
         """Sleep between rounds, waking at once on a stop request."""
