@@ -156,6 +156,26 @@ def test_process_exited_sees_zombies_as_gone() -> None:
     assert not process_exited(os.getpid())
 
 
+def test_process_exited_waits_for_every_thread() -> None:
+    # the main thread exits first: the process reads as a zombie while a thread still runs
+    code = ("import ctypes, sys, threading; t = threading.Thread(target=sys.stdin.read); "
+            "t.start(); ctypes.CDLL(None).pthread_exit(None)")
+    child = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE)
+    try:
+        def leader_is_zombie() -> bool:
+            stat = Path(f"/proc/{child.pid}/stat").read_text()
+            return stat.rsplit(")", 1)[-1].split()[0] == "Z"
+
+        _wait_for(leader_is_zombie, "the child's main thread to exit")
+        assert not process_exited(child.pid)
+        assert child.poll() is None  # not reapable either
+    finally:
+        assert child.stdin is not None
+        child.stdin.close()  # the thread's read returns, the process exits
+    _wait_for(lambda: process_exited(child.pid), "the child to exit")
+    assert child.wait(LIMIT) == 0
+
+
 def test_listen_errors_name_the_cause_and_the_fix() -> None:
     held = bind_tcp_listeners("127.0.0.1", 0)
     port = held[0].getsockname()[1]

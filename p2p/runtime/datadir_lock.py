@@ -151,7 +151,12 @@ def lock_owner(data_dir: str | os.PathLike[str]) -> int | None:
 
 
 def process_exited(pid: int) -> bool:
-    """True when process ``pid`` no longer runs (gone, or a zombie not yet reaped)."""
+    """True when process ``pid`` no longer runs (gone, or a zombie not yet reaped).
+
+    A zombie main thread is not enough: when the main thread exits first, the
+    process shows as a zombie while its other threads still run (and it cannot
+    be reaped yet), so every thread must be a zombie.
+    """
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -159,9 +164,16 @@ def process_exited(pid: int) -> bool:
     except PermissionError:
         return False  # it exists, under another user
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
+        threads = os.listdir(f"/proc/{pid}/task")
     except OSError:
-        return False
-    # the state follows the command name, which is in parentheses and may hold spaces
-    fields = stat.rsplit(")", 1)[-1].split()
-    return bool(fields) and fields[0] in ("Z", "X")
+        return not Path(f"/proc/{pid}").exists()
+    for tid in threads:
+        try:
+            stat = Path(f"/proc/{pid}/task/{tid}/stat").read_text()
+        except OSError:
+            continue  # that thread is gone
+        # the state follows the command name, which is in parentheses and may hold spaces
+        fields = stat.rsplit(")", 1)[-1].split()
+        if not fields or fields[0] not in ("Z", "X"):
+            return False
+    return True
