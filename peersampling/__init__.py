@@ -32,6 +32,7 @@ from .graph import (
     largest_strong_component,
     largest_weak_component,
 )
+from .lean import LeanPeriods, sample_address
 from .messages import WIRE_MESSAGES, ShuffleReply, ShuffleRequest
 from .offence_log import EveryLine, OffenceLog
 from .ranked import RankedView
@@ -64,6 +65,7 @@ __all__ = [
     "HostPort",
     "InvalidDescriptor",
     "InvalidMessage",
+    "LeanPeriods",
     "OffenceLog",
     "PartialView",
     "PeerEntry",
@@ -91,6 +93,7 @@ __all__ = [
     "parse_address",
     "parse_host_port",
     "run_peer_sampling",
+    "sample_address",
     "sign_descriptor",
     "signing_payload",
     "simulated_signer",

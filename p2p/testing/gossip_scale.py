@@ -32,6 +32,17 @@ or ``full`` (every field checked, as a daemon does). Named in the output.
 Python's cyclic garbage collector is paused while the nodes are built and the
 periods run (the cores make no reference cycles; it only cost time).
 
+Peer-sampling engines (``--peer-sampling-engine``): ``cores`` calls
+:meth:`~peersampling.Simulator.run_period` (every exchange through the cores'
+message handlers); ``lean`` runs the same periods with
+:class:`~peersampling.lean.LeanPeriods`: plain Cyclon exchanges between nodes
+that hold no model run on the cores' own state without messages, descriptor
+copies or checks, with the very same random draws, so the views are identical
+(``tests/test_peersampling_lean.py``, and the pinned digests); every other
+exchange still goes through the cores. ``auto`` (default) takes ``lean``
+except with ``--signatures per-node`` (which is there to measure daemon-like
+checks). Named in the output, with how many turns each path ran.
+
 Push-sum engines (``--pushsum-engine``): ``cores`` runs every node's own
 :class:`~gossip.pushsum.PushSum` (the reference: any encoding, loss,
 retransmissions); ``batched`` applies the period's exchanges, picked exactly
@@ -64,6 +75,7 @@ from gossip.errors import RejectedAck, RejectedPush
 from gossip.pushsum import PushSum
 from peersampling import PeerSampler, SamplerTuning, Simulator
 from peersampling.graph import in_degree_stats
+from peersampling.lean import LeanPeriods, sample_address
 
 log = logging.getLogger(__name__)
 
@@ -79,6 +91,11 @@ DESCRIPTOR_CHECKS = ("in-process", "full")
 #: (:class:`BatchedPushPull`, checked against the cores by the tests); "auto"
 #: picks "batched" when it applies (no loss, f64 wire formats), else "cores".
 PUSHSUM_ENGINES = ("auto", "cores", "batched")
+#: How peer-sampling periods run: ``Simulator.run_period`` ("cores") or
+#: :class:`~peersampling.lean.LeanPeriods` ("lean": the same draws and views,
+#: plain exchanges without messages and checks); "auto" picks "lean" unless
+#: the signatures are checked per node (a mode meant to measure those checks).
+PEER_SAMPLING_ENGINES = ("auto", "cores", "lean")
 #: The model every node holds and averages (its static vector).
 GLOBAL_MODEL = hashlib.sha256(b"gossip-scale-global-model").digest()
 #: The semi-local model held by a few nodes (holder lookup).
@@ -112,6 +129,7 @@ class GossipScaleConfig:
     # peersampling's lookup_small (None: the core's default, l; 0: the rule before issue 17)
     lookup_small: int | None = None
     descriptor_checks: str = "in-process"
+    peer_sampling_engine: str = "auto"
 
     def __post_init__(self) -> None:
         if self.nodes < 2:
@@ -134,6 +152,9 @@ class GossipScaleConfig:
         if self.descriptor_checks not in DESCRIPTOR_CHECKS:
             raise ValueError(f"descriptor_checks: expected one of {DESCRIPTOR_CHECKS}, "
                              f"got {self.descriptor_checks!r}")
+        if self.peer_sampling_engine not in PEER_SAMPLING_ENGINES:
+            raise ValueError(f"peer_sampling_engine: expected one of {PEER_SAMPLING_ENGINES}, "
+                             f"got {self.peer_sampling_engine!r}")
         if self.pushsum_engine not in PUSHSUM_ENGINES:
             raise ValueError(f"pushsum_engine: expected one of {PUSHSUM_ENGINES}, "
                              f"got {self.pushsum_engine!r}")
@@ -145,6 +166,13 @@ class GossipScaleConfig:
     def batched_applies(self) -> bool:
         """Whether :class:`BatchedPushPull` computes what the cores would (within rounding)."""
         return self.loss == 0.0 and self.encoding == "f64" and self.delta_encoding == "f64"
+
+    @property
+    def sampling_engine(self) -> str:
+        """The peer-sampling engine this run uses ("cores" or "lean")."""
+        if self.peer_sampling_engine == "auto":
+            return "cores" if self.signatures == "per-node" else "lean"
+        return self.peer_sampling_engine
 
     @property
     def engine(self) -> str:
@@ -195,6 +223,12 @@ def add_gossip_only_arguments(parser: argparse.ArgumentParser) -> None:
                    help="push-sum rounds: each node's own PushSum core (cores, the reference), "
                         "one numpy pass per period checked against the cores (batched: lossless "
                         "f64 runs only), or batched when it applies (auto, default)")
+    g.add_argument("--peer-sampling-engine", choices=PEER_SAMPLING_ENGINES,
+                   default=d.peer_sampling_engine,
+                   help="peer-sampling periods: every exchange through the cores' message "
+                        "handlers (cores), or plain exchanges on the cores' state without "
+                        "messages and checks, same draws and views (lean), or lean unless "
+                        "--signatures per-node (auto, default)")
     g.add_argument("--lookup-small", type=int, default=d.lookup_small, metavar="K",
                    help="holders keep asking for partners every period while their model view "
                         "holds fewer than K holders (default: the core's, l; 0: the rule before "
@@ -217,6 +251,7 @@ def config_from_args(args: argparse.Namespace) -> GossipScaleConfig:
         pushsum_engine=getattr(args, "pushsum_engine", "auto"),
         lookup_small=getattr(args, "lookup_small", None),
         descriptor_checks=getattr(args, "descriptor_checks", "in-process"),
+        peer_sampling_engine=getattr(args, "peer_sampling_engine", "auto"),
     )
 
 
@@ -273,6 +308,7 @@ class GossipScale:
             self.addresses = self.sim.add_nodes(cfg.nodes)
             self.sim.fill_random_views()
         self.index = {a: i for i, a in enumerate(self.addresses)}
+        self.lean = LeanPeriods(self.sim) if cfg.sampling_engine == "lean" else None
         self.rng = np.random.default_rng(cfg.seed)
         self.vectors = self.rng.normal(1.0, 1.0, size=(cfg.nodes, cfg.dim))
         self.truth = self.vectors.mean(axis=0)
@@ -339,6 +375,9 @@ class GossipScale:
             "signature_note": self.signature_note,
             "descriptor_checks": cfg.descriptor_checks,
             "descriptor_checks_note": self.descriptor_checks_note,
+            "peer_sampling_engine": self.config.sampling_engine,
+            "peer_sampling_engine_note": self.sampling_engine_note,
+            "peer_sampling_turns": self.sampling_turns,
             "pushsum_engine": self.engine,
             "pushsum_max_error": last["pushsum_max_error"],
             "pushsum_mean_error": last["pushsum_mean_error"],
@@ -355,7 +394,32 @@ class GossipScale:
     @property
     def signature_note(self) -> str:
         """How this run treats the signatures of simulated identities."""
-        return f"{self.config.signatures}: {self.sim.signature_note}"
+        note = f"{self.config.signatures}: {self.sim.signature_note}"
+        if self.lean is not None and self.config.signatures != "off":
+            note += ("; lean peer-sampling engine: not checked on plain exchanges between "
+                     "nodes holding no model (honest simulated signatures could only verify), "
+                     "checked as said on every exchange the cores run")
+        return note
+
+    @property
+    def sampling_engine_note(self) -> str:
+        """How this run's peer-sampling periods ran."""
+        if self.lean is None:
+            return "cores: every exchange through the cores' message handlers (Simulator)"
+        return ("lean: plain Cyclon exchanges between nodes holding no model run on the cores' "
+                "state without messages, descriptor copies, field or signature checks (they "
+                "could only accept honest in-process descriptors), with the same random draws "
+                "and views as the cores; every other exchange (model views, lookups, holders' "
+                "descriptors) goes through the cores, checks included")
+
+    @property
+    def sampling_turns(self) -> dict[str, int]:
+        """Node turns (a node's shuffles of one period) run lean / by the cores; lean turns
+        handed over to the cores midway (an exchange that met a holder's descriptor)."""
+        if self.lean is None:
+            return {}  # every turn by the cores
+        return {"lean": self.lean.lean_turns, "cores": self.lean.core_turns,
+                "lean_handed_over": self.lean.handed_over}
 
     @property
     def descriptor_checks_note(self) -> str:
@@ -378,7 +442,10 @@ class GossipScale:
                 self.alive[self.index[a]] = False
         cpu0 = time.process_time()
         t0 = time.perf_counter()
-        self.sim.run_period()
+        if self.lean is not None:
+            self.lean.run_period()
+        else:
+            self.sim.run_period()
         t1 = time.perf_counter()
         if self.batched is not None:
             self.batched.run(self._pushsum_pairs())
@@ -460,10 +527,11 @@ class GossipScale:
         self.rng.shuffle(order)
         pairs: list[tuple[int, int]] = []
         for i in order.tolist():
-            peer = nodes[addresses[i]].sample()
-            if peer is None:
+            # = nodes[...].sample().address: the same draw, no descriptor copy
+            address = sample_address(nodes[addresses[i]])
+            if address is None:
                 continue
-            j = index.get(peer.address)
+            j = index.get(address)
             if j is None:
                 continue
             self.pushes += 1
