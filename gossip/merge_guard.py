@@ -91,6 +91,12 @@ class RefusedByGuard(RejectedPush):
         self.rule = rule
 
 
+#: Clip checks after a masking epoch's fold during which the radius keeps the fold's
+#: floor (GuardSettings.fold_floor_merges; measured: scripts/bench_privacy.py --real,
+#: "clip floor").
+FOLD_FLOOR_MERGES = 8
+
+
 @dataclass(frozen=True)
 class GuardSettings:
     """The merge defences' parameters (see the module docstring for each rule)."""
@@ -111,6 +117,9 @@ class GuardSettings:
     clip_debt_decades: float = 4.0  # an update this many decades beyond tau pays in full
     flag_budget: int = 400  # flagged pushes per sender: a burst of this many ...
     flag_period: float = 10.0  # ... refilled over this long (masking epochs mix continuously)
+    # after a masking epoch's fold the radius is at least clip_factor x the training the
+    # fold added, for this many clip checks (see ClipRadius.note_fold); 0: no such floor
+    fold_floor_merges: int = FOLD_FLOOR_MERGES
 
     def __post_init__(self) -> None:
         positive = ("share_ratio", "weight_floor", "balance_cap", "balance_halflife",
@@ -129,6 +138,9 @@ class GuardSettings:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise InvalidValues(f"guard.{name}: expected an int >= 1, got {value!r}")
+        value = self.fold_floor_merges
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise InvalidValues(f"guard.fold_floor_merges: expected an int >= 0, got {value!r}")
 
     @property
     def clipping(self) -> bool:
@@ -214,23 +226,54 @@ class ClipRadius:
     def __init__(self, settings: GuardSettings) -> None:
         self._s = settings
         self._latest: OrderedDict[bytes, float] = OrderedDict()
+        self._fold_jump = 0.0  # norm of the training our last fold added
+        self._fold_checks = 0  # clip checks made since that fold
 
-    def radius(self, own_norm: float, sender: bytes | None = None) -> float:
+    def note_fold(self, jump: float) -> None:
+        """Our masking epoch folded, adding training of norm ``jump`` to the estimate.
+
+        Each holder trains alone for a whole epoch and folds that training in
+        at once, so the first clear pushes after the swarm's folds move by an
+        epoch of training, while the recent senders' updates the radius
+        follows were a round's drift: one-way, such pushes could only be
+        refused (issue 12).  For the next ``fold_floor_merges`` clip checks
+        the radius is at least ``clip_factor * jump`` (our own epoch's
+        training: no peer sets it).  Bounded so that a poisoner gets the
+        wider radius only right after a fold, when honest pushes need it
+        (bench_privacy.py --real, "clip floor": the honest updates only the
+        floor lets through come within the first few merges after the fold).
+        """
+        if not (math.isfinite(jump) and jump >= 0):
+            raise InvalidValues(f"jump: expected a finite float >= 0, got {jump!r}")
+        self._fold_jump = jump
+        self._fold_checks = 0
+
+    @property
+    def fold_floor(self) -> float:
+        """The radius's floor from our last fold now (0 once its checks are spent)."""
+        if self._fold_checks >= self._s.fold_floor_merges:
+            return 0.0
+        return self._s.clip_factor * self._fold_jump
+
+    def radius(self, own_norm: float, sender: bytes | None = None, *,
+               with_fold_floor: bool = True) -> float:
         """The radius for an update from ``sender`` (infinite with clipping off).
 
         The sender's own entry does not count: a liar alone must not set the
         bar it is measured against.  The median is the lower one (of an even
-        count, the smaller middle norm).
+        count, the smaller middle norm).  ``with_fold_floor``: at least
+        :attr:`fold_floor` (see :meth:`note_fold`).
         """
         if not self._s.clipping:
             return math.inf
+        floor = self.fold_floor if with_fold_floor else 0.0
         norms = sorted(n for s, n in self._latest.items() if s != sender)
         if len(norms) < self._s.clip_warmup:
             # nothing to compare with yet: no single push moves us by more
             # than clip_start times our own size (a zero push moves us by 1x)
-            return max(self._s.clip_start * own_norm, self._s.clip_floor * own_norm)
+            return max(self._s.clip_start * own_norm, self._s.clip_floor * own_norm, floor)
         median = norms[(len(norms) - 1) // 2]
-        return max(self._s.clip_factor * median, self._s.clip_floor * own_norm)
+        return max(self._s.clip_factor * median, self._s.clip_floor * own_norm, floor)
 
     @property
     def warmed_up(self) -> bool:
@@ -238,7 +281,9 @@ class ClipRadius:
         return len(self._latest) > self._s.clip_warmup
 
     def record(self, sender: bytes, norm: float) -> None:
-        """Remember ``norm`` as ``sender``'s latest proposed update (accepted or clipped)."""
+        """Remember ``norm`` as ``sender``'s latest proposed update (accepted or clipped);
+        one clip check (counts towards the fold floor's end)."""
+        self._fold_checks += 1
         self._latest.pop(sender, None)
         self._latest[sender] = norm
         while len(self._latest) > self._s.clip_senders:

@@ -342,9 +342,6 @@ class PushSum:
         # training steps made while noise is held: kept out of the pushed estimate
         # until the fold (see set_values)
         self._held_steps: np.ndarray | None = None
-        # norm of the training the last fold added to the estimate: with the merge guard,
-        # the clip radius is at least clip_factor times it (see _clip_factor)
-        self._fold_jump = 0.0
         # push ids start at 1 or more: ``Push.base == 0`` means "no reference"
         start = int(rng.integers(1, 2**62)) if rng is not None else secrets.randbits(62) | 1
         self._next_id = start
@@ -1042,14 +1039,9 @@ class PushSum:
         diff = np.subtract(y, self._x, out=self._buffer())
         norm = math.sqrt(float(np.einsum("i,i->", diff, diff)))
         clip = self._guard.clip
+        # (right after a masking epoch's fold, at least the fold's floor: see
+        # ClipRadius.note_fold, set in _maybe_unmask)
         tau = clip.radius(math.sqrt(float(np.einsum("i,i->", self._x, self._x))), sender)
-        # Masking epochs: each holder trains alone for a whole epoch and folds that
-        # training in at once, so a holder's first clear pushes after its fold move by
-        # an epoch of training, while the recent senders' updates the radius follows
-        # were a round's drift: one-way, such a push could only be refused (issue 12).
-        # Our own last epoch's training is the scale of an honest holder's; it cannot
-        # be set by a peer.
-        tau = max(tau, self._guard.settings.clip_factor * self._fold_jump)
         clip.record(sender, norm)  # statistics only: also when refused
         if norm <= tau:
             return 1.0
@@ -1216,12 +1208,15 @@ class PushSum:
             return
         if any(o.masked for o in self._outstanding.values()):
             return  # its compensation must land before the noise is folded in
-        self._fold_jump = 0.0
+        jump = 0.0
         if self._held_steps is not None:
-            self._fold_jump = math.sqrt(float(np.einsum("i,i->", self._held_steps,
-                                                        self._held_steps)))
+            jump = math.sqrt(float(np.einsum("i,i->", self._held_steps, self._held_steps)))
             self._x += self._held_steps  # the epoch's training joins the averaged values
             self._held_steps = None
+        if self._guard is not None:
+            # the first clear pushes after the swarm's folds move by an epoch of
+            # training: the clip radius follows for a few merges (ClipRadius.note_fold)
+            self._guard.clip.note_fold(jump)
         self._z = self._x  # one array again
         self._noisy = False
         self._c["unmasks"] += 1

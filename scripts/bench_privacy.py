@@ -45,6 +45,24 @@ counted in both cores' mass they put a copy of the push's own noise into the
 sender's noise over its private part, pairs, weight, phase, held noise) and
 the rounds in a row each node held noise (``noisy_streak_rounds``).
 
+Once the noise has mixed (issue 12): by noise age ~20 a push is the average
+of the epoch's estimates within float32 rounding (its deviation from that
+average, RMS ~6e-9, against its sender's own part ~3e-3), so the plain
+|corr| reads the correlation of a rounding-level residue with the sender's
+values, which the part every holder shares (their training held apart
+during the epoch) dominates: it reads as much against non-senders' values.
+The acceptance figure (``own_part_by_noise_age``) correlates the push's
+deviation with the sender's *own part*, its values less the other holders'
+weighted mean, next to a null (a push carrying the average itself, rounded to
+float32 as pushes are: nothing of the sender's) and a positive control (the
+push plus the sender's values, less the average, scaled to the push's own
+deviation: a leak as small as what is left reads 0.6).  The average also
+leaves out what other holders trained in clear since the sender's noise
+began (their estimates move by it, the sender's holds none of it).  The JSON's
+``clip_floor`` measures the clip radius's floor after a fold
+(gossip.merge_guard.ClipRadius.note_fold): the clear merges it lets through and
+how far it widens the radius.
+
 Usage::
 
     .venv/bin/python scripts/bench_privacy.py [--quick] [--json PATH]
@@ -442,9 +460,14 @@ class _RecordingRunner:
 FoldLog = dict[tuple[bytes, str], list[tuple[float, np.ndarray | None]]]
 
 
-def _wave_folds(folds: FoldLog, name: str, sender: bytes, since: float | None = None) -> Any:
+def _wave_folds(folds: FoldLog, name: str, sender: bytes, since: float | None = None,
+                trained: FoldLog | None = None) -> Any:
     """Mass the other holders of ``name`` folded in since ``since``: when ``sender``'s
-    noise began (a push inside an epoch), else (None) since its own last fold.
+    noise began (a push inside an epoch), else (None) since its own last fold; with
+    ``trained`` (each holder's training made in clear: (time, weight x step)), also
+    what they trained in clear since then (it moves their estimates and the sum at
+    once, and reaches the sender only as it mixes: with DP-SGD's noisy steps, 4.7 %
+    of the pushes at noise ages 10-37 read that as |corr| 0.2-0.3 with every holder).
 
     A push made inside an epoch is compared with the average of that epoch's
     estimates.  Near the fold front part of the swarm has folded its epoch's
@@ -464,6 +487,14 @@ def _wave_folds(folds: FoldLog, name: str, sender: bytes, since: float | None = 
     for (node, model), events in folds.items():
         if model != name or node == sender:
             continue
+        for t, mass in events:
+            if t > since and mass is not None:
+                out = out + mass
+    for (node, model), events in (trained or {}).items():
+        if model != name or node == sender:
+            continue
+        # a holder training in clear (folded, or not in the epoch yet): its estimate
+        # (and the sum) moves by each step, none of which the sender's estimate holds
         for t, mass in events:
             if t > since and mass is not None:
                 out = out + mass
@@ -493,6 +524,59 @@ def _sender_state(node: Any, name: str) -> dict[str, object]:
 
 
 _AGE_BINS = ((0, 10), (10, 20), (20, 30), (30, 38), (38, 40), (40, 10 ** 6))
+
+
+def _own_part(xs: list[Any]) -> dict[str, object]:
+    """|corr| of pushes with their senders' own part, its null and positive control
+    (means), the pushes' deviation from the average and the own part (RMS, medians)."""
+    xs = [s for s in xs if "corr_own" in s.extra]
+
+    def mean(key: str) -> float:
+        return statistics.fmean(float(s.extra[key]) for s in xs) if xs else math.nan
+
+    def median(key: str) -> float:
+        return statistics.median(float(s.extra[key]) for s in xs) if xs else math.nan
+
+    floor_mean, floor_p99 = _noise_floor([s.payload.size for s in xs])
+    over = (sum(1 for s in xs if float(s.extra["corr_own"]) > floor_p99) / len(xs)
+            if xs else math.nan)
+    return {"count": len(xs), "mean": mean("corr_own"), "median": median("corr_own"),
+            "null_mean": mean("corr_own_null"), "leak_mean": mean("corr_own_leak"),
+            "common_mean": mean("corr_common"), "noise_mean": floor_mean,
+            "noise_p99": floor_p99, "share_over_p99": over,
+            "deviation_rms": median("dev_rms"), "own_rms": median("own_rms")}
+
+
+def _clip_floor_figures(log: list[tuple[int, float, float, float, float]]) -> dict[str, object]:
+    """What the fold floor of the clip radius does (gossip.merge_guard.ClipRadius.note_fold)
+    over the clear merges after each receiver's own fold: the updates only the floor
+    lets through (beyond the recent senders' radius; honest here) and how many merges
+    after the fold they came, with the floor kept until the next fold and as bounded
+    (``fold_floor_merges``); and how far the floor widens the radius where it binds
+    (what a poisoner's push may move a model by, relative to the radius without it)."""
+    unbounded = [m for m, n, b, f, _ in log if b < n <= max(b, f)]
+    bounded = [m for m, n, b, _, g in log if b < n <= max(b, g)]
+    refused = [m for m, n, b, _, g in log if n > max(b, g)]
+    return {"merges": len(log),
+            "floor_over_radius_unbounded": _quantiles_f([f / b for _, _, b, f, _ in log
+                                                         if b > 0 and f > b]),
+            "floor_over_radius_bounded": _quantiles_f([g / b for _, _, b, _, g in log
+                                                       if b > 0 and g > b]),
+            "binds_unbounded": sum(1 for _, _, b, f, _ in log if f > b),
+            "binds_bounded": sum(1 for _, _, b, _, g in log if g > b),
+            "let_through_unbounded": len(unbounded),
+            "let_through_bounded": len(bounded),
+            "refused_by_clip": len(refused),
+            "let_through_merges_after_fold": {
+                str(k): unbounded.count(k) for k in sorted(set(unbounded))}}
+
+
+def _quantiles_f(xs: list[float]) -> dict[str, float]:
+    """Count, median, p90 and largest of ``xs`` (NaN when empty)."""
+    if not xs:
+        return {"count": 0, "median": math.nan, "p90": math.nan, "max": math.nan}
+    return {"count": len(xs), "median": float(np.median(xs)),
+            "p90": float(np.quantile(xs, 0.9)), "max": float(max(xs))}
 
 
 def _quantiles(xs: list[int]) -> dict[str, float]:
@@ -558,13 +642,22 @@ def simulate_real(run: RealRun, mode: str) -> dict[str, object]:
     by_id: dict[bytes, Any] = {}
 
     refused: dict[str, int] = {}  # merge-guard refusals swarm-wide, by rule
+    # clear merges checked by the clip rule: (merges the receiver made since its own fold,
+    # the update's norm, the radius from recent senders, the floor from its own fold
+    # were it kept until the next fold, the floor as kept: see ClipRadius.note_fold)
+    clip_log: list[tuple[int, float, float, float, float]] = []
+    since_fold: dict[tuple[bytes, str], int] = {}
 
     # (sender, model, push id) -> the sender's trained values when it made the push: a
     # push merged after its sender folded is compared with what it was made from
     made_from: dict[tuple[bytes, str, int], np.ndarray] = {}
 
     folds: FoldLog = {}
+    clear_training: FoldLog = {}  # steps trained in clear (weight x step)
     noisy_since: dict[tuple[bytes, str], float] = {}  # when each core's held noise began
+    # (sender, model, push id) -> the sender's estimate in float64 when it made the push
+    # (the push carries it rounded to float32)
+    estimate_sent: dict[tuple[bytes, str, int], np.ndarray] = {}
 
     def hook_every_node(node: Any) -> None:
         """Counts guard refusals; logs folds, when noise began, values pushes were made from."""
@@ -579,6 +672,7 @@ def simulate_real(run: RealRun, mode: str) -> dict[str, object]:
                 _orig(force)
                 if was and not _core.noisy:
                     folds.setdefault(_key, []).append((trio.current_time(), held))
+                    since_fold[_key] = 0
                     noisy_since.pop(_key, None)
 
             def add_noise_mass(mass: Any, *, fresh: bool = True, _core: Any = core,
@@ -588,8 +682,17 @@ def simulate_real(run: RealRun, mode: str) -> dict[str, object]:
                 if _core.noisy:
                     noisy_since.setdefault(_key, trio.current_time())
 
+            def set_values(z: Any, _orig: Any = core.set_values, _core: Any = core,
+                           _key: tuple[bytes, str] = (me, name)) -> None:
+                clear, before, w = not _core.noisy, _core.values, _core.weight
+                _orig(z)
+                if clear and node.masking is not None:
+                    clear_training.setdefault(_key, []).append(
+                        (trio.current_time(), w * (_core.values - before)))
+
             core._maybe_unmask = maybe_unmask
             core.add_noise_mass = add_noise_mass
+            core.set_values = set_values
 
             def make_pushes(peers: Any, now: float, _orig: Any = core.make_pushes,
                             _core: Any = core, _name: str = name) -> Any:
@@ -597,6 +700,7 @@ def simulate_real(run: RealRun, mode: str) -> dict[str, object]:
                 for _, push in out:
                     if push.noisy:
                         made_from[(me, _name, push.push_id)] = _core.values
+                        estimate_sent[(me, _name, push.push_id)] = _core.estimate
                 return out
 
             core.make_pushes = make_pushes
@@ -608,6 +712,8 @@ def simulate_real(run: RealRun, mode: str) -> dict[str, object]:
                 except RefusedByGuard as exc:
                     refused[exc.rule] = refused.get(exc.rule, 0) + 1
                     raise
+                if _key in since_fold:
+                    since_fold[_key] += 1
                 if _core.noisy:  # (a noisy push merged: noise held from now on)
                     noisy_since.setdefault(_key, trio.current_time())
                 elif _key in noisy_since:  # folded at this merge
@@ -615,6 +721,22 @@ def simulate_real(run: RealRun, mode: str) -> dict[str, object]:
                 return ack
 
             core.on_push = on_push
+
+            def clip_factor(sender: bytes, y: Any, s: float, r: float, flagged: bool,
+                            _orig: Any = core._clip_factor, _core: Any = core,
+                            _key: tuple[bytes, str] = (me, name)) -> Any:
+                guard = _core._guard
+                if guard is not None and guard.settings.clipping and not flagged \
+                        and not _core.noisy and _key in since_fold:
+                    x, clip = _core._x, guard.clip
+                    clip_log.append((since_fold[_key], float(np.linalg.norm(y - x)),
+                                     clip.radius(float(np.linalg.norm(x)), sender,
+                                                 with_fold_floor=False),
+                                     guard.settings.clip_factor * clip._fold_jump,
+                                     clip.fold_floor))
+                return _orig(sender, y, s, r, flagged)
+
+            core._clip_factor = clip_factor
 
     def hook_observer(node: Any) -> None:
         me = node.identity.node_id
@@ -640,14 +762,16 @@ def simulate_real(run: RealRun, mode: str) -> dict[str, object]:
                      np.array(validate_push(push, _core.fingerprint, _core.length,
                                             _core.max_weight), dtype=np.float64))
                 record(me, sender, _name, q, bool(push.noisy or push.masked), now,
-                       int(push.noise_age), made_from.pop((sender, _name, push.push_id), None))
+                       int(push.noise_age), made_from.pop((sender, _name, push.push_id), None),
+                       estimate_sent.pop((sender, _name, push.push_id), None))
                 return ack
 
             core.on_push = on_push
             core._rebuild_request = rebuild
 
     def record(me: bytes, sender: bytes, name: str, q: np.ndarray, noisy: bool,
-               now: float, noise_age: int, then: np.ndarray | None = None) -> None:
+               now: float, noise_age: int, then: np.ndarray | None = None,
+               exact: np.ndarray | None = None) -> None:
         src = by_id.get(sender)
         if src is None:
             return
@@ -660,7 +784,7 @@ def simulate_real(run: RealRun, mode: str) -> dict[str, object]:
         plain_avg = (mass - fix_mass) / (weight - fix_weight)
         # the average of the epoch being mixed (see _wave_folds)
         wave = _wave_folds(folds, name, sender, noisy_since.get((sender, name)) if noisy
-                           else None)
+                           else None, clear_training if noisy else None)
         avg = (mass - fix_mass - wave) / (weight - fix_weight)
         mine = node.cores[name].values if then is None else then
         phase, hidden = "clear", False
@@ -683,6 +807,35 @@ def simulate_real(run: RealRun, mode: str) -> dict[str, object]:
         extra["corr_others"] = (statistics.fmean(
             abs(_corr(q - plain_avg, n.cores[name].values - plain_avg)) for n in others)
             if others else math.nan)
+        # What is left once the noise has mixed (see the module docstring, "Once the
+        # noise has mixed"): ``dev_rms`` is how far the push is from the average,
+        # ``exact_rms`` the same for the float64 estimate it was rounded from
+        dev = q - avg
+        dev_rms = float(np.sqrt(np.mean(dev ** 2)))
+        extra["dev_rms"] = dev_rms
+        if exact is not None:
+            extra["exact_rms"] = float(np.sqrt(np.mean((exact - avg) ** 2)))
+            extra["corr_exact"] = abs(_corr(exact - avg, mine - avg))
+        if others:
+            ow = sum(n.cores[name].weight for n in others)
+            others_z = sum((n.cores[name].weight * n.cores[name].values for n in others),
+                           np.zeros(q.size)) / ow
+            own = mine - others_z  # the sender's own part: its values less the others'
+            # the push against the sender's own part; the part every holder's values share
+            # (the others' trained values less the average); a null: a push carrying the
+            # average itself rounded to float32 as pushes are (nothing of the sender's);
+            # a positive control: the push plus the sender's values (less the average)
+            # scaled to the push's own deviation (a leak as small as what is left)
+            extra["corr_own"] = abs(_corr(dev, own))
+            extra["corr_common"] = abs(_corr(dev, others_z - avg))
+            extra["corr_swap"] = statistics.fmean(
+                abs(_corr(dev, n.cores[name].values - avg)) for n in others)
+            extra["corr_own_null"] = abs(_corr(
+                avg.astype(np.float32).astype(np.float64) - avg, own))
+            scale = dev_rms / max(float(np.sqrt(np.mean((mine - avg) ** 2))), 1e-300)
+            extra["corr_own_leak"] = abs(_corr(dev + scale * (mine - avg), own))
+            extra["common_rms"] = float(np.sqrt(np.mean((others_z - avg) ** 2)))
+            extra["own_rms"] = float(np.sqrt(np.mean(own ** 2)))
         extra["clear_weight_share"] = (sum(n.cores[name].weight for n in holders
                                            if not n.cores[name].noisy) / weight)
         private = float(np.sqrt(np.mean((mine - avg) ** 2)))
@@ -788,6 +941,17 @@ def simulate_real(run: RealRun, mode: str) -> dict[str, object]:
             {**stats([float(s.extra["corr_others"]) for s in seen  # type: ignore[arg-type]
                       if s.noisy and s.hidden_case and lo <= s.noise_age < hi])}
             for lo, hi in _AGE_BINS},
+        # against the sender's own part (its values less the other holders' mean), by
+        # noise age, for senders with >= 2 pairs with others: the acceptance figure; next
+        # to its null (a push carrying the average rounded to float32), its positive
+        # control (a leak of the sender's values as small as the push's deviation), the
+        # push's deviation from the average (RMS, median) and the sender's own part's
+        "own_part_by_noise_age": {
+            f"{lo}-{hi - 1}" if hi < 10 ** 6 else f">={lo}":
+            _own_part([s for s in seen if s.noisy and s.hidden_case
+                       and lo <= s.noise_age < hi])
+            for lo, hi in _AGE_BINS},
+        "own_part_inside": _own_part([s for s in seen if s.noisy and s.hidden_case]),
         # inside epochs by the sender's own epoch phase then ("clear": it holds only noise
         # received from others)
         "values_inside_by_sender_phase": {
@@ -809,6 +973,7 @@ def simulate_real(run: RealRun, mode: str) -> dict[str, object]:
         "noisy_streak_rounds": _quantiles([x for r in runners for x in r.streaks]),
         "pushes_rejected": sum(int(r.get("pushes_rejected") or 0) for r in summary["nodes"]),
         "guard_refused_by_rule": dict(sorted(refused.items())),
+        "clip_floor": _clip_floor_figures(clip_log),
         "cpu_seconds": cpu,
         # one row per push inside epochs (diagnostics: what made a push readable)
         "push_log": [{"time": s.time, "model": s.model, "sender": s.sender[:4].hex(),
@@ -856,6 +1021,19 @@ def report_real(run: RealRun, modes: tuple[str, ...]) -> dict[str, object]:
                     f"{k}: {_fmt_real(a)}"
                     for k, a in r[f"values_hidden_case_by_noise_age_{key}"].items()  # type: ignore[attr-defined]
                     if a["count"]))
+            own = r["own_part_by_noise_age"]
+            print(f"{'':<10} against the sender's own part (its values less the other "
+                  "holders' mean), >= 2 pairs with others, by noise age: |corr| mean/median; "
+                  "null (the average rounded to float32); positive control (a leak as small "
+                  "as the push's deviation); the push's deviation from the average / the own "
+                  "part (RMS); share over the noise p99")
+            for k, a in own.items():  # type: ignore[attr-defined]
+                if a["count"]:
+                    print(f"{'':<12} {k:>6}: {a['mean']:.3f}/{a['median']:.3f} ({a['count']}) "
+                          f"null {a['null_mean']:.3f}  leak {a['leak_mean']:.3f}  "
+                          f"noise {a['noise_mean']:.3f}/{a['noise_p99']:.3f}  deviation "
+                          f"{a['deviation_rms']:.1e} / {a['own_rms']:.1e}  "
+                          f"over p99 {100 * a['share_over_p99']:.0f}%")
             phases = r["values_inside_by_sender_phase"]
             print(f"{'':<10} values inside epochs by the sender's epoch phase: " + ", ".join(
                 f"{k}: {_fmt_real(a)}" for k, a in phases.items()))  # type: ignore[attr-defined]

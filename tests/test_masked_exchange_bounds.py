@@ -159,3 +159,42 @@ def test_after_a_fold_a_clear_push_carrying_an_epoch_of_training_is_merged() -> 
     [(_, bad)] = poison.make_pushes([b"r" * 8], 7.0)
     with pytest.raises(RefusedByGuard, match="clip"):
         receiver.on_push(b"p" * 8, bad, 7.0)
+
+
+def test_the_fold_floor_ends_after_fold_floor_merges_clip_checks() -> None:
+    # The floor above lets through any update within clip_factor x the folded training,
+    # a poisoner's too: it lasts fold_floor_merges clip checks (the honest pushes that
+    # need it come right after the swarm's folds), then the radius follows the recent
+    # senders' updates again and the same push is refused.
+    from gossip.mask_epochs import EpochSettings, magnitude_bound
+    from gossip.merge_guard import GuardSettings, RefusedByGuard
+
+    rng = np.random.default_rng(6)
+    dim = 200
+    start = rng.normal(0.0, 0.3, dim)
+    guard = GuardSettings(fold_floor_merges=3)
+    opts: dict = dict(privacy="masked", masked_pushes=0, exchange="push", guard=guard,
+                      max_abs_value=magnitude_bound(EpochSettings()))
+    receiver = PushSum(FP, start, **opts)
+
+    def push_from(values: np.ndarray, t: float) -> Push:
+        sender = PushSum(FP, values, privacy="masked", masked_pushes=0, exchange="push")
+        [(_, p)] = sender.make_pushes([b"r" * 8], t)
+        return p
+
+    for k in range(4):  # clear rounds: updates of a round's drift set the radius
+        receiver.on_push(bytes([k + 1]) * 8, push_from(start + rng.normal(0.0, 1e-3, dim),
+                                                       float(k)), float(k))
+    receiver.add_noise_mass(np.full(dim, 1e-9))
+    epoch = rng.normal(0.0, 0.02, dim)
+    receiver.set_values(receiver.values + epoch)
+    assert receiver.fold_noise()
+    # a push moving the model by twice the folded training: within the floor (4x) ...
+    for k in range(3):
+        w = receiver.weight
+        receiver.on_push(b"q" * 8, push_from(receiver.values + 2.0 * epoch, 10.0 + k),
+                         10.0 + k)
+        assert receiver.weight > w
+    # ... and refused once the floor's clip checks are spent
+    with pytest.raises(RefusedByGuard, match="clip"):
+        receiver.on_push(b"q" * 8, push_from(receiver.values + 2.0 * epoch, 20.0), 20.0)

@@ -240,3 +240,31 @@ def test_a_sender_over_its_clip_debt_is_refused_by_name() -> None:
             rules.append(exc.rule)
     assert rules == ["merged", "merged", "clip_debt", "clip_debt"]
     b.on_push(LIAR, push(1e5 * rng.standard_normal(50), 0.5, 300, want_reply=True), 40.0)
+
+
+def test_the_fold_floor_of_the_clip_radius_lasts_fold_floor_merges_checks() -> None:
+    # Issue 12: after a masking epoch's fold the radius is at least clip_factor x the
+    # training the fold added, for fold_floor_merges clip checks only: a poisoner gets
+    # the wider radius right after a fold, not until the next one.
+    from gossip.merge_guard import ClipRadius
+
+    settings = GuardSettings(clip_factor=4.0, fold_floor_merges=3)
+    clip = ClipRadius(settings)
+    for k in range(4):
+        clip.record(bytes([k + 1]) * 8, 0.01)  # a round's drift
+    assert clip.radius(1.0) == pytest.approx(0.04)
+    clip.note_fold(0.5)  # an epoch of training
+    for _ in range(3):
+        assert clip.fold_floor == pytest.approx(2.0)
+        assert clip.radius(1.0) == pytest.approx(2.0)
+        assert clip.radius(1.0, with_fold_floor=False) == pytest.approx(0.04)
+        clip.record(b"s" * 8, 0.01)
+    assert clip.fold_floor == 0.0
+    assert clip.radius(1.0) == pytest.approx(0.04)
+    clip.note_fold(0.5)  # the next fold: a fresh floor
+    assert clip.radius(1.0) == pytest.approx(2.0)
+    assert ClipRadius(GuardSettings(fold_floor_merges=0)).fold_floor == 0.0
+    with pytest.raises(ValueError, match="fold_floor_merges"):
+        GuardSettings(fold_floor_merges=-1)
+    with pytest.raises(ValueError, match="jump"):
+        clip.note_fold(float("nan"))
