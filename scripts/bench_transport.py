@@ -9,10 +9,12 @@ Every repeat measures, one after the other (so that load on a shared machine
 hits all of them alike):
 
 - ``raw``: the same frame (4-byte length + the push's payload) over a raw trio
-  ``SocketStream``: ``send_all`` out, a 1-byte ack back. The receiver reads
-  with ``receive_some`` up to the end of the frame and drops what it reads: it
+  ``SocketStream``: ``send_all`` out, an ack of the transport's reply size
+  back (the bytes of the framed ``PushAck``, ~100). The receiver reads with
+  ``receive_some`` up to the end of the frame and drops what it reads: it
   neither assembles the frame in one buffer nor decodes it, which the
-  transport must do; its ack is 1 byte, the transport's a ~90-byte frame.
+  transport must do (and trio's stream yields after every call: ~5 yields
+  per exchange against the transport's 2).
   Its sockets get the transport's socket option (``TCP_NOTSENT_LOWAT``
   lifted: trio's 16 KiB default makes a 1 MB write take several calls and
   the throughput swing with the congestion window). This is the baseline of
@@ -64,18 +66,23 @@ import time
 from functools import partial
 from pathlib import Path
 
-import numpy as np
-import trio
-from cryptography.hazmat.primitives.ciphers.aead import AESGCM, ChaCha20Poly1305
+# OpenBLAS's worker threads spin for a while after any BLAS call numpy makes
+# (cachegrind caught them during the exchanges): on a shared 2-core machine
+# they take CPU from the exchanges and count in --clock cpu. One thread: none.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
-from p2p.runtime.protocol import register_node_messages
-from p2p.wire import codec
-from p2p.wire.framing import encode_frame
-from p2p.wire.handshake import Handshake, PeerInfo
-from p2p.wire.identity import Identity
-from p2p.wire.messages import Ping
-from p2p.wire.sealing import CIPHERS, TAG_SIZE
-from p2p.wire.transport import Transport
+import numpy as np  # noqa: E402
+import trio  # noqa: E402
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM, ChaCha20Poly1305  # noqa: E402
+
+from p2p.runtime.protocol import register_node_messages  # noqa: E402
+from p2p.wire import codec  # noqa: E402
+from p2p.wire.framing import encode_frame  # noqa: E402
+from p2p.wire.handshake import Handshake, PeerInfo  # noqa: E402
+from p2p.wire.identity import Identity  # noqa: E402
+from p2p.wire.messages import Ping  # noqa: E402
+from p2p.wire.sealing import CIPHERS, TAG_SIZE  # noqa: E402
+from p2p.wire.transport import Transport  # noqa: E402
 
 register_node_messages()
 from gossip.messages import Push, PushAck  # noqa: E402  (registered just above)
@@ -167,23 +174,38 @@ def lift_send_limit(stream: trio.SocketStream) -> None:
         stream.setsockopt(socket.IPPROTO_TCP, option, 0)
 
 
+def reply_frame(payload: bytes) -> bytes:
+    """The frame the transport answers the push of ``payload`` with (a framed
+    ``PushAck``): the baselines send an ack of its size, so that every mode
+    moves the same bytes both ways."""
+    push = codec.decode(payload)
+    assert isinstance(push, Push)
+    return encode_frame(codec.encode(PushAck(push.model, push.push_id)))
+
+
+async def _receive_exactly(stream: trio.SocketStream, size: int) -> bool:
+    got = 0
+    while got < size:
+        chunk = await stream.receive_some(size - got)
+        if not chunk:
+            return False
+        got += len(chunk)
+    return True
+
+
 async def run_raw(sends: int, payload: bytes, lift: bool = True) -> float:
-    """Seconds for ``sends`` frames of ``payload`` + 1-byte acks over a trio
-    SocketStream (``lift``: with the transport's socket option, else trio's)."""
+    """Seconds for ``sends`` frames of ``payload``, each answered by an ack of
+    the transport's reply size, over a trio SocketStream (``lift``: with the
+    transport's socket option, else trio's)."""
     frame = encode_frame(payload)
     size = len(frame)
+    ack = reply_frame(payload)
 
     async def serve(stream: trio.SocketStream) -> None:
         if lift:
             lift_send_limit(stream)
-        while True:
-            got = 0
-            while got < size:
-                chunk = await stream.receive_some(size - got)
-                if not chunk:
-                    return
-                got += len(chunk)
-            await stream.send_all(b"\x01")
+        while await _receive_exactly(stream, size):
+            await stream.send_all(ack)
 
     async with trio.open_nursery() as nursery:
         listeners = await nursery.start(partial(trio.serve_tcp, serve, 0, host="127.0.0.1"))
@@ -192,11 +214,11 @@ async def run_raw(sends: int, payload: bytes, lift: bool = True) -> float:
         if lift:
             lift_send_limit(stream)
         await stream.send_all(frame)
-        await stream.receive_some(1)
+        await _receive_exactly(stream, len(ack))
         start = _clock()
         for _ in range(sends):
             await stream.send_all(frame)
-            assert await stream.receive_some(1) == b"\x01"
+            assert await _receive_exactly(stream, len(ack))
         elapsed = _clock() - start
         await stream.aclose()
         nursery.cancel_scope.cancel()
@@ -229,7 +251,7 @@ async def run_floor(sends: int, payload: bytes) -> float:
     """Seconds for the exchange of :func:`run_raw` with direct nonblocking socket
     calls, each frame read into one buffer reused for all (the socket's floor)."""
     frame = memoryview(encode_frame(payload))
-    ack = memoryview(b"\x01")
+    ack = memoryview(reply_frame(payload))
 
     async def serve(stream: trio.SocketStream) -> None:
         lift_send_limit(stream)
@@ -244,13 +266,13 @@ async def run_floor(sends: int, payload: bytes) -> float:
         stream = await trio.open_tcp_stream("127.0.0.1", port)
         lift_send_limit(stream)
         fd = stream.socket.fileno()
-        reply = memoryview(bytearray(1))
+        reply = memoryview(bytearray(len(ack)))
         await _write_all(fd, frame)
         await _read_into(fd, reply)
         start = _clock()
         for _ in range(sends):
             await _write_all(fd, frame)
-            assert await _read_into(fd, reply) and reply[0] == 1
+            assert await _read_into(fd, reply) and reply == ack
         elapsed = _clock() - start
         await stream.aclose()
         nursery.cancel_scope.cancel()

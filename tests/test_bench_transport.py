@@ -6,8 +6,12 @@ import argparse
 from types import ModuleType
 
 import pytest
+import trio
 
 from p2p.testing import load_script
+from p2p.wire import codec
+from p2p.wire.identity import Identity
+from p2p.wire.transport import Transport
 
 
 @pytest.fixture
@@ -30,3 +34,22 @@ def test_ratios_at_one_size_come_from_all_modes(bench: ModuleType) -> None:
     for key in ("raw_MBps", "plain_MBps", "plain_ratio_to_raw",
                 *(f"{c}_ratio_to_ceiling" for c in bench.CIPHERS)):
         assert figures[key] > 0, key
+
+
+async def test_baselines_ack_with_the_transports_reply_size(bench: ModuleType) -> None:
+    # raw and floor send back as many bytes as the transport's reply frame, so
+    # that every mode moves the same bytes both ways
+    push = bench.make_push(1, 64 << 10)
+    server = Transport(Identity.generate(), "127.0.0.1", 0)
+    client = Transport(Identity.generate(), "127.0.0.1", 0)
+    async with trio.open_nursery() as nursery:
+        address = await nursery.start(server.serve, bench._ack_handler)
+        await client.request(address, push)  # the handshake's frames first
+        before = server.bytes_sent.total
+        await client.request(address, push)
+        replied = server.bytes_sent.total - before
+        await client.aclose()
+        await server.aclose()
+    assert len(bench.reply_frame(codec.encode(push))) == replied
+    assert await bench.run_raw(2, codec.encode(push)) > 0
+    assert await bench.run_floor(2, codec.encode(push)) > 0

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from p2p.wire import codec
+from p2p.wire import codec, msgpack_views
 from p2p.wire.codec import DecodeError
 from p2p.wire.msgpack_views import LARGE_BIN, first_large_bin, unpack_with_views
 
@@ -67,6 +67,45 @@ def test_first_large_bin_finds_array_data_and_only_map_values() -> None:
         # top level, array item, map key, small bins: none is viewed
         assert first_large_bin(memoryview(msgpack.packb(value, use_bin_type=True))) is None
     assert first_large_bin(memoryview(msgpack.packb({"k": [{"deep": big}]}))) is not None
+
+
+def test_a_remembered_layout_is_checked_not_walked(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A payload that differs from one walked before only in scalar values takes
+    # the walk's answer from its layout; one that differs in a byte the walk
+    # branched on (here the bin's length) is walked again.
+    first = bytearray(codec.encode(Bulk("abc", BIG, b"tail")))
+    found = first_large_bin(memoryview(first))
+    assert found is not None
+    start, stop = found
+    same_layout = bytearray(codec.encode(Bulk("xyz", BIG + 1, b"other")))
+
+    def no_walk(data: memoryview, read: list[tuple[int, int]]) -> None:
+        raise AssertionError("walked")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(msgpack_views, "_walk", no_walk)
+        assert first_large_bin(memoryview(same_layout)) == (start, stop)
+    shorter = bytearray(first)
+    shorter[start - 4 : start] = (stop - start - 8).to_bytes(4, "big")  # the bin32 length
+    assert first_large_bin(memoryview(shorter)) == (start, stop - 8) == \
+        msgpack_views._walk(memoryview(shorter), [])
+    for cut in (b"\xc1", b"\x91"):  # the name's first byte: not a string any more
+        changed = bytearray(first)
+        name_at = first.index(b"\xa3abc")
+        changed[name_at : name_at + 1] = cut
+        assert first_large_bin(memoryview(changed)) == msgpack_views._walk(
+            memoryview(changed), [])
+
+
+@settings(max_examples=150, deadline=None)
+@given(name=st.text(max_size=300), extra=st.binary(max_size=20), n=st.integers(0, 3))
+def test_layouts_give_what_walking_gives(name: str, extra: bytes, n: int) -> None:
+    payload = memoryview(codec.encode(Bulk(name, BIG[: LARGE_BIN // 8 + n], extra)))
+    walked = msgpack_views._walk(payload, [])
+    assert first_large_bin(payload) == walked
+    assert first_large_bin(payload) == walked  # (the second from its layout)
+    assert walked is not None and bytes(payload[walked[0] : walked[1]]) == \
+        BIG[: LARGE_BIN // 8 + n].tobytes()
 
 
 _BIN = b"\xc6\x00\x01\x00\x00"  # the header of a 64 KiB bin

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 from dataclasses import dataclass
 
 import msgpack
@@ -401,12 +402,14 @@ async def test_pooled_connection_is_not_used_for_another_identity() -> None:
 # --- the lean hot path: big frames, sealing in place, one cancel scope per exchange ----
 
 
-@pytest.mark.parametrize("swarm_key", [None, SWARM])
-async def test_tcp_big_frames_arrive_intact_back_to_back(swarm_key: bytes | None) -> None:
+@pytest.mark.parametrize(("swarm_key", "cipher"),
+                         [(None, "chacha20"), (SWARM, "chacha20"), (SWARM, "aes-gcm")])
+async def test_tcp_big_frames_arrive_intact_back_to_back(swarm_key: bytes | None,
+                                                         cipher: str) -> None:
     # Over a real socket the payload goes out with one vectored write (clear) or
     # is sealed into the outgoing buffer, and is received into its own buffer.
-    server = transport(swarm_key)
-    client = transport(swarm_key)
+    server = transport(swarm_key, cipher=cipher)
+    client = transport(swarm_key, cipher=cipher)
     values = np.random.default_rng(3).standard_normal(300_000)
     async with trio.open_nursery() as nursery:
         address = await nursery.start(server.serve, echo_handler)
@@ -446,6 +449,43 @@ def test_sealing_in_place_matches_and_refuses_tampering(cipher: str) -> None:
         opener.open_in_place(memoryview(third))  # out of order
     with pytest.raises(SealError, match="must be closed"):
         opener.open_in_place(memoryview(second))  # the channel stays failed
+
+
+@pytest.mark.parametrize("cipher", ["chacha20", "aes-gcm"])
+@pytest.mark.parametrize("size", [1000, 256 * 1024 - 1, 256 * 1024, 700_001])
+def test_sealing_parts_gives_the_one_shot_seal(cipher: str, size: int) -> None:
+    # Gathered and sealed in place, or (large AES-GCM frames) encrypted from the
+    # parts where they lie: the same bytes as sealing their concatenation.
+    key = b"p" * 32
+    data = np.random.default_rng(size).standard_normal((size - 10) // 4).astype(np.float32)
+    head, tail = b"h" * 7, bytearray(b"t" * (size - 7 - data.nbytes))
+    parts = [head, memoryview(data), tail]  # a float32 view: sizes are its bytes
+    whole = b"".join([head, data.tobytes(), bytes(tail)])
+    assert len(whole) == size
+    sealer, opener, reference = Sealer(key, cipher), Opener(key, cipher), Sealer(key, cipher)
+    for _ in range(2):  # two frames: the counter moves on once per frame
+        out = uninitialized_buffer(size + TAG_SIZE)
+        sealer.seal_parts_into(parts, out)
+        assert bytes(out) == reference.seal(whole)
+        assert bytes(opener.open_in_place(out)) == whole
+    with pytest.raises(ValueError, match=f"needs {size + TAG_SIZE} bytes"):
+        sealer.seal_parts_into(parts, uninitialized_buffer(size))
+    third = uninitialized_buffer(size + TAG_SIZE)
+    sealer.seal_parts_into(parts, third)  # the refused one used up no counter
+    assert bytes(opener.open_in_place(third)) == whole
+
+
+@pytest.mark.parametrize("cipher", ["chacha20", "aes-gcm"])
+def test_a_refused_seal_uses_up_no_counter(cipher: str) -> None:
+    key = b"u" * 32
+    sealer, opener = Sealer(key, cipher), Opener(key, cipher)
+    for wrong in (0, 5 + TAG_SIZE - 1, 5 + TAG_SIZE + 1):
+        with pytest.raises(ValueError, match=f"seal_into needs {5 + TAG_SIZE} bytes"):
+            sealer.seal_into(b"first", uninitialized_buffer(wrong))
+    out = uninitialized_buffer(5 + TAG_SIZE)
+    sealer.seal_into(b"first", out)
+    assert bytes(opener.open_in_place(out)) == b"first"  # frame 0: still in step
+    assert bytes(opener.open_in_place(memoryview(bytearray(sealer.seal(b"next"))))) == b"next"
 
 
 def test_sealing_in_place_refuses_a_flipped_bit_and_a_short_frame() -> None:
@@ -598,6 +638,72 @@ async def test_a_send_followed_by_a_receive_yields_in_the_receive_only() -> None
     with trio.testing.assert_checkpoints():  # the receive that follows is one
         assert bytes(await ms.receive_payload(5, 5)) == b"reply"
     assert bytes(await peer.receive_payload(5, 5)) == b"request"  # ("never" never went)
+
+
+async def test_the_answer_to_a_send_is_awaited_and_the_wait_is_cancellable(
+    autojump_clock: trio.testing.MockClock, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # After a frame that went out whole with reply_follows, the receive waits for
+    # the socket without trying a read first: it is still the step's checkpoint,
+    # its deadline still applies, and a cancelled wait leaves the stream usable.
+    near, far = socket_streams()
+    ms, peer = MessageStream(near), MessageStream(far)
+    reads: list[int] = []
+    real_readv = os.readv
+
+    def counting_readv(fd: int, buffers: list[memoryview]) -> int:
+        reads.append(fd)
+        return real_readv(fd, buffers)
+
+    async def answer() -> None:
+        await peer.send_payload(bytes(await peer.receive_payload(5, 5)) + b" back")
+
+    monkeypatch.setattr(os, "readv", counting_readv)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(answer)
+        await trio.testing.wait_all_tasks_blocked()  # the peer waits for the request
+        await ms.send_parts([b"ping"], reply_follows=True)
+        assert bytes(await ms.receive_payload(5, 5)) == b"ping back"
+    assert reads.count(near.socket.fileno()) == 1  # no read bound to fail first
+    await ms.send_parts([b"request"], reply_follows=True)
+    with pytest.raises(ConnectionFailure, match="after 4 s waiting for a message") as idle:
+        await ms.receive_payload(4, 1)
+    assert idle.value.kind == "idle"
+    assert 4 <= trio.current_time() < 5
+    assert bytes(await peer.receive_payload(5, 5)) == b"request"
+    await ms.send_parts([b"again"], reply_follows=True)
+    with trio.move_on_after(2) as scope:  # the caller gives up while waiting
+        await ms.receive_payload(60, 60)
+    assert scope.cancelled_caught
+    await peer.send_payload(b"late " + bytes(await peer.receive_payload(5, 5)))
+    assert bytes(await ms.receive_payload(5, 5)) == b"late again"  # nothing lost or mixed up
+    # frames already there: the wait ends at once, and the second frame read
+    # with the first comes from those pending, without any wait
+    await peer.send_payload(b"one")
+    await peer.send_payload(b"two")
+    await ms.send_parts([b"ask"], reply_follows=True)
+    with trio.testing.assert_checkpoints():
+        assert bytes(await ms.receive_payload(5, 5)) == b"one"
+    assert bytes(await ms.receive_payload(5, 5)) == b"two"
+
+
+async def test_cancelled_request_over_tcp_drops_its_connection() -> None:
+    # The requester waits for its reply straight after sending (socket path): a
+    # request cancelled in that wait must not leave its late reply to the next one.
+    server = transport()
+    client = transport()
+    async with trio.open_nursery() as nursery:
+        address = await nursery.start(server.serve, echo_handler)
+        assert await client.request(address, Ping(1)) == Pong(1)
+        with trio.move_on_after(0.2) as scope:
+            await client.request(address, echo("slow"))  # the handler sleeps 5 s
+        assert scope.cancelled_caught
+        assert client.pooled_addresses == []  # dropped, not pooled with a reply pending
+        assert await client.request(address, Ping(2)) == Pong(2)
+        reply = await client.request(address, echo("after", n=3))
+        assert isinstance(reply, EchoReply) and reply.text == "after"
+        await client.aclose()
+        await server.aclose()
 
 
 async def test_closing_a_socket_stream_wakes_its_reader() -> None:

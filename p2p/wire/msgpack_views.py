@@ -7,6 +7,11 @@ value (array data) by walking the items before it (headers only: a dozen for a
 push), cuts it out, lets msgpack unpack the rest and puts a read-only
 memoryview of the payload where the value was.
 
+The walk remembers the layouts it found (the bytes it branched on: first
+bytes of items, length and count fields): a payload that matches one, as the
+next push from the same sender does, gets the same answer from one masked
+comparison instead of a walk.
+
 msgpack still parses every other byte, so malformed input fails as it did:
 the walk only ever reads well-formed items from the start of the payload, and
 stops (leaving all of it to ``unpackb``) at anything else (an ext type, the
@@ -55,6 +60,35 @@ _LENGTH_WIDTHS = {0xC4: 1, 0xC5: 2, 0xC6: 4, 0xD9: 1, 0xDA: 2, 0xDB: 4}
 _COUNT_WIDTHS = {0xDC: 2, 0xDD: 4, 0xDE: 2, 0xDF: 4}
 
 
+class _Layout:
+    """What a walk that found a large bin read: the bytes it branched on (the
+    first byte of every item, every length and count field) and where the bin
+    lay. The walk is a function of those bytes alone (and of the payload being
+    at least ``start`` bytes long), so a payload whose first ``start`` bytes
+    agree with them under ``mask`` walks the same way to the same bin."""
+
+    __slots__ = ("expected", "mask", "start", "stop")
+
+    def __init__(self, data: memoryview, read: list[tuple[int, int]], start: int,
+                 stop: int) -> None:
+        mask = bytearray(start)
+        for pos, size in read:
+            mask[pos : pos + size] = b"\xff" * size
+        self.mask = int.from_bytes(mask, "big")
+        self.expected = int.from_bytes(data[:start], "big") & self.mask
+        self.start = start
+        self.stop = stop
+
+
+# Layouts of recent walks, newest first: a stream of pushes from one sender
+# differs only in scalar values (ids, counts), which the walk does not read, so
+# checking a layout (a few C operations) replaces walking (~25 Python steps per
+# item). Only layouts with a short head are kept (the check reads all of it).
+_LAYOUTS: list[_Layout] = []
+_LAYOUTS_KEPT = 8
+_LAYOUT_HEAD_MAX = 4096
+
+
 def first_large_bin(data: memoryview) -> tuple[int, int] | None:
     """``(start, stop)`` of the first ``bin`` map value of at least
     :data:`LARGE_BIN` bytes (``data[start:stop]`` is its content, which may
@@ -64,6 +98,24 @@ def first_large_bin(data: memoryview) -> tuple[int, int] | None:
     ``data`` is a 1-D byte view of a payload or of its first bytes.
     """
     end = len(data)
+    for layout in _LAYOUTS:
+        start = layout.start
+        if end >= start and int.from_bytes(data[:start], "big") & layout.mask \
+                == layout.expected:
+            return start, layout.stop
+    read: list[tuple[int, int]] = []
+    found = _walk(data, read)
+    if found is not None and found[0] <= _LAYOUT_HEAD_MAX:
+        _LAYOUTS.insert(0, _Layout(data, read, *found))
+        del _LAYOUTS[_LAYOUTS_KEPT:]
+    return found
+
+
+def _walk(data: memoryview, read: list[tuple[int, int]]) -> tuple[int, int] | None:
+    """:func:`first_large_bin` by walking the items; ``read`` receives the
+    ``(position, size)`` of every byte range the walk branched on."""
+    end = len(data)
+    note = read.append
     sizes = _FIXED_SIZES
     pos = 0
     # Entries (of a map: key and value) or items (of an array) left in the
@@ -80,10 +132,12 @@ def first_large_bin(data: memoryview) -> tuple[int, int] | None:
             left -= 1
             if in_map:  # the key first; only keys without a length field are walked
                 size = sizes[data[pos]]  # (field names are fixstr)
+                note((pos, 1))
                 if not size:
                     return None
                 pos += size
             first = data[pos]  # IndexError past the end
+            note((pos, 1))
             size = sizes[first]
             if size:  # the common case: a scalar
                 pos += size
@@ -99,6 +153,7 @@ def first_large_bin(data: memoryview) -> tuple[int, int] | None:
                 start = pos + 1 + width
                 if start > end:
                     return None
+                note((pos + 1, width))
                 pos = start + int.from_bytes(data[pos + 1 : start], "big")
                 if first == _BIN32 and in_map and pos - start >= LARGE_BIN:
                     return start, pos
@@ -108,6 +163,7 @@ def first_large_bin(data: memoryview) -> tuple[int, int] | None:
                 return None
             enclosing.append((left, in_map))
             in_map = first >= 0xDE
+            note((pos + 1, width))
             left = int.from_bytes(data[pos + 1 : pos + 1 + width], "big")
             pos += 1 + width
     except IndexError:

@@ -118,6 +118,11 @@ _HEADER_PACK = struct.Struct(">I").pack  # a frame header (framing.frame_header,
 _LAYOUTS_KEPT = 16
 # Sockets are file descriptors that readv/writev accept (not on Windows).
 _DIRECT_SOCKET_IO = hasattr(os, "readv") and hasattr(os, "writev") and os.name == "posix"
+# Why a step timed out (%-formatted with the step's figures only if it does).
+_SEND_TIMED_OUT = "send timed out after %g s"
+_MESSAGE_TIMED_OUT = "timed out after %g s waiting for a message"
+_REST_TIMED_OUT = "timed out after %g s waiting for rest of a frame"
+_FRAME_TOO_SLOW = "frame of %d bytes not complete after %.0f s (slower than %g KiB/s)"
 # Frames accepted before the peer has proved its identity (and swarm key): a HELLO
 # with the maximum 4096 tags is ~140 KB. Bounds what unauthenticated connections
 # can make the node buffer to max_connections x this, not x max_frame_size.
@@ -251,8 +256,12 @@ class MessageStream:
         # of stream, or no descriptors to read, as on Windows). Asked for at each
         # step: -1 once the socket is closed (then trio's calls report it).
         self._fileno: Callable[[], int] | None = (
-            stream.socket.fileno
+            _socket_fileno(stream)
             if _DIRECT_SOCKET_IO and isinstance(stream, trio.SocketStream) else None)
+        # Set by a send that went out whole when the caller receives next: the
+        # answer cannot be there yet, so that receive waits for the socket
+        # rather than trying a read bound to fail first (see _read_frame).
+        self._answer_awaited = False
         if isinstance(stream, trio.SocketStream):
             _lift_send_limit(stream)
 
@@ -284,8 +293,9 @@ class MessageStream:
         one (sealed) frame.
 
         Clear, the parts go out behind the header in one vectored write, not
-        copied; sealed, they are gathered once into the outgoing frame buffer
-        and encrypted there in place.
+        copied; sealed, they are encrypted into the outgoing frame buffer
+        (see :meth:`Sealer.seal_parts_into`: gathered there first, or, for
+        large AES-GCM frames, encrypted from where they lie).
 
         A checkpoint, like trio's own calls. ``reply_follows``: the caller
         receives on this stream right after (a request, a server awaiting the
@@ -308,14 +318,7 @@ class MessageStream:
         if sealer is not None:
             frame = uninitialized_buffer(total)
             frame[:HEADER_SIZE] = header
-            pos = HEADER_SIZE
-            for part in parts:
-                view = part if type(part) is memoryview else memoryview(part)
-                if view.format != "B" or view.ndim != 1:
-                    view = view.cast("B")
-                frame[pos : pos + len(view)] = view
-                pos += len(view)
-            sealer.seal_into(frame[HEADER_SIZE:pos], frame[HEADER_SIZE:])
+            sealer.seal_parts_into(parts, frame[HEADER_SIZE:])
             out = [frame]
         elif size < _SEPARATE_HEADER_ABOVE:
             out = [b"".join([header, *parts])]
@@ -342,7 +345,9 @@ class MessageStream:
             except OSError as exc:
                 raise ConnectionFailure(f"send failed: {exc}", "broken") from None
             if sent == total:  # the common case: the socket took the whole frame
-                if not reply_follows:
+                if reply_follows:
+                    self._answer_awaited = True
+                else:
                     await trio.lowlevel.cancel_shielded_checkpoint()
             else:
                 block = self._current_block()
@@ -389,8 +394,7 @@ class MessageStream:
 
     def _arm_write(self, block: _Deadlines, started: float) -> None:
         # One time limit for the whole frame, from when it started to go out.
-        block.arm_at(started + self.write_timeout,
-                     f"send timed out after {self.write_timeout:g} s", "io")
+        block.arm_at(started + self.write_timeout, _SEND_TIMED_OUT, self.write_timeout, "io")
 
     async def receive_payload(self, first_timeout: float, read_timeout: float, *,
                               last: bool = False) -> memoryview:
@@ -402,7 +406,9 @@ class MessageStream:
         ``last``: the enclosing :meth:`deadlines` block ends right after this
         step, so the deadline a wait armed is left for the block's end to drop.
         """
-        if not self._pending:
+        if self._pending:
+            self._answer_awaited = False
+        else:
             block = self._current_block()
             if block is None:
                 with _Deadlines(None) as own:
@@ -438,11 +444,25 @@ class MessageStream:
         the last chunk received). Like trio's own calls, a checkpoint.
         """
         fd = -1 if self._fileno is None else self._fileno()
-        if fd >= 0:
-            await trio.lowlevel.checkpoint_if_cancelled()
         decoder = self._decoder
         pending = self._pending
         waited = False
+        if fd >= 0:
+            if self._answer_awaited:
+                # Our own frame just went out and this step reads the answer (or
+                # the next request): no read can succeed before the peer has run,
+                # so wait for the socket straight away. The wait is the step's
+                # checkpoint (it raises Cancelled, and yields).
+                self._answer_awaited = False
+                self._arm_read(block, first_timeout, read_timeout)
+                waited = True
+                try:
+                    await trio.lowlevel.wait_readable(fd)
+                except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+                    raise ConnectionFailure(
+                        f"receive failed: {exc or type(exc).__name__}", "broken") from None
+            else:
+                await trio.lowlevel.checkpoint_if_cancelled()
         while not pending:
             target = decoder.get_buffer(decoder.wanted if self._exact_reads else None)
             try:
@@ -491,14 +511,14 @@ class MessageStream:
                 # A peer trickling bytes to dodge the read timeout: the frame
                 # (and the budget it holds) is dropped with its connection.
                 allowed = frame_allowance(size, read_timeout, self.min_frame_rate)
-                block.arm_at(whole, f"frame of {size} bytes not complete after {allowed:.0f} s "
-                             f"(slower than {self.min_frame_rate / 1024:g} KiB/s)", "io")
+                block.arm_at(whole, _FRAME_TOO_SLOW,
+                             (size, allowed, self.min_frame_rate / 1024), "io")
                 return
-            block.arm_at(now + read_timeout, f"timed out after {read_timeout:g} s waiting "
-                         "for rest of a frame", "io")
+            block.arm_at(now + read_timeout, _REST_TIMED_OUT, read_timeout, "io")
         else:
-            block.arm(first_timeout, f"timed out after {first_timeout:g} s waiting for "
-                      "a message", "idle")
+            # Formatted only if the deadline strikes: most waits end in time.
+            block.arm_at(trio.current_time() + first_timeout, _MESSAGE_TIMED_OUT,
+                         first_timeout, "idle")
 
     def deadlines(self) -> _Deadlines:
         """Context manager running several sends and receives under one cancel
@@ -568,14 +588,19 @@ class _Deadlines:
         self._stream = stream
         self._scope = trio.CancelScope()
         self.task = trio.lowlevel.current_task()
-        self._timeout = ("", "io")  # what to report if the armed deadline strikes
+        # What to report if the armed deadline strikes: a %-format of the reason,
+        # its argument(s) and the failure's kind (formatted only then).
+        self._timeout: tuple[str, object, str] = ("%s", "", "io")
 
-    def arm(self, seconds: float, reason: str, kind: str) -> None:
-        self.arm_at(trio.current_time() + seconds, reason, kind)
-
-    def arm_at(self, deadline: float, reason: str, kind: str) -> None:
+    def arm_at(self, deadline: float, reason: str, args: object, kind: str) -> None:
+        """Time out at ``deadline`` with ``reason % args`` (kind ``kind``)."""
         self._scope.deadline = deadline
-        self._timeout = (reason, kind)
+        self._timeout = (reason, args, kind)
+
+    def failure(self) -> ConnectionFailure:
+        """What the armed deadline striking means."""
+        reason, args, kind = self._timeout
+        return ConnectionFailure(reason % args, kind)
 
     def disarm(self) -> None:
         self._scope.deadline = math.inf
@@ -594,7 +619,7 @@ class _Deadlines:
             self._stream._block = None
         handled = self._scope.__exit__(exc_type, exc, tb)
         if self._scope.cancelled_caught:
-            raise ConnectionFailure(*self._timeout) from None
+            raise self.failure() from None
         return handled
 
 
@@ -1158,6 +1183,17 @@ class Transport:
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self.aclose()
+
+
+def _socket_fileno(stream: trio.SocketStream) -> Callable[[], int]:
+    """The stream's ``fileno``, asked of the standard library socket that trio
+    wraps when there is one (one C call per step instead of two calls); -1
+    once the socket is closed, either way."""
+    sock = stream.socket
+    inner = getattr(sock, "_sock", None)
+    if isinstance(inner, socket.socket) and inner.fileno() == sock.fileno():
+        return inner.fileno
+    return sock.fileno
 
 
 def _lift_send_limit(stream: trio.SocketStream) -> None:
