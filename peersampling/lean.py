@@ -66,8 +66,10 @@ class LeanPeriods:
         for s in sim.nodes.values():
             me = s.self_descriptor
             self._base[me.node_id] = me
-            variants[me.node_id] = (me.address, me.epoch, me.tags)
-            if me.tags or not _plain(s):
+            # a stale copy of a reissued descriptor may already sit in views read
+            # before this node: the cores would then replace it (_update_known)
+            seen = variants.setdefault(me.node_id, (me.address, me.epoch, me.tags))
+            if me.tags or not _plain(s) or seen != (me.address, me.epoch, me.tags):
                 self._special.add(me.node_id)
             for v in (s._view, *s._models.values()):
                 for d in v._desc.values():

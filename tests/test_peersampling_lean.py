@@ -84,7 +84,21 @@ def _sybil_adversary(sim: Simulator, period: Callable[[], None]) -> None:
         period()
 
 
+def _reissued_before_the_engine(sim: Simulator, period: Callable[[], None]) -> None:
+    # the last node reissues its descriptor (tags on, then off) after the views were
+    # filled: only nodes read before it hold the stale copy, which the cores replace
+    addresses = sim.add_nodes(60)
+    sim.fill_random_views()
+    last = sim.nodes[addresses[-1]]
+    last.set_tags({MODEL})
+    last.set_tags(set())
+    for _ in range(12):
+        period()
+
+
 SCENARIOS: dict[str, tuple[Scenario, dict[str, object]]] = {
+    "reissued-before-the-engine": (
+        _reissued_before_the_engine, {"c": 8, "l": 4, "seed": 27, "signatures": True}),
     "crash-loss-shared-signatures": (
         _crash_loss_signatures, {"c": 12, "l": 4, "seed": 21, "loss": 0.05, "signatures": True}),
     "crash-per-node-signatures-full-checks": (
@@ -179,6 +193,8 @@ def test_gossip_only_engines_give_the_same_run() -> None:
 def test_gossip_only_auto_engine() -> None:
     assert GossipScaleConfig().sampling_engine == "lean"
     assert GossipScaleConfig(signatures="per-node").sampling_engine == "cores"
+    # the lean path skips field checks: "full" checks keep the cores
+    assert GossipScaleConfig(descriptor_checks="full").sampling_engine == "cores"
     with pytest.raises(ValueError, match="peer_sampling_engine"):
         GossipScaleConfig(peer_sampling_engine="numpy")
     doc, _ = _gossip_doc("auto")

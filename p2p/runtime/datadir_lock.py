@@ -166,7 +166,8 @@ def process_exited(pid: int) -> bool:
     try:
         threads = os.listdir(f"/proc/{pid}/task")
     except OSError:
-        return not Path(f"/proc/{pid}").exists()
+        # gone since the kill above, or no /proc here (then the kill is all we know)
+        return Path("/proc/self").exists() and not Path(f"/proc/{pid}").exists()
     for tid in threads:
         try:
             stat = Path(f"/proc/{pid}/task/{tid}/stat").read_text()

@@ -171,7 +171,9 @@ class GossipScaleConfig:
     def sampling_engine(self) -> str:
         """The peer-sampling engine this run uses ("cores" or "lean")."""
         if self.peer_sampling_engine == "auto":
-            return "cores" if self.signatures == "per-node" else "lean"
+            # per-node signatures and full checks exist to measure what a daemon checks
+            full = self.signatures == "per-node" or self.descriptor_checks == "full"
+            return "cores" if full else "lean"
         return self.peer_sampling_engine
 
     @property
