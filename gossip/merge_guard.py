@@ -91,10 +91,11 @@ class RefusedByGuard(RejectedPush):
         self.rule = rule
 
 
-#: Clip checks after a masking epoch's fold during which the radius keeps the fold's
-#: floor (GuardSettings.fold_floor_merges; measured: scripts/bench_privacy.py --real,
-#: "clip floor").
-FOLD_FLOOR_MERGES = 8
+#: Clip checks of each sender after a masking epoch's fold during which the radius
+#: keeps the fold's floor (GuardSettings.fold_floor_merges; measured:
+#: scripts/bench_privacy.py --real, "clip floor": the honest updates that need the
+#: floor are the first clear pushes after the swarm's folds).
+FOLD_FLOOR_MERGES = 3
 
 
 @dataclass(frozen=True)
@@ -118,7 +119,8 @@ class GuardSettings:
     flag_budget: int = 400  # flagged pushes per sender: a burst of this many ...
     flag_period: float = 10.0  # ... refilled over this long (masking epochs mix continuously)
     # after a masking epoch's fold the radius is at least clip_factor x the training the
-    # fold added, for this many clip checks (see ClipRadius.note_fold); 0: no such floor
+    # fold added, for this many clip checks of each sender (at most clip_senders of
+    # them; see ClipRadius.note_fold); 0: no such floor
     fold_floor_merges: int = FOLD_FLOOR_MERGES
 
     def __post_init__(self) -> None:
@@ -227,7 +229,7 @@ class ClipRadius:
         self._s = settings
         self._latest: OrderedDict[bytes, float] = OrderedDict()
         self._fold_jump = 0.0  # norm of the training our last fold added
-        self._fold_checks = 0  # clip checks made since that fold
+        self._fold_checks: dict[bytes, int] = {}  # each sender's clip checks since that fold
 
     def note_fold(self, jump: float) -> None:
         """Our masking epoch folded, adding training of norm ``jump`` to the estimate.
@@ -236,22 +238,31 @@ class ClipRadius:
         at once, so the first clear pushes after the swarm's folds move by an
         epoch of training, while the recent senders' updates the radius
         follows were a round's drift: one-way, such pushes could only be
-        refused (issue 12).  For the next ``fold_floor_merges`` clip checks
-        the radius is at least ``clip_factor * jump`` (our own epoch's
-        training: no peer sets it).  Bounded so that a poisoner gets the
-        wider radius only right after a fold, when honest pushes need it
+        refused (issue 12).  For each sender's next ``fold_floor_merges``
+        clip checks the radius is at least ``clip_factor * jump`` (our own
+        epoch's training: no peer sets it).  Counted per sender, so that one
+        peer cannot spend the honest holders' floor with a burst of pushes,
+        and for at most ``clip_senders`` senders; a poisoner gets the wider
+        radius only for its own first clear pushes after our fold
         (bench_privacy.py --real, "clip floor": the honest updates only the
         floor lets through come within the first few merges after the fold).
         """
         if not (math.isfinite(jump) and jump >= 0):
             raise InvalidValues(f"jump: expected a finite float >= 0, got {jump!r}")
         self._fold_jump = jump
-        self._fold_checks = 0
+        self._fold_checks = {}
 
-    @property
-    def fold_floor(self) -> float:
-        """The radius's floor from our last fold now (0 once its checks are spent)."""
-        if self._fold_checks >= self._s.fold_floor_merges:
+    def fold_floor(self, sender: bytes | None) -> float:
+        """The radius's floor from our last fold for ``sender`` now (0 once its
+        checks are spent, or once ``clip_senders`` other senders had theirs)."""
+        if self._fold_jump == 0.0:
+            return 0.0
+        used = self._fold_checks.get(sender) if sender is not None else None
+        if used is None:
+            if sender is None or len(self._fold_checks) >= self._s.clip_senders:
+                return 0.0
+            used = 0
+        if used >= self._s.fold_floor_merges:
             return 0.0
         return self._s.clip_factor * self._fold_jump
 
@@ -262,11 +273,11 @@ class ClipRadius:
         The sender's own entry does not count: a liar alone must not set the
         bar it is measured against.  The median is the lower one (of an even
         count, the smaller middle norm).  ``with_fold_floor``: at least
-        :attr:`fold_floor` (see :meth:`note_fold`).
+        :meth:`fold_floor` for ``sender`` (see :meth:`note_fold`).
         """
         if not self._s.clipping:
             return math.inf
-        floor = self.fold_floor if with_fold_floor else 0.0
+        floor = self.fold_floor(sender) if with_fold_floor else 0.0
         norms = sorted(n for s, n in self._latest.items() if s != sender)
         if len(norms) < self._s.clip_warmup:
             # nothing to compare with yet: no single push moves us by more
@@ -280,10 +291,14 @@ class ClipRadius:
         """Whether ``clip_warmup`` distinct senders were seen (the radius follows them)."""
         return len(self._latest) > self._s.clip_warmup
 
-    def record(self, sender: bytes, norm: float) -> None:
-        """Remember ``norm`` as ``sender``'s latest proposed update (accepted or clipped);
-        one clip check (counts towards the fold floor's end)."""
-        self._fold_checks += 1
+    def record(self, sender: bytes, norm: float, *, fold_check: bool = True) -> None:
+        """Remember ``norm`` as ``sender``'s latest proposed update (accepted or clipped).
+
+        ``fold_check``: this was a push's clip check, which counts towards the
+        end of ``sender``'s fold floor (replies are checked without the floor).
+        """
+        if fold_check and self.fold_floor(sender) > 0.0:
+            self._fold_checks[sender] = self._fold_checks.get(sender, 0) + 1
         self._latest.pop(sender, None)
         self._latest[sender] = norm
         while len(self._latest) > self._s.clip_senders:

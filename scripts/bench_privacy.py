@@ -501,6 +501,73 @@ def _wave_folds(folds: FoldLog, name: str, sender: bytes, since: float | None = 
     return out
 
 
+def _own_after(folds: FoldLog, trained: FoldLog, sender: bytes, name: str,
+               made: tuple[int, int]) -> Any:
+    """The mass ``sender`` folded in or trained in clear after it made a push (``made``:
+    how many folds and clear trainings of it were logged then): 0.0 when none (a
+    float), else the summed vector."""
+    out: Any = 0.0
+    for log, logged in ((folds, made[0]), (trained, made[1])):
+        for _, mass in log.get((sender, name), [])[logged:]:
+            if mass is not None:
+                out = out + mass
+    return out
+
+
+def _wave_parts(folds: FoldLog, name: str, sender: bytes, since: float,
+                trained: FoldLog) -> dict[bytes, np.ndarray]:
+    """:func:`_wave_folds` per other holder: the mass each folded in or trained in clear
+    since ``since`` (the candidate sources of a push's deviation that are not the
+    sender's: see :func:`_attribute`)."""
+    out: dict[bytes, np.ndarray] = {}
+    for log in (folds, trained):
+        for (node, model), events in log.items():
+            if model != name or node == sender:
+                continue
+            for t, mass in events:
+                if t > since and mass is not None:
+                    out[node] = out[node] + mass if node in out else np.array(mass)
+    return out
+
+
+def _attribute(dev: np.ndarray, parts: list[np.ndarray],
+               own_sources: list[np.ndarray]) -> dict[str, Any]:
+    """Least squares of a push's deviation from the average on its candidate sources.
+
+    ``parts``: what other holders folded in or trained in clear since the sender's
+    noise began (over the holders' weight: the average leaves it out, a sender that
+    merged a clear push from them holds a share of it); ``own_sources``: the
+    sender's own (its training held apart, its own part).  Returns the share of
+    the deviation's energy the others' parts explain (``r2_others``), the share
+    with the sender's own sources added (``r2_all``), the coefficients and the
+    residual once the others' parts are taken out (what is left to read).
+    """
+    def fit(cols: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+        if not cols:
+            return np.zeros(0), dev.copy()
+        a = np.stack(cols, axis=1)
+        c, *_ = np.linalg.lstsq(a, dev, rcond=None)
+        return c, dev - a @ c
+
+    energy = float(dev @ dev)
+    c_o, res_o = fit(parts)
+    c_a, res_a = fit(parts + own_sources)
+    return {"r2_others": 1.0 - float(res_o @ res_o) / energy if energy > 0 else math.nan,
+            "r2_all": 1.0 - float(res_a @ res_a) / energy if energy > 0 else math.nan,
+            "coef_others": [float(x) for x in c_o],
+            "coef_own": [float(x) for x in c_a[len(parts):]],
+            "residual": res_o}
+
+
+def _project_out(v: np.ndarray, parts: list[np.ndarray]) -> np.ndarray:
+    """``v`` less its least-squares fit on ``parts`` (unchanged without parts)."""
+    if not parts:
+        return v
+    a = np.stack(parts, axis=1)
+    c, *_ = np.linalg.lstsq(a, v, rcond=None)
+    return v - a @ c
+
+
 def _noise_floor(lengths: list[int], seed: int = 99) -> tuple[float, float]:
     """Mean and p99 of |corr| of independent Gaussian pairs, one draw per observation length."""
     rng = np.random.default_rng(seed)
@@ -540,11 +607,78 @@ def _own_part(xs: list[Any]) -> dict[str, object]:
     floor_mean, floor_p99 = _noise_floor([s.payload.size for s in xs])
     over = (sum(1 for s in xs if float(s.extra["corr_own"]) > floor_p99) / len(xs)
             if xs else math.nan)
+    ys = [s for s in xs if "corr_own_attr" in s.extra]
+
+    def mean_attr(key: str) -> float:
+        return statistics.fmean(float(s.extra[key]) for s in ys) if ys else math.nan
+
     return {"count": len(xs), "mean": mean("corr_own"), "median": median("corr_own"),
+            # the same once the other holders' clear training is attributed to them
+            "attributed_mean": mean_attr("corr_own_attr"),
+            "attributed_null_mean": mean_attr("corr_own_attr_null"),
+            "attributed_leak_mean": mean_attr("corr_own_attr_leak"),
             "null_mean": mean("corr_own_null"), "leak_mean": mean("corr_own_leak"),
             "common_mean": mean("corr_common"), "noise_mean": floor_mean,
             "noise_p99": floor_p99, "share_over_p99": over,
             "deviation_rms": median("dev_rms"), "own_rms": median("own_rms")}
+
+
+#: a push deviates from the epoch's average by more than rounding: its deviation's
+#: RMS over that of the average rounded to float32 (what a push equal to it deviates by)
+OUTLIER_OVER_ROUNDING = 10.0
+
+
+def _outliers(xs: list[Any]) -> dict[str, object]:
+    """The pushes (inside epochs, noise age 10-39) that deviate from the epoch's average
+    by more than rounding, classified by what their sender merged since its noise
+    began, before the push; with how much of their deviation the other holders'
+    folds and clear training explain, and how much the sender's own sources add."""
+    xs = [s for s in xs if "r2_others" in s.extra and 10 <= s.noise_age < 40]
+
+    def out(s: Any) -> bool:
+        return float(s.extra["dev_rms"]) > OUTLIER_OVER_ROUNDING * float(
+            s.extra["rounding_rms"])
+
+    def kind(s: Any) -> str:
+        e = s.extra
+        if e.get("folded_before_merged"):
+            return "its sender folded between making it and its merge"
+        if e.get("noise_from_merge") and math.isfinite(float(e["since_own_fold"])):
+            return "re-noised by a merge after its own fold"
+        if int(e["clear_from_folded"]):
+            return "merged a clear push from a holder that folded"
+        if int(e["clear_from_unfolded"]):
+            return "merged a clear push from a holder not in the epoch"
+        return "no clear merge since its noise began"
+
+    def group(ys: list[Any]) -> dict[str, object]:
+        kinds: dict[str, int] = {}
+        for s in ys:
+            kinds[kind(s)] = kinds.get(kind(s), 0) + 1
+
+        def med(key: str) -> float:
+            vals = [float(s.extra[key]) for s in ys if not math.isnan(float(s.extra[key]))]
+            return float(np.median(vals)) if vals else math.nan
+        return {"count": len(ys), "by_what_the_sender_merged": dict(sorted(kinds.items())),
+                "r2_others_median": med("r2_others"), "r2_all_median": med("r2_all"),
+                "dev_rms_median": med("dev_rms"), "residual_rms_median": med("residual_rms"),
+                "corr_own_mean": (statistics.fmean(float(s.extra["corr_own"]) for s in ys)
+                                  if ys else math.nan),
+                "corr_own_attributed_mean": (statistics.fmean(
+                    float(s.extra["corr_own_attr"]) for s in ys) if ys else math.nan),
+                "corr_swap_mean": (statistics.fmean(float(s.extra["corr_swap"]) for s in ys)
+                                   if ys else math.nan),
+                "coef_own_held_abs_median": med("coef_own_held_abs"),
+                "coef_others_max_median": med("coef_others_max")}
+
+    for s in xs:
+        e = s.extra
+        co, cw = list(e["coef_others"]), list(e["coef_own"])
+        e["coef_others_max"] = max((abs(c) for c in co), default=math.nan)
+        names = list(e.get("own_sources", []))  # type: ignore[call-overload]
+        e["coef_own_held_abs"] = abs(cw[names.index("held")]) if "held" in names else math.nan
+    return {"outliers": group([s for s in xs if out(s)]),
+            "rest": group([s for s in xs if not out(s)])}
 
 
 def _clip_floor_figures(log: list[tuple[int, float, float, float, float]]) -> dict[str, object]:
@@ -658,6 +792,16 @@ def simulate_real(run: RealRun, mode: str) -> dict[str, object]:
     # (sender, model, push id) -> the sender's estimate in float64 when it made the push
     # (the push carries it rounded to float32)
     estimate_sent: dict[tuple[bytes, str, int], np.ndarray] = {}
+    # (node, model) -> the merges it made: (time, the push was flagged noisy, pusher,
+    # the pusher's last fold then, the receiver held noise before, after, its noise
+    # age after); and (sender, model, push id) -> how many of its merges preceded
+    # the push (what it did just before a push: see _attribute)
+    merges: dict[tuple[bytes, str], list[tuple[float, bool, bytes, float, bool, bool, int]]] = {}
+    made_after: dict[tuple[bytes, str, int], int] = {}
+    # (sender, model, push id) -> its folds and clear trainings logged when the push was
+    # made, and when its noise began then (a push merged after its sender folded
+    # belongs to the epoch it left)
+    made_at: dict[tuple[bytes, str, int], tuple[tuple[int, int], float | None]] = {}
 
     def hook_every_node(node: Any) -> None:
         """Counts guard refusals; logs folds, when noise began, values pushes were made from."""
@@ -701,17 +845,29 @@ def simulate_real(run: RealRun, mode: str) -> dict[str, object]:
                     if push.noisy:
                         made_from[(me, _name, push.push_id)] = _core.values
                         estimate_sent[(me, _name, push.push_id)] = _core.estimate
+                        made_after[(me, _name, push.push_id)] = len(merges.get((me, _name), []))
+                        made_at[(me, _name, push.push_id)] = (
+                            (len(folds.get((me, _name), [])),
+                             len(clear_training.get((me, _name), []))),
+                            noisy_since.get((me, _name)))
                 return out
 
             core.make_pushes = make_pushes
 
             def on_push(sender: bytes, push: Any, now: float, _orig: Any = core.on_push,
                         _core: Any = core, _key: tuple[bytes, str] = (me, name)) -> Any:
+                was_noisy, merged_before = _core.noisy, _core._c["pushes_received"]
                 try:
                     ack = _orig(sender, push, now)
                 except RefusedByGuard as exc:
                     refused[exc.rule] = refused.get(exc.rule, 0) + 1
                     raise
+                if _core._c["pushes_received"] > merged_before:
+                    pusher_folds = folds.get((sender, _key[1]), [])
+                    merges.setdefault(_key, []).append(
+                        (trio.current_time(), bool(push.noisy or push.masked), sender,
+                         pusher_folds[-1][0] if pusher_folds else -math.inf,
+                         was_noisy, _core.noisy, _core.noise_age))
                 if _key in since_fold:
                     since_fold[_key] += 1
                 if _core.noisy:  # (a noisy push merged: noise held from now on)
@@ -733,7 +889,7 @@ def simulate_real(run: RealRun, mode: str) -> dict[str, object]:
                                      clip.radius(float(np.linalg.norm(x)), sender,
                                                  with_fold_floor=False),
                                      guard.settings.clip_factor * clip._fold_jump,
-                                     clip.fold_floor))
+                                     clip.fold_floor(sender)))
                 return _orig(sender, y, s, r, flagged)
 
             core._clip_factor = clip_factor
@@ -763,7 +919,9 @@ def simulate_real(run: RealRun, mode: str) -> dict[str, object]:
                                             _core.max_weight), dtype=np.float64))
                 record(me, sender, _name, q, bool(push.noisy or push.masked), now,
                        int(push.noise_age), made_from.pop((sender, _name, push.push_id), None),
-                       estimate_sent.pop((sender, _name, push.push_id), None))
+                       estimate_sent.pop((sender, _name, push.push_id), None),
+                       made_after.pop((sender, _name, push.push_id), None),
+                       made_at.pop((sender, _name, push.push_id), None))
                 return ack
 
             core.on_push = on_push
@@ -771,7 +929,8 @@ def simulate_real(run: RealRun, mode: str) -> dict[str, object]:
 
     def record(me: bytes, sender: bytes, name: str, q: np.ndarray, noisy: bool,
                now: float, noise_age: int, then: np.ndarray | None = None,
-               exact: np.ndarray | None = None) -> None:
+               exact: np.ndarray | None = None, made_index: int | None = None,
+               made: tuple[tuple[int, int], float | None] | None = None) -> None:
         src = by_id.get(sender)
         if src is None:
             return
@@ -783,8 +942,16 @@ def simulate_real(run: RealRun, mode: str) -> dict[str, object]:
         fix_mass, fix_weight = _in_flight(holders, name, by_id)
         plain_avg = (mass - fix_mass) / (weight - fix_weight)
         # the average of the epoch being mixed (see _wave_folds)
-        wave = _wave_folds(folds, name, sender, noisy_since.get((sender, name)) if noisy
-                           else None, clear_training if noisy else None)
+        noise_began = made[1] if made is not None else noisy_since.get((sender, name))
+        wave = _wave_folds(folds, name, sender, noise_began if noisy else None,
+                           clear_training if noisy else None)
+        after = 0.0 if made is None or not noisy else _own_after(folds, clear_training,
+                                                                  sender, name, made[0])
+        # a push the sender made before it folded, merged after: the sender's fold (and
+        # any training in clear since) moved the sum after the push left; the epoch the
+        # push belongs to holds none of it (issue 12: 'merged after the fold')
+        folded_since_made = not isinstance(after, float)
+        wave = wave + after
         avg = (mass - fix_mass - wave) / (weight - fix_weight)
         mine = node.cores[name].values if then is None else then
         phase, hidden = "clear", False
@@ -836,6 +1003,64 @@ def simulate_real(run: RealRun, mode: str) -> dict[str, object]:
             extra["corr_own_leak"] = abs(_corr(dev + scale * (mine - avg), own))
             extra["common_rms"] = float(np.sqrt(np.mean((others_z - avg) ** 2)))
             extra["own_rms"] = float(np.sqrt(np.mean(own ** 2)))
+            rounding = avg.astype(np.float32).astype(np.float64) - avg
+            extra["rounding_rms"] = float(np.sqrt(np.mean(rounding ** 2)))
+            extra["folded_before_merged"] = folded_since_made
+            since = noise_began if noisy else None
+            if since is not None:
+                # what the sender did since its noise began, before the push (the
+                # classification of pushes that deviate by more than rounding)
+                done = merges.get((sender, name), [])
+                done = [m for m in (done if made_index is None else done[:made_index])
+                        if m[0] >= since]
+                clear = [m for m in done if not m[1]]
+                extra["merges_since_noise"] = len(done)
+                extra["clear_merges"] = len(clear)
+                extra["clear_from_folded"] = sum(1 for m in clear if m[3] >= since)
+                extra["clear_from_unfolded"] = sum(1 for m in clear if m[3] < since)
+                extra["merges_after_last_clear"] = (
+                    len(done) - 1 - max(i for i, m in enumerate(done) if not m[1])
+                    if clear else -1)
+                extra["partners"] = len(node.masking.epochs(name).partners_of_epoch()) \
+                    if node.masking is not None else 0
+                # regress the deviation on the others' folds / clear training since the
+                # sender's noise began (over the weight the average divides by) and on
+                # the sender's own sources: its training held apart, its own part
+                parts = [v / (weight - fix_weight) for v in
+                         _wave_parts(folds, name, sender, since, clear_training).values()]
+                held = node.cores[name]._held_steps
+                own_src = ([] if held is None else [np.array(held, dtype=np.float64)]) + [own]
+                extra["own_sources"] = ([] if held is None else ["held"]) + ["own"]
+                # the sender's own fold before its noise began and what it trained in
+                # clear since (in its estimate when a merge of a noisy push re-noised it)
+                mine_folds = [t for t, _ in folds.get((sender, name), []) if t <= since]
+                extra["noise_from_merge"] = bool(done) and done[0][0] == since \
+                    and not done[0][4]
+                extra["since_own_fold"] = since - mine_folds[-1] if mine_folds else math.inf
+                if mine_folds:
+                    recent_clear = [m for t, m in clear_training.get((sender, name), [])
+                                    if mine_folds[-1] <= t <= since and m is not None]
+                    own_recent = sum(recent_clear, np.zeros(q.size))
+                    last_mass = folds[(sender, name)][len(mine_folds) - 1][1]
+                    if last_mass is not None:
+                        own_recent = own_recent + last_mass
+                    if np.any(own_recent):
+                        own_src.append(own_recent / (weight - fix_weight))
+                        extra["own_sources"].append("last fold")  # type: ignore[attr-defined]
+                fit = _attribute(dev, parts, own_src)
+                res = fit.pop("residual")
+                extra.update(fit)
+                extra["other_sources"] = len(parts)
+                # the own-part figure once the others' training is attributed to them
+                # (taken out of the deviation, of its null and of its positive control
+                # alike: the control keeps the sender's values, which are not in it)
+                extra["corr_own_attr"] = abs(_corr(res, own))
+                extra["corr_own_attr_null"] = abs(_corr(_project_out(rounding, parts), own))
+                res_rms = float(np.sqrt(np.mean(res ** 2)))
+                extra["residual_rms"] = res_rms
+                s_res = res_rms / max(float(np.sqrt(np.mean((mine - avg) ** 2))), 1e-300)
+                extra["corr_own_attr_leak"] = abs(_corr(
+                    _project_out(dev + s_res * (mine - avg), parts), own))
         extra["clear_weight_share"] = (sum(n.cores[name].weight for n in holders
                                            if not n.cores[name].noisy) / weight)
         private = float(np.sqrt(np.mean((mine - avg) ** 2)))
@@ -952,6 +1177,10 @@ def simulate_real(run: RealRun, mode: str) -> dict[str, object]:
                        and lo <= s.noise_age < hi])
             for lo, hi in _AGE_BINS},
         "own_part_inside": _own_part([s for s in seen if s.noisy and s.hidden_case]),
+        # pushes at noise ages 10-39 deviating by more than rounding, classified
+        "deviating_pushes": _outliers([s for s in seen if s.noisy and s.hidden_case]),
+        "replies_merged": sum(c.counters.replies_received
+                              for n, _ in by_id.values() for c in n.cores.values()),
         # inside epochs by the sender's own epoch phase then ("clear": it holds only noise
         # received from others)
         "values_inside_by_sender_phase": {
@@ -1034,6 +1263,24 @@ def report_real(run: RealRun, modes: tuple[str, ...]) -> dict[str, object]:
                           f"noise {a['noise_mean']:.3f}/{a['noise_p99']:.3f}  deviation "
                           f"{a['deviation_rms']:.1e} / {a['own_rms']:.1e}  "
                           f"over p99 {100 * a['share_over_p99']:.0f}%")
+            print(f"{'':<10} once the other holders' clear training since the sender's "
+                  "noise began is attributed to them (fit and taken out): |corr| with the own "
+                  "part / null / positive control")
+            for k, a in own.items():  # type: ignore[attr-defined]
+                if a["count"]:
+                    print(f"{'':<12} {k:>6}: {a['attributed_mean']:.3f} null "
+                          f"{a['attributed_null_mean']:.3f} leak {a['attributed_leak_mean']:.3f}")
+            dv = r["deviating_pushes"]
+            for label in ("outliers", "rest"):
+                g = dv[label]  # type: ignore[index]
+                print(f"{'':<10} noise age 10-39, {label} (deviation > "
+                      f"{OUTLIER_OVER_ROUNDING:g} x rounding): {g['count']}; "
+                      f"{g['by_what_the_sender_merged']}; r2 others {g['r2_others_median']:.3f}"
+                      f", + sender's own {g['r2_all_median']:.3f}; |corr| own "
+                      f"{g['corr_own_mean']:.3f} -> attributed "
+                      f"{g['corr_own_attributed_mean']:.3f}, non-senders "
+                      f"{g['corr_swap_mean']:.3f}; deviation {g['dev_rms_median']:.1e} -> "
+                      f"{g['residual_rms_median']:.1e}")
             phases = r["values_inside_by_sender_phase"]
             print(f"{'':<10} values inside epochs by the sender's epoch phase: " + ", ".join(
                 f"{k}: {_fmt_real(a)}" for k, a in phases.items()))  # type: ignore[attr-defined]

@@ -244,27 +244,52 @@ def test_a_sender_over_its_clip_debt_is_refused_by_name() -> None:
 
 def test_the_fold_floor_of_the_clip_radius_lasts_fold_floor_merges_checks() -> None:
     # Issue 12: after a masking epoch's fold the radius is at least clip_factor x the
-    # training the fold added, for fold_floor_merges clip checks only: a poisoner gets
-    # the wider radius right after a fold, not until the next one.
+    # training the fold added, for each sender's first fold_floor_merges clip checks only:
+    # a poisoner gets the wider radius right after a fold, not until the next one.
     from gossip.merge_guard import ClipRadius
 
     settings = GuardSettings(clip_factor=4.0, fold_floor_merges=3)
     clip = ClipRadius(settings)
     for k in range(4):
         clip.record(bytes([k + 1]) * 8, 0.01)  # a round's drift
-    assert clip.radius(1.0) == pytest.approx(0.04)
+    assert clip.radius(1.0, b"s" * 8) == pytest.approx(0.04)
     clip.note_fold(0.5)  # an epoch of training
     for _ in range(3):
-        assert clip.fold_floor == pytest.approx(2.0)
-        assert clip.radius(1.0) == pytest.approx(2.0)
-        assert clip.radius(1.0, with_fold_floor=False) == pytest.approx(0.04)
+        assert clip.fold_floor(b"s" * 8) == pytest.approx(2.0)
+        assert clip.radius(1.0, b"s" * 8) == pytest.approx(2.0)
+        assert clip.radius(1.0, b"s" * 8, with_fold_floor=False) == pytest.approx(0.04)
         clip.record(b"s" * 8, 0.01)
-    assert clip.fold_floor == 0.0
-    assert clip.radius(1.0) == pytest.approx(0.04)
+    assert clip.fold_floor(b"s" * 8) == 0.0
+    assert clip.radius(1.0, b"s" * 8) == pytest.approx(0.04)
+    # another sender still has its own checks; a reply's check spends none
+    clip.record(b"t" * 8, 0.01, fold_check=False)
+    assert clip.radius(1.0, b"t" * 8) == pytest.approx(2.0)
     clip.note_fold(0.5)  # the next fold: a fresh floor
-    assert clip.radius(1.0) == pytest.approx(2.0)
-    assert ClipRadius(GuardSettings(fold_floor_merges=0)).fold_floor == 0.0
+    assert clip.radius(1.0, b"s" * 8) == pytest.approx(2.0)
+    assert ClipRadius(GuardSettings(fold_floor_merges=0)).fold_floor(b"s" * 8) == 0.0
     with pytest.raises(ValueError, match="fold_floor_merges"):
         GuardSettings(fold_floor_merges=-1)
     with pytest.raises(ValueError, match="jump"):
         clip.note_fold(float("nan"))
+
+
+def test_one_sender_cannot_spend_the_fold_floor_of_the_others() -> None:
+    # A burst of pushes from one peer right after our fold spends its own floor only;
+    # and at most clip_senders senders get a floor (fake identities cannot widen more).
+    from gossip.merge_guard import ClipRadius
+
+    settings = GuardSettings(clip_factor=4.0, fold_floor_merges=3, clip_senders=4)
+    clip = ClipRadius(settings)
+    for k in range(4):
+        clip.record(bytes([k + 1]) * 8, 0.01)
+    clip.note_fold(0.5)
+    for _ in range(20):
+        clip.record(b"z" * 8, 5.0)  # refused or not, each is one of z's checks
+    assert clip.radius(1.0, b"z" * 8) < 2.0
+    assert clip.radius(1.0, b"h" * 8) == pytest.approx(2.0)  # an honest holder's push
+    for k in range(2):
+        clip.record(bytes([100 + k]) * 8, 0.01)  # two more senders take floors
+    assert clip.fold_floor(b"h" * 8) == pytest.approx(2.0)  # h has not been checked yet
+    clip.record(b"h" * 8, 0.01)  # the fourth sender with a floor
+    assert clip.fold_floor(b"h" * 8) == pytest.approx(2.0)  # h keeps its other checks
+    assert clip.fold_floor(b"n" * 8) == 0.0  # a fifth sender: none left
