@@ -50,21 +50,27 @@ logger = logging.getLogger(__name__)
 _Params = dict[str, torch.Tensor]
 
 
-def train_steps_batched(trainers: Sequence[Trainer], steps: int) -> list[float]:
+def train_steps_batched(trainers: Sequence[Trainer], steps: int, *,
+                        keys: Sequence[Hashable | str] | None = None) -> list[float]:
     """``[t.train_steps(steps) for t in trainers]``, with trainers that share an
     architecture and optimizer setting trained together in one vectorised step.
 
     Returns each trainer's mean training loss, in the order given. Each trainer
     and each model may appear once only (two trainers of one model would have
-    to train one after the other).
+    to train one after the other). ``keys``: each trainer's :func:`batch_key`, if
+    the caller has just worked them out (a lock-step runner does, to set apart
+    the trainers that cannot be batched); None: worked out here.
     """
     if steps < 1:
         raise ValueError(f"train_steps_batched: expected steps >= 1, got {steps}")
     _check_distinct(trainers)
+    if keys is None:
+        keys = [batch_key(t) for t in trainers]
+    elif len(keys) != len(trainers):
+        raise ValueError(f"train_steps_batched: {len(keys)} keys for {len(trainers)} trainers")
     groups: dict[Hashable, list[int]] = {}
     plain: list[int] = []
-    for i, trainer in enumerate(trainers):
-        key = batch_key(trainer)
+    for i, key in enumerate(keys):
         if isinstance(key, str):
             logger.debug("trainer %d trains with the plain loop: %s", i, key)
             plain.append(i)
@@ -110,6 +116,8 @@ def batch_key(trainer: Trainer) -> Hashable | str:
     """
     if trainer.privacy is not None:
         return "DP-SGD draws Poisson batches and clips per sample"
+    if trainer.loss_term is not None:
+        return "the trainer adds a loss term (a collaboration strategy's) to each step"
     model = trainer.model
     if any(True for _ in model.buffers()):
         return "the model has buffers (batch norm or similar)"
@@ -251,7 +259,7 @@ class _BatchedGroup:
         if self._joined is not None:
             # no augmentation: one gather from all shards instead of one per node
             x_all, y_all, offsets = self._joined
-            index = torch.from_numpy(np.stack([t._next_batch().numpy() for t in self.trainers]))
+            index = torch.stack([t._next_batch() for t in self.trainers])
             index += offsets
             return x_all[index], y_all[index]
         xs, ys = [], []

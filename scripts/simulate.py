@@ -60,6 +60,12 @@ LARGE_SWARM = 256
 #: removed the refusals at 150 and 300 nodes and cost less CPU.
 LARGE_SWARM_MAX_CONNECTIONS = 256
 DESCRIPTOR_CHECKS = ("in-process", "full")
+#: Default --connect-jitter, ms (docs/simulation.md, "Cost at scale", "Start-up"): 0. With
+#: 1 ms no handshake is refused (the nodes, started at one instant, otherwise open a round's
+#: connections at one virtual instant) and 300 x 5 cost less, but at 1,000 nodes the most
+#: contacted nodes then refused 22,187 sessions after full handshakes (6,664 refusals in all
+#: without it) and 1,000 x 5 cost more: off until their session slots are dealt with.
+DEFAULT_CONNECT_JITTER_MS = 0.0
 DIGITS_TRAINING = 1437  # digits' 1,797 samples less the 20 % test part
 DEFAULT_TEST_SAMPLES = 2000
 
@@ -93,6 +99,13 @@ def add_simulation_arguments(p: argparse.ArgumentParser) -> None:
                         "lognormal:MEDIAN:SIGMA, drawn per link (default 0)")
     g.add_argument("--bandwidth", metavar="MBITS",
                    help="link bandwidth in Mbit/s, same forms (default unlimited)")
+    g.add_argument("--connect-jitter", type=float, default=DEFAULT_CONNECT_JITTER_MS,
+                   metavar="MS",
+                   help="a connection takes a further 0..MS ms to open, seeded per dial "
+                        f"(default {DEFAULT_CONNECT_JITTER_MS:g}: none): dials made at one "
+                        "instant reach a node one after the other instead of all at once "
+                        "(more than its 16 handshake slots, the rest refused); see "
+                        "docs/simulation.md for what it does at 1,000 nodes")
     g.add_argument("--loss", type=float, default=0.0, metavar="P",
                    help="probability that a message is lost (its connection goes dark)")
     g.add_argument("--churn", type=float, default=0.0, metavar="FRACTION",
@@ -254,8 +267,12 @@ def network_of(args: argparse.Namespace, seed: int) -> SimNetwork:
                  else parse_distribution(args.bandwidth, scale=1e6 / 8, what="--bandwidth"))
     if not 0.0 <= args.loss <= 1.0:
         raise ValueError(f"--loss: expected a probability in [0, 1], got {args.loss}")
+    jitter = args.connect_jitter
+    if not (jitter >= 0 and math.isfinite(jitter)):
+        raise ValueError(f"--connect-jitter: expected milliseconds >= 0, got {jitter}")
     return SimNetwork(seed=seed, latency=latency, bandwidth=bandwidth, message_loss=args.loss,
-                      trusted_handshakes=handshake_mode(args) == "trusted")
+                      trusted_handshakes=handshake_mode(args) == "trusted",
+                      connect_jitter=jitter * 1e-3)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -292,6 +309,7 @@ def simulate(args: argparse.Namespace, plan: Plan, root: Path, *,
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     from p2p.testing.clock import virtual_clock
+    from p2p.testing.sim_collector import CollectorTuning
     from p2p.testing.sim_host import SimProgress, Simulation
 
     spec = plan.spec
@@ -315,12 +333,13 @@ def simulate(args: argparse.Namespace, plan: Plan, root: Path, *,
                   "wall", file=sys.stderr, flush=True)
 
     started = time.perf_counter()
+    collector = CollectorTuning()
     sim = Simulation(spec, root, plan.network, runner_for=plan.runner_for, churn=plan.events,
                      sample_every=args.sample_every, max_seconds=plan.max_seconds,
                      on_sample=show, configure=plan.configure,
-                     in_process_peers=plan.in_process_peers)
+                     in_process_peers=plan.in_process_peers, on_started=collector.freeze)
     started, cpu = time.perf_counter(), time.process_time()
-    with progress:
+    with progress, collector:
         trio.run(sim.run, clock=virtual_clock())
     summary = sim.summary(time.perf_counter() - started)
     # CPU seconds of this process: on a shared machine, closer to an idle machine's wall time
@@ -331,6 +350,10 @@ def simulate(args: argparse.Namespace, plan: Plan, root: Path, *,
         "compute_seconds": args.compute_seconds, "lockstep": lockstep_mode(args),
         "lockstep_align": None if plan.lockstep is None else plan.lockstep.align,
         "latency_ms": args.latency, "bandwidth_mbits": args.bandwidth, "loss": args.loss,
+        "connect_jitter_ms": args.connect_jitter,
+        "admission_log": "admission refusals counted (network.admission), not logged one "
+        "per connection (daemons log them, rate-limited per source); other lines a peer "
+        "causes are logged as daemons log them",
         "churn": args.churn, "churn_script": None if args.churn_script is None
         else str(args.churn_script), "handshakes": handshakes,
         "handshake_note": "Noise XX handshake with Ed25519 signatures, as daemons"
@@ -354,6 +377,7 @@ def simulate(args: argparse.Namespace, plan: Plan, root: Path, *,
         else f"default above {LARGE_SWARM} nodes (daemons: 64): session slots ran out at 64"
         if args.nodes > LARGE_SWARM else "the config's, as daemons",
         "task": spec.task, "test_samples": args.test_samples,
+        "garbage_collector": collector.as_dict(),
     }
     if plan.lockstep is not None:
         summary["lockstep"] = plan.lockstep.stats.as_dict()
@@ -418,6 +442,11 @@ def report(summary: dict[str, Any]) -> str:
                      f"{sim['lockstep']}, evaluation every {spec['eval_every']} rounds, "
                      f"max connections {slots if isinstance(slots, int) else 'as the config'}, "
                      f"descriptor checks {sim.get('descriptor_checks', 'full')}")
+    steady = summary.get("steady_state")
+    if steady:
+        lines.append(f"steady state: {steady['ms_per_node_round']:.2f} ms CPU per node-round "
+                     f"({steady['cpu_seconds']:.1f} s over {steady['node_rounds']} node-rounds, "
+                     "start-up and the last rounds left out)")
     lines.append(f"{spec['nodes']} nodes x {spec['rounds']} rounds, task {spec['task']}, scheme "
                  f"{spec['scheme']}: {summary['simulated_seconds']:.1f} s simulated in "
                  f"{summary['wall_seconds']:.1f} s wall ({summary['cpu_seconds']:.1f} s CPU)" + (

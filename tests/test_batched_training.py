@@ -133,3 +133,29 @@ def test_bad_input_is_refused() -> None:
         train_steps_batched(trainers, 0)
     with pytest.raises(ValueError, match="trainer 2 .* appears twice"):
         train_steps_batched([*trainers, trainers[0]], 1)
+
+
+def test_a_trainer_with_a_loss_term_trains_with_its_own_loop() -> None:
+    # a collaboration strategy's term (fedcurv, fedlinked) is added to every plain step;
+    # the batched step has no place for it, so such a trainer must not be batched
+    def with_term() -> list[Trainer]:
+        trainers = _trainers(3)
+        flat = cast(PartialNetwork, trainers[1].model).flat
+        trainers[1].loss_term = lambda: 0.5 * (flat ** 2).sum()
+        return trainers
+
+    loop, batched = with_term(), with_term()
+    assert isinstance(batch_key(batched[1]), str) and "loss term" in str(batch_key(batched[1]))
+    expected = [t.train_steps(4) for t in loop]
+    assert train_steps_batched(batched, 4) == pytest.approx(expected, abs=TOL)
+    _assert_same(loop, batched)
+
+
+def test_keys_worked_out_by_the_caller_are_used() -> None:
+    loop, batched = _trainers(4), _trainers(4)
+    keys = [batch_key(t) for t in batched]
+    expected = [t.train_steps(3) for t in loop]
+    assert train_steps_batched(batched, 3, keys=keys) == pytest.approx(expected, abs=TOL)
+    _assert_same(loop, batched)
+    with pytest.raises(ValueError, match="3 keys for 4 trainers"):
+        train_steps_batched(batched, 1, keys=keys[:3])

@@ -188,6 +188,7 @@ def test_simulation_with_loss_and_a_crash_restarted_from_its_checkpoint(
             assert r["round"] == 10
             assert 0.0 <= r["accuracy"] <= 1.0
             assert r["pushes_sent"] > 0 and r["bytes_sent"] > 0 and r["view"]["max"] > 0
+            assert isinstance(r["admission"], dict)
     assert doc["mean_accuracy"] > 0.2  # better than chance on digits
     crashed = rows[2]
     assert (crashed["state"], crashed["crashes"], crashed["restarts"]) == ("up", 1, 1)
@@ -201,6 +202,11 @@ def test_simulation_with_loss_and_a_crash_restarted_from_its_checkpoint(
     # what is simulated differently from a daemon is named
     assert doc["simulation"]["descriptor_checks"] == "in-process"
     assert doc["simulation"]["max_connections_note"] == "the config's, as daemons"
+    assert doc["simulation"]["connect_jitter_ms"] == simulate.DEFAULT_CONNECT_JITTER_MS
+    assert doc["simulation"]["garbage_collector"]["frozen_objects"] > 0
+    assert doc["network"]["admission_lines_not_logged"] == sum(
+        doc["network"]["admission"].get(rule, 0) for rule in (
+            "max_handshakes", "handshakes_per_source", "max_sessions", "sessions_per_source"))
     times = [p["time"] for p in doc["series"]]
     assert times == sorted(times) and len(times) >= 2
 

@@ -7,6 +7,7 @@ same rules (docs/peersampling.md, "Signed descriptors and fake identities").
 
 from __future__ import annotations
 
+import functools
 import logging
 import random
 import time
@@ -14,6 +15,18 @@ import time
 from gossip import LogLimiter
 from p2p.wire.identity import Identity, verify_signature
 from peersampling import Descriptor, PeerSampler, SybilRules
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _verify_in_process(node_id: bytes, signature: bytes, data: bytes) -> bool:
+    """:func:`verify_signature` with its answers shared by every sampler of the process.
+
+    In a simulation every node sees the same few thousand signed descriptors, each
+    verified once by every node that receives it (each sampler caches its own answers);
+    the same bytes give the same answer, so one Ed25519 check per descriptor serves the
+    whole process. A daemon verifies for itself (one node per process: nothing to share).
+    """
+    return verify_signature(node_id, signature, data)
 
 
 def signed_sampler(identity: Identity, address: str, tags: frozenset[bytes], *,
@@ -29,7 +42,8 @@ def signed_sampler(identity: Identity, address: str, tags: frozenset[bytes], *,
 
     ``in_process`` (simulations only, never a daemon): every peer is another
     node of this process, so received descriptors' fields are not validated
-    again (:class:`PeerSampler`'s option of that name; signatures still are).
+    again (:class:`PeerSampler`'s option of that name; signatures still are, each
+    distinct one once for the whole process rather than once per node).
     """
     return PeerSampler(
         Descriptor(identity.node_id, address, 0, tags, time.time_ns() // 1_000_000),
@@ -37,7 +51,7 @@ def signed_sampler(identity: Identity, address: str, tags: frozenset[bytes], *,
         l=l,
         rng=rng,
         sign=identity.sign,
-        verify=verify_signature,
+        verify=_verify_in_process if in_process else verify_signature,
         sybil=SybilRules(),
         offences=LogLimiter(logging.getLogger(PeerSampler.__module__)),
         in_process=in_process,

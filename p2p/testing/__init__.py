@@ -29,6 +29,8 @@ builders load the node runtime (and so torch) on first use.
 - :mod:`p2p.testing.sim_handshake`: :class:`TrustedHandshake`, a simulation's
   handshake: the Noise handshake's messages and identity checks without its
   cryptography (``SimNetwork(trusted_handshakes=True)``).
+- :mod:`p2p.testing.sim_collector`: :class:`CollectorTuning`, the garbage
+  collector's settings while a large simulation runs.
 - :mod:`p2p.testing.sim_churn`: :class:`ChurnEvent`, churn scripts and
   :func:`random_churn`.
 - :mod:`p2p.testing.sim_host`: :class:`Simulation`, N real nodes in one trio run
@@ -55,8 +57,15 @@ from p2p.testing.procfs import cpu_seconds, memory_kib, reset_peak_memory
 from p2p.testing.relay_attack import ClaimedIdentity, RelayAttacker
 from p2p.testing.scripts import load_script
 from p2p.testing.sim_churn import ChurnEvent, parse_churn_script, random_churn
+from p2p.testing.sim_collector import CollectorTuning
 from p2p.testing.sim_handshake import TrustedHandshake
-from p2p.testing.simnet import Distribution, SimNetwork, SimTransport, parse_distribution
+from p2p.testing.simnet import (
+    Distribution,
+    SimAdmission,
+    SimNetwork,
+    SimTransport,
+    parse_distribution,
+)
 from p2p.testing.waiting import DEFAULT_WAIT, wait_until
 from p2p.testing.wire_client import (
     ask,
@@ -110,6 +119,8 @@ __all__ = [
     "DEFAULT_WAIT",
     "ChurnEvent",
     "Distribution",
+    "CollectorTuning",
+    "SimAdmission",
     "SimNetwork",
     "SimTransport",
     "Simulation",

@@ -155,15 +155,18 @@ class LockstepRunner(InlineRunner):
         if self.batched:
             # trainers that cannot be batched (DP-SGD may refuse a step) train alone
             # below, so that one's error is its caller's only
-            batchable = [r for r in requests if not isinstance(batch_key(r.trainer), str)]
+            keys = [batch_key(r.trainer) for r in requests]
+            batchable = [(r, k) for r, k in zip(requests, keys, strict=True)
+                         if not isinstance(k, str)]
             if len(batchable) > 1:
                 try:
-                    losses = train_steps_batched([r.trainer for r in batchable], steps)
+                    losses = train_steps_batched([r.trainer for r, _ in batchable], steps,
+                                                 keys=[k for _, k in batchable])
                 except Exception as exc:  # a bug, not one node's fault: every caller sees it
-                    for r in batchable:
+                    for r, _ in batchable:
                         r.error, r.done = exc, True
                 else:
-                    for r, loss in zip(batchable, losses, strict=True):
+                    for (r, _), loss in zip(batchable, losses, strict=True):
                         r.loss, r.done = loss, True
         for r in requests:
             if r.done:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import random
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,6 +40,10 @@ NODE_STATES = ("absent", "up", "crashed", "left")
 # nodes 1..8 bootstrap from node 0; the others from a random earlier node, so that no
 # node takes more first connections than its handshake slots (16 by default) allow
 BOOTSTRAP_FANIN = 8
+# the window of Simulation.steady_cost, as fractions of all rounds done: after the start-up,
+# before the last nodes finish
+STEADY_FROM = 1 / 3
+STEADY_TO = 0.9
 
 
 @dataclass
@@ -107,6 +112,18 @@ def _shared_counters(node: Node) -> dict[str, int]:
     return totals
 
 
+def _pushes_and_bytes_sent(node: Node) -> tuple[int, int]:
+    """``pushes_sent`` and ``bytes_sent`` of :func:`_shared_counters`, read without copying
+    every counter of every model (this runs for every node at every sample)."""
+    pushes = sent = 0
+    for name in node.learning.layout.shared_models:
+        counters = node.cores[name].counters
+        base = node.counter_base.get(name, {})
+        pushes += counters.pushes_sent + base.get("pushes_sent", 0)
+        sent += counters.bytes_sent + base.get("bytes_sent", 0)
+    return pushes, sent
+
+
 class Simulation:
     """N nodes of ``spec`` over ``network``, their data directories under ``root``.
 
@@ -119,7 +136,9 @@ class Simulation:
     ``in_process_peers`` (default) gives every node's peer sampler the core's
     ``in_process`` option: received descriptors come from another node of
     this process, so their fields are not validated again (signatures are);
-    False checks them all, as a daemon does.
+    False checks them all, as a daemon does. ``on_started`` is called once every
+    node present from the start is up (``scripts/simulate.py`` freezes the garbage
+    collector's view of what they built then).
     """
 
     def __init__(self, spec: SwarmSpec, root: Path, network: SimNetwork, *,
@@ -128,7 +147,8 @@ class Simulation:
                  max_seconds: float | None = None,
                  on_sample: Callable[[SimProgress], None] | None = None,
                  configure: Callable[[NodeConfig], NodeConfig] | None = None,
-                 in_process_peers: bool = True) -> None:
+                 in_process_peers: bool = True,
+                 on_started: Callable[[], None] | None = None) -> None:
         if not sample_every > 0:
             raise ValueError(f"sample_every must be > 0 seconds, got {sample_every!r}")
         self.spec = spec
@@ -140,6 +160,7 @@ class Simulation:
         self.on_sample = on_sample
         self.configure = configure
         self.in_process_peers = in_process_peers
+        self.on_started = on_started
         addresses = memory_addresses(spec.nodes, subnet="10.1")
         self.slots = [NodeSlot(i, addresses[i], root / f"node{i}") for i in range(spec.nodes)]
         self.series: list[dict[str, Any]] = []
@@ -148,6 +169,7 @@ class Simulation:
         self._nursery: trio.Nursery | None = None
         self._pending_events = len(self.churn)
         self._started_at = 0.0  # trio time the run started (churn times count from it)
+        self._cpu_at_start = 0.0  # process CPU seconds then (the series' cpu_seconds count from it)
 
     # ------------------------------------------------------------------ nodes
 
@@ -245,6 +267,7 @@ class Simulation:
         """Start the nodes (those that ``join`` later excepted), run until done, stop all."""
         joining = {e.node for e in self.churn if e.action == "join"}
         self._started_at = trio.current_time()
+        self._cpu_at_start = time.process_time()
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
             # All start at the same instant: their rounds then fall on the same instants
@@ -252,6 +275,8 @@ class Simulation:
             for slot in self.slots:
                 if slot.index not in joining:
                     await self.start(slot)
+            if self.on_started is not None:
+                self.on_started()
             nursery.start_soon(self._churn_loop)
             await self._watch()
             nursery.cancel_scope.cancel()  # the simulation ends: no final checkpoints needed
@@ -299,10 +324,11 @@ class Simulation:
             size = 0 if sampler is None else len(sampler.view())
             slot.view.add(size)
             views += size
-            counters = _shared_counters(node)
-            pushes += counters["pushes_sent"]
-            sent += counters["bytes_sent"]
-        point = {"time": now, "live": live, "mean_round": rounds / len(self.slots),
+            node_pushes, node_sent = _pushes_and_bytes_sent(node)
+            pushes += node_pushes
+            sent += node_sent
+        point = {"time": now, "cpu_seconds": time.process_time() - self._cpu_at_start,
+                 "rounds_done": rounds, "live": live, "mean_round": rounds / len(self.slots),
                  "mean_accuracy": sum(accs) / len(accs) if accs else None,
                  "worst_accuracy": min(accs) if accs else None,
                  "mean_view": views / live if live else None,
@@ -335,7 +361,9 @@ class Simulation:
                 pushes_sent=counters["pushes_sent"], pushes_received=counters["pushes_received"],
                 pushes_rejected=counters["rejected"], bytes_sent=counters["bytes_sent"],
                 bytes_received=counters["bytes_received"], wire_bytes_sent=slot.wire_bytes(),
-                view=slot.view.as_dict(), history=slot.history)
+                view=slot.view.as_dict(), history=slot.history,
+                # this life's admission refusals, by rule (which nodes are hot)
+                admission=dict(slot.transport.admission.refused) if slot.transport else {})
             rows.append(row)
         return rows
 
@@ -370,8 +398,32 @@ class Simulation:
                         "messages_dropped": self.network.messages_dropped,
                         "connections": self.network.connections,
                         "reconnections": self.network.reconnections,
-                        "admission": self.admission_counts()},
+                        "admission": self.admission_counts(),
+                        "admission_lines_not_logged": sum(
+                            s.transport.refusals_not_logged for s in self.slots
+                            if s.transport is not None)},
             "churn": self.events_done,
+            "steady_state": self.steady_cost(),
             "series": self.series,
         }
+
+    def steady_cost(self, start: float = STEADY_FROM, end: float = STEADY_TO
+                    ) -> dict[str, float | int] | None:
+        """CPU seconds per node-round once the run is under way: the process's CPU time
+        between the first sample with at least ``start`` of all rounds done and the last
+        with at most ``end``, over the rounds done between them. The start-up (building
+        the nodes, the peer wait, the first contacts) is left out, so this is the marginal
+        cost of a round, what a longer run adds per node-round. None if fewer than two
+        samples fall between (a short run: sample more often with ``sample_every``)."""
+        total = self.spec.rounds * len(self.slots)
+        inside = [p for p in self.series if start * total <= p["rounds_done"] <= end * total]
+        if len(inside) < 2 or inside[-1]["rounds_done"] == inside[0]["rounds_done"]:
+            return None
+        first, last = inside[0], inside[-1]
+        node_rounds = last["rounds_done"] - first["rounds_done"]
+        cpu = last["cpu_seconds"] - first["cpu_seconds"]
+        return {"from_rounds_done": first["rounds_done"], "to_rounds_done": last["rounds_done"],
+                "node_rounds": node_rounds, "cpu_seconds": cpu,
+                "simulated_seconds": last["time"] - first["time"],
+                "ms_per_node_round": 1000.0 * cpu / node_rounds}
 

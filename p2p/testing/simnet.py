@@ -17,6 +17,8 @@ and bandwidths in Mbit/s (:func:`parse_distribution` takes the unit).
 
 from __future__ import annotations
 
+import hashlib
+import logging
 import math
 import random
 from dataclasses import dataclass
@@ -27,10 +29,13 @@ import trio.lowlevel
 
 from p2p.testing.memnet import MemoryNetwork, MemoryTransport, TransportOptions
 from p2p.testing.sim_handshake import TrustedHandshake
+from p2p.wire.admission import Admission, Decision
 from p2p.wire.identity import Identity
 
-__all__ = ["Distribution", "Link", "SimNetwork", "SimStream", "SimTransport",
+__all__ = ["Distribution", "Link", "SimAdmission", "SimNetwork", "SimStream", "SimTransport",
            "parse_distribution"]
+
+logger = logging.getLogger(__name__)
 
 DISTRIBUTION_KINDS = ("fixed", "uniform", "lognormal")
 
@@ -123,13 +128,28 @@ class SimNetwork(MemoryNetwork):
     identities the simulation hands out (:class:`~p2p.testing.sim_handshake.TrustedHandshake`:
     the same messages and identity checks, no X25519, no Ed25519); False (default): the
     daemon's Noise handshake.
+
+    ``connect_jitter`` (seconds, default 0): a connection takes a further delay drawn
+    uniformly in ``[0, connect_jitter)`` to open (the time a real connect spends in the
+    kernels and schedulers of both hosts), drawn from ``seed``, the two addresses and
+    how many times that pair connected before, so the same dial always waits the same.
+    Without it, nodes started at one instant shuffle at the same instants, and with
+    zero latency every connection to a node opened in one round lands on it in the same
+    virtual instant: more than its handshake slots (16), and the rest are refused (a
+    dial and a retry each). With it, each lands at its own instant and (at zero
+    latency) finishes its handshake there; at 1,000 nodes the most contacted nodes then
+    refuse sessions instead, so ``scripts/simulate.py`` leaves it off unless asked
+    (``--connect-jitter``). See docs/simulation.md, "Cost at scale", "Start-up".
     """
 
     def __init__(self, *, seed: int = 0, latency: Distribution | None = None,
                  bandwidth: Distribution | None = None, message_loss: float = 0.0,
-                 trusted_handshakes: bool = False) -> None:
+                 trusted_handshakes: bool = False, connect_jitter: float = 0.0) -> None:
         super().__init__(seed=seed, message_loss=message_loss)
+        if not (connect_jitter >= 0 and math.isfinite(connect_jitter)):
+            raise ValueError(f"connect_jitter must be >= 0 seconds, got {connect_jitter!r}")
         self.seed = seed
+        self.connect_jitter = connect_jitter
         self.trusted_handshakes = trusted_handshakes
         self.latency = latency or Distribution("fixed", 0.0)
         self.bandwidth = bandwidth
@@ -138,6 +158,7 @@ class SimNetwork(MemoryNetwork):
         self.bytes = 0
         self.reconnections = 0
         self._dialled: set[tuple[str, str]] = set()  # (source, target) pairs connected once
+        self._attempts: dict[tuple[str, str], int] = {}  # dials per pair (connect_jitter)
 
     def link(self, source: str, target: str) -> Link:
         """The link from ``source`` to ``target`` (drawn on first use)."""
@@ -150,17 +171,32 @@ class SimNetwork(MemoryNetwork):
             self._links[key] = link
         return link
 
+    def connect_delay(self, source: str, target: str, attempt: int) -> float:
+        """Seconds the ``attempt``-th connection (0: the first) from ``source`` to ``target``
+        takes to open: a function of the seed and its arguments only (see ``connect_jitter``)."""
+        digest = hashlib.blake2b(f"{self.seed}|{source}|{target}|{attempt}".encode(),
+                                 digest_size=8).digest()
+        return self.connect_jitter * int.from_bytes(digest, "big") / 2**64
+
     async def connect_from(self, source: str, address: str) -> trio.abc.Stream:
         """Open a connection from ``source`` to the transport listening on ``address``."""
         entry = self.servers.get(address)
         if entry is None or address in self.unreachable:
             raise OSError(f"connection to {address} refused (simulated network)")
+        pair = (source, address)
+        if self.connect_jitter:
+            attempt = self._attempts.get(pair, 0)
+            self._attempts[pair] = attempt + 1
+            await trio.sleep(self.connect_delay(source, address, attempt))
+            entry = self.servers.get(address)  # it may have stopped meanwhile
+            if entry is None or address in self.unreachable:
+                raise OSError(f"connection to {address} refused (simulated network)")
         server, handler, nursery = entry
         self.connections += 1
-        if (source, address) in self._dialled:
+        if pair in self._dialled:
             self.reconnections += 1
         else:
-            self._dialled.add((source, address))
+            self._dialled.add(pair)
         # every write is counted (and delayed or lost as the links say)
         client_end, server_end = SimStream.pair(self, self.link(source, address),
                                                 self.link(address, source))
@@ -300,12 +336,35 @@ class SimStream(trio.abc.Stream):
         await trio.lowlevel.checkpoint()
 
 
+class SimAdmission(Admission):
+    """The daemon's :class:`~p2p.wire.admission.Admission` (same rules, same counts) that
+    also remembers the reason of its latest refusal, so that :class:`SimTransport` can tell
+    an admission refusal's log line from any other."""
+
+    last_refusal: str | None = None
+
+    def _refuse(self, rule: str, reason: str) -> Decision:
+        self.last_refusal = reason
+        return super()._refuse(rule, reason)
+
+
 class SimTransport(MemoryTransport):
-    """A memory transport on a :class:`SimNetwork`: it dials from its own address."""
+    """A memory transport on a :class:`SimNetwork`: it dials from its own address.
+
+    Its admission refusals are counted, not logged: a daemon writes a (rate-limited)
+    warning for each connection its admission refuses, which at 1,000 simulated nodes is
+    thousands of lines saying what ``admission.refused`` already counts (the simulation
+    reports those counts, by rule). Every other line a peer causes is logged as a
+    daemon logs it. ``refusals_not_logged`` counts the lines left out.
+    """
 
     def __init__(self, network: SimNetwork, address: str, identity: Identity,
                  **options: Unpack[TransportOptions]) -> None:
         super().__init__(network, address, identity, **options)
+        # same limits, empty table (nothing was admitted yet): only the refusals' reasons
+        # are remembered as well
+        self.admission = self._sim_admission = SimAdmission(self.admission.limits)
+        self.refusals_not_logged = 0
         if network.trusted_handshakes:
             self.handshake_class = TrustedHandshake
 
@@ -313,3 +372,15 @@ class SimTransport(MemoryTransport):
             return await network.connect_from(address, target)
 
         self._connector = connect
+
+    def _offence(self, source: str, msg: str, *args: object) -> None:
+        # The transport logs an admission refusal right after the admission decided (no
+        # checkpoint in between): at once for a handshake slot, as "session refused: ..."
+        # for a session slot. The reason is the line's last argument.
+        refusal = self._sim_admission.last_refusal
+        if refusal is not None and args and args[-1] in (refusal, f"session refused: {refusal}"):
+            self._sim_admission.last_refusal = None
+            self.refusals_not_logged += 1
+            logger.debug(msg, *args)
+            return
+        super()._offence(source, msg, *args)
