@@ -68,7 +68,7 @@ from p2p.runtime.grouping_runtime import NodeGrouping
 from p2p.runtime.grouping_status import GroupsStatus
 from p2p.runtime.mask_runtime import NodeMasking, OfferOverTransport
 from p2p.runtime.node_admin import NodeAdmin
-from p2p.runtime.node_transport import NodeTransport, node_frame_limit
+from p2p.runtime.node_transport import NodeTransport, node_admission, node_frame_limit
 from p2p.runtime.protocol import register_node_messages
 from p2p.runtime.signed_sampling import signed_sampler
 from p2p.runtime.state import COUNTER_SEP, resume_from, snapshot_state
@@ -172,6 +172,7 @@ class Node:
             read_timeout=config.limits.read_timeout,
             max_frame_size=node_frame_limit(config),  # sized from its models
             max_messages_per_second=config.limits.max_messages_per_second,
+            admission=node_admission(config),
             advertise_address=None if config.node.advertise is None else str(config.node.advertise),
         )
         if transport is None and isinstance(self.transport, Transport):

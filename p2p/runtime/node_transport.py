@@ -9,16 +9,22 @@ in-memory :class:`~p2p.testing.memnet.MemoryTransport` that tests inject.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Protocol
 
 import trio
 
 from p2p.config.schema import NodeConfig, push_frame_bytes
-from p2p.wire.admission import receive_frame_limit
+from p2p.wire.admission import AdmissionLimits, receive_frame_limit
 from p2p.wire.codec import Message
 from p2p.wire.transport import Handler
 
-__all__ = ["NodeTransport", "Requester", "node_frame_limit"]
+__all__ = ["SILENT_PERIODS", "NodeTransport", "Requester", "node_admission", "node_frame_limit"]
+
+#: Peer-sampling periods without a request after which an incoming session may give
+#: its slot to a newcomer while the slots are under pressure (15 s at the daemon's
+#: default period of 1 s).
+SILENT_PERIODS = 15
 
 
 def node_frame_limit(config: NodeConfig) -> int:
@@ -34,6 +40,24 @@ def node_frame_limit(config: NodeConfig) -> int:
     if config.strategy.name == "graph":  # it shares no model but sends the whole network
         largest = max(largest, layout.total_parameters)
     return receive_frame_limit(push_frame_bytes(largest), config.limits.max_frame_size)
+
+
+def node_admission(config: NodeConfig, *, idle_timeout: float = 60.0) -> AdmissionLimits:
+    """The admission caps of a node's transport: from ``limits.max_connections``
+    (:meth:`AdmissionLimits.for_connections`), with the silence that lets a session
+    give way counted in the node's own peer-sampling periods.
+
+    Most incoming sessions carry a peer's shuffles and pushes, which come at the
+    swarm's cadence: a swarm that shuffles every 0.3 s (the local swarm, the
+    simulation) has its idle sessions idle after a few seconds, and at 1,000
+    simulated nodes a fixed 15 s outlasted every run, so full slots refused
+    newcomers for good.  ``idle_timeout``: the transport's (sessions silent for
+    twice that are closed whatever the pressure).
+    """
+    limits = AdmissionLimits.for_connections(config.limits.max_connections,
+                                             idle_limit=2 * idle_timeout)
+    silence = SILENT_PERIODS * config.peer_sampling.period
+    return dataclasses.replace(limits, silence=min(silence, limits.idle_limit))
 
 
 class Requester(Protocol):

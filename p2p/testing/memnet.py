@@ -18,6 +18,7 @@ from typing import TypedDict, Unpack
 import trio
 import trio.testing
 
+from p2p.wire.admission import AdmissionLimits
 from p2p.wire.identity import Identity
 from p2p.wire.transport import Handler, Transport
 
@@ -38,6 +39,7 @@ class TransportTuning(TypedDict, total=False):
     max_frame_size: int
     cipher: str
     max_messages_per_second: float | None
+    admission: AdmissionLimits | None
 
 
 class TransportOptions(TransportTuning, total=False):
