@@ -18,6 +18,12 @@ Data: digits up to ``--digits-up-to`` nodes (default 64: 22 training samples
 a node), above that the generated task ``scripts/simulate.py`` chooses for a
 swarm too large for digits (``synthetic``, ``--samples-per-node`` each).
 
+Simulation flags (``--max-connections``, ``--descriptor-checks``, ``--lockstep``,
+``--handshakes``, ``--eval-every``, ``--samples-per-node``) are passed through to
+every run when given, else each run gets ``scripts/simulate.py``'s defaults (which
+change above its ``LARGE_SWARM`` nodes); each run records the flags it was given
+and the values the simulation used.
+
 Per run: mean and worst accuracy, push-sum payload and wire bytes per node,
 simulated, wall and CPU seconds, and the mean round (and payload per node)
 at which the swarm's mean accuracy first reached the reference's final mean
@@ -44,7 +50,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -58,6 +64,10 @@ SWAPPED_FRACTION = 7 / 16  # the papers' task: 7 of 16 nodes with 8 and 9 swappe
 S3_PERMUTATIONS = "id,8:9,7:8,7:8:9,7:9:8,7:9"  # S3 acting on 7, 8, 9 (learner.permutations)
 TARGET_MARGIN = 0.01  # rounds to accuracy: the reference's final mean accuracy minus 1 point
 DIGITS_UP_TO = 64
+#: ``scripts/simulate.py`` flags passed through to every run when given (``--max-connections``
+#: for ``max_connections``, ...); not given, simulate.py's defaults apply.
+SIMULATE_OPTIONS = ("max_connections", "descriptor_checks", "lockstep", "handshakes",
+                    "eval_every", "samples_per_node")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -96,9 +106,24 @@ def swapped_count(nodes: int) -> int:
     return min(nodes - 1, max(1, round(SWAPPED_FRACTION * nodes)))
 
 
+def option_flags(options: Mapping[str, Any]) -> list[str]:
+    """``--max-connections 256 ...`` for the ``SIMULATE_OPTIONS`` given (None: not given)."""
+    unknown = sorted(set(options) - set(SIMULATE_OPTIONS))
+    if unknown:
+        raise ValueError(f"simulate options: unknown {', '.join(unknown)}; expected some of "
+                         f"{', '.join(SIMULATE_OPTIONS)}")
+    argv: list[str] = []
+    for name in SIMULATE_OPTIONS:  # a fixed order: the same run gets the same argv
+        if options.get(name) is not None:
+            argv += ["--" + name.replace("_", "-"), str(options[name])]
+    return argv
+
+
 def simulate_argv(cell: Cell, rounds: int, *, digits_up_to: int = DIGITS_UP_TO,
+                  options: Mapping[str, Any] | None = None,
                   extra: Sequence[str] = ()) -> list[str]:
-    """The flags of ``scripts/simulate.py`` for ``cell`` (no ``--json``/``--quiet``)."""
+    """The flags of ``scripts/simulate.py`` for ``cell`` (no ``--json``/``--quiet``):
+    ``options`` (``SIMULATE_OPTIONS``) passed through, then ``extra``."""
     argv = ["--nodes", str(cell.nodes), "--rounds", str(rounds), "--scheme", cell.scheme,
             "--seed", str(cell.seed)]
     if cell.task == "swap89":
@@ -112,7 +137,7 @@ def simulate_argv(cell: Cell, rounds: int, *, digits_up_to: int = DIGITS_UP_TO,
         argv += ["--task", "digits"]  # else simulate.py sizes its generated task
     if cell.churn:
         argv += ["--churn", f"{cell.churn:g}"]
-    return argv + list(extra)
+    return argv + option_flags(options or {}) + list(extra)
 
 
 def grid(tasks: Sequence[str], nodes: Sequence[int], schemes: Sequence[str],
@@ -170,6 +195,10 @@ def figures_of(doc: dict[str, Any]) -> dict[str, Any]:
         "data": sim.get("task", doc.get("spec", {}).get("task")),
         "handshakes": sim.get("handshakes"),
         "lockstep": sim.get("lockstep"),
+        # what the run used, given or simulate.py's default for its size
+        "max_connections": sim.get("max_connections"),
+        "descriptor_checks": sim.get("descriptor_checks"),
+        "eval_every": doc.get("spec", {}).get("eval_every"),
         "series": compact_series(doc),
     }
 
@@ -258,19 +287,25 @@ def load_results(path: Path | None) -> dict[str, Any]:
 
 
 def run_grid(cells: Sequence[Cell], results: dict[str, Any], *, rounds: int,
-             digits_up_to: int = DIGITS_UP_TO, extra: Sequence[str] = (),
+             digits_up_to: int = DIGITS_UP_TO, options: Mapping[str, Any] | None = None,
+             extra: Sequence[str] = (),
              reference: bool = True, in_process: bool = False, timeout: float | None = None,
              save: Callable[[dict[str, Any]], None] | None = None,
              log: Callable[[str], None] = print) -> dict[str, Any]:
     """Run every cell not yet in ``results`` (and its reference); ``save`` after each.
 
     One results file holds runs of one length: ValueError if ``results`` has other ``rounds``.
+    ``options`` (``SIMULATE_OPTIONS``) go to every run, which records them as ``options``
+    (only those given) next to the values the simulation used.
     """
+    given = {k: v for k, v in (options or {}).items() if v is not None}
+    option_flags(given)  # unknown names: ValueError before anything runs
     if results.setdefault("rounds", rounds) != rounds:
         raise ValueError(f"the results file holds runs of {results['rounds']} rounds, "
                          f"not {rounds}: use another --json")
     for i, cell in enumerate(cells):
-        argv = simulate_argv(cell, rounds, digits_up_to=digits_up_to, extra=extra)
+        argv = simulate_argv(cell, rounds, digits_up_to=digits_up_to, options=given,
+                             extra=extra)
         if cell.key not in results["runs"]:
             load = os.getloadavg()[0]
             try:
@@ -278,7 +313,7 @@ def run_grid(cells: Sequence[Cell], results: dict[str, Any], *, rounds: int,
             except (RuntimeError, subprocess.TimeoutExpired) as exc:
                 log(f"[{i + 1}/{len(cells)}] {cell.key}: FAILED: {exc}")
                 continue
-            record.update(dataclasses.asdict(cell), rounds=rounds, argv=argv,
+            record.update(dataclasses.asdict(cell), rounds=rounds, argv=argv, options=given,
                           load_before=load, load_after=os.getloadavg()[0])
             results["runs"][cell.key] = record
             log(f"[{i + 1}/{len(cells)}] {cell.key}: mean {100 * (record['mean_accuracy'] or 0):.1f}%"
@@ -410,6 +445,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--digits-up-to", type=int, default=DIGITS_UP_TO, metavar="N",
                    help=f"digits up to N nodes, else simulate.py's generated task "
                         f"(default {DIGITS_UP_TO})")
+    sim = p.add_argument_group(
+        "simulation flags", "passed to every run when given; else simulate.py's defaults "
+        "(which change above 256 nodes); see scripts/simulate.py --help")
+    sim.add_argument("--max-connections", type=int, metavar="N",
+                     help="each node's limits.max_connections")
+    sim.add_argument("--descriptor-checks", choices=("in-process", "full"))
+    sim.add_argument("--lockstep", choices=("auto", "off", "plain", "batched"))
+    sim.add_argument("--handshakes", choices=("auto", "noise", "trusted"))
+    sim.add_argument("--eval-every", type=int, metavar="K", help="evaluate every K rounds")
+    sim.add_argument("--samples-per-node", type=int, metavar="N",
+                     help="training samples per node of the generated task")
     p.add_argument("--extra", default="", metavar="FLAGS",
                    help='more flags for simulate.py, e.g. "--lockstep batched"')
     p.add_argument("--no-reference", action="store_true", help="skip the synchronous reference")
@@ -442,6 +488,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.table_only:
         try:
             run_grid(cells, results, rounds=args.rounds, digits_up_to=args.digits_up_to,
+                     options={name: getattr(args, name) for name in SIMULATE_OPTIONS},
                      extra=args.extra.split(), reference=not args.no_reference,
                      timeout=args.timeout, save=save)
         except ValueError as exc:

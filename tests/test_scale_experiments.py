@@ -69,9 +69,14 @@ def test_a_tiny_grid_runs_and_its_file_grows(tmp_path: Path,
     cells = scale.grid(["swap89"], [4], ["partial"], [0.0], [0])
     saved: list[int] = []
     results = scale.run_grid(cells, scale.load_results(None), rounds=2, in_process=True,
+                             options={"max_connections": 8, "descriptor_checks": "full",
+                                      "eval_every": 1},
                              save=lambda doc: saved.append(len(doc["runs"])), log=lambda s: None)
     run = results["runs"]["swap89/n4/partial/churn0/seed0"]
     assert run["nodes"] == 4 and run["rounds"] == 2 and run["data"] == "digits"
+    # the flags passed through, as the simulation used them
+    assert run["max_connections"] == 8 and run["descriptor_checks"] == "full"
+    assert run["eval_every"] == 1 and run["handshakes"] == "noise"
     assert 0.0 <= run["mean_accuracy"] <= 1.0 and run["payload_bytes_per_node"] > 0
     assert run["series"] and run["exit_code"] == 0
     ref = results["references"]["swap89/n4/partial/seed0"]
@@ -89,3 +94,45 @@ def test_a_tiny_grid_runs_and_its_file_grows(tmp_path: Path,
     assert scale.main(["--nodes", "4", "--rounds", "3", "--churn", "0",
                        "--json", str(path)]) == 2
     assert scale.main(["--tasks", "cifar", "--table-only"]) == 2
+
+
+def test_simulation_flags_pass_through_and_are_recorded(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    scale = load_script("scale_experiments", monkeypatch)
+    cell = scale.Cell("swap89", 256, "partial", 0.0, 0)
+    # not given: none of the flags, so simulate.py's defaults for the size apply
+    bare = scale.simulate_argv(cell, 50)
+    assert not {"--max-connections", "--descriptor-checks", "--lockstep", "--handshakes",
+                "--eval-every", "--samples-per-node"} & set(bare)
+    argv = scale.simulate_argv(cell, 50, options={"handshakes": "trusted", "max_connections": 128,
+                                                  "lockstep": None}, extra=["--x"])
+    assert argv[len(bare):] == ["--max-connections", "128", "--handshakes", "trusted", "--x"]
+    with pytest.raises(ValueError, match="max_conections"):
+        scale.simulate_argv(cell, 50, options={"max_conections": 1})
+
+    seen: list[list[str]] = []
+
+    def fake(argv: list[str], **_: object) -> dict[str, object]:
+        seen.append(argv)
+        return fake_run("swap89", 256, "partial", 0.0, 0, [0.5, 0.7]) | {
+            "max_connections": 128, "descriptor_checks": "full", "lockstep": "off",
+            "handshakes": "trusted", "eval_every": 5}
+
+    monkeypatch.setattr(scale, "run_simulation", fake)
+    path = tmp_path / "scale.json"
+    assert scale.main(["--nodes", "256", "--schemes", "partial", "--churn", "0",
+                       "--max-connections", "128", "--descriptor-checks", "full",
+                       "--handshakes", "trusted", "--no-reference", "--json", str(path)]) == 0
+    assert len(seen) == 1
+    flags = seen[0]
+    assert flags[flags.index("--max-connections") + 1] == "128"
+    assert flags[flags.index("--descriptor-checks") + 1] == "full"
+    assert flags[flags.index("--handshakes") + 1] == "trusted"
+    assert "--lockstep" not in flags and "--eval-every" not in flags
+    run = json.loads(path.read_text())["runs"]["swap89/n256/partial/churn0/seed0"]
+    assert run["options"] == {"max_connections": 128, "descriptor_checks": "full",
+                              "handshakes": "trusted"}
+    assert run["argv"] == flags and run["max_connections"] == 128
+    # a bad value is refused by the grid's own flags, before anything runs
+    with pytest.raises(SystemExit):
+        scale.main(["--descriptor-checks", "some", "--table-only"])
