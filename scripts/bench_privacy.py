@@ -58,7 +58,20 @@ float32 as pushes are: nothing of the sender's) and a positive control (the
 push plus the sender's values, less the average, scaled to the push's own
 deviation: a leak as small as what is left reads 0.6).  The average also
 leaves out what other holders trained in clear since the sender's noise
-began (their estimates move by it, the sender's holds none of it).  The JSON's
+began (their estimates move by it, the sender's holds none of it), and what
+the sender itself folded or trained in clear after it made the push
+(:func:`_own_after`: a push made at noise age 38-39 and merged after its
+sender folded was compared with an average holding that fold, which read as
+the sender's own part, 0.72-0.81; the figure as measured before is printed
+beside it).  Pushes at noise ages 10-39 that deviate from the average by
+more than rounding are classified by what their sender did since its noise
+began (``deviating_pushes``: the merges it made, clear or noisy, from
+holders folded or not; a fold between making and merge; noise from a merge
+after its own fold), and their deviation is regressed on the other holders'
+folds and clear training and on the sender's own sources (:func:`_attribute`);
+the own-part figure is also printed with the others' training taken out by
+least squares (``attributed``; their vectors only, so the sender's values
+stay in: its positive control still reads).  The JSON's
 ``clip_floor`` measures the clip radius's floor after a fold
 (gossip.merge_guard.ClipRadius.note_fold): the clear merges it lets through and
 how far it widens the radius.
@@ -613,6 +626,12 @@ def _own_part(xs: list[Any]) -> dict[str, object]:
         return statistics.fmean(float(s.extra[key]) for s in ys) if ys else math.nan
 
     return {"count": len(xs), "mean": mean("corr_own"), "median": median("corr_own"),
+            # as measured before: a push merged after its sender folded compared with an
+            # average holding that fold
+            "before_fix_mean": (statistics.fmean(float(s.extra.get("corr_own_unfixed",
+                                                                   s.extra["corr_own"]))
+                                                 for s in xs) if xs else math.nan),
+            "merged_after_fold": sum(1 for s in xs if "corr_own_unfixed" in s.extra),
             # the same once the other holders' clear training is attributed to them
             "attributed_mean": mean_attr("corr_own_attr"),
             "attributed_null_mean": mean_attr("corr_own_attr_null"),
@@ -994,6 +1013,11 @@ def simulate_real(run: RealRun, mode: str) -> dict[str, object]:
             # a positive control: the push plus the sender's values (less the average)
             # scaled to the push's own deviation (a leak as small as what is left)
             extra["corr_own"] = abs(_corr(dev, own))
+            if folded_since_made:
+                # as measured before (the sender's fold after the push in the average)
+                before = q - (mass - fix_mass - (wave - after)) / (weight - fix_weight)
+                extra["corr_own_unfixed"] = abs(_corr(before, own))
+                extra["dev_rms_unfixed"] = float(np.sqrt(np.mean(before ** 2)))
             extra["corr_common"] = abs(_corr(dev, others_z - avg))
             extra["corr_swap"] = statistics.fmean(
                 abs(_corr(dev, n.cores[name].values - avg)) for n in others)
@@ -1262,7 +1286,9 @@ def report_real(run: RealRun, modes: tuple[str, ...]) -> dict[str, object]:
                           f"null {a['null_mean']:.3f}  leak {a['leak_mean']:.3f}  "
                           f"noise {a['noise_mean']:.3f}/{a['noise_p99']:.3f}  deviation "
                           f"{a['deviation_rms']:.1e} / {a['own_rms']:.1e}  "
-                          f"over p99 {100 * a['share_over_p99']:.0f}%")
+                          f"over p99 {100 * a['share_over_p99']:.0f}%; before the fix "
+                          f"{a['before_fix_mean']:.3f} ({a['merged_after_fold']} merged "
+                          "after their sender folded)")
             print(f"{'':<10} once the other holders' clear training since the sender's "
                   "noise began is attributed to them (fit and taken out): |corr| with the own "
                   "part / null / positive control")
@@ -1273,7 +1299,8 @@ def report_real(run: RealRun, modes: tuple[str, ...]) -> dict[str, object]:
             dv = r["deviating_pushes"]
             for label in ("outliers", "rest"):
                 g = dv[label]  # type: ignore[index]
-                print(f"{'':<10} noise age 10-39, {label} (deviation > "
+                sign = ">" if label == "outliers" else "<="
+                print(f"{'':<10} noise age 10-39, {label} (deviation {sign} "
                       f"{OUTLIER_OVER_ROUNDING:g} x rounding): {g['count']}; "
                       f"{g['by_what_the_sender_merged']}; r2 others {g['r2_others_median']:.3f}"
                       f", + sender's own {g['r2_all_median']:.3f}; |corr| own "

@@ -43,6 +43,12 @@ def test_real_observer_sees_the_model_in_clear_and_noise_inside_epochs(
     assert {"count", "mean", "null_mean", "leak_mean", "deviation_rms", "own_rms"} <= set(own)
     if own["count"]:
         assert own["mean"] < 0.5 < own["leak_mean"]
+    if own["count"] and own["attributed_leak_mean"] == own["attributed_leak_mean"]:  # not NaN
+        # with the other holders' clear training attributed to them the positive
+        # control still reads the sender's values
+        assert own["attributed_mean"] < 0.5 < own["attributed_leak_mean"]
+    assert masked["replies_merged"] == 0  # masked cores make one-way pushes only
+    assert {"outliers", "rest"} == set(masked["deviating_pushes"])
     assert {"merges", "let_through_bounded", "let_through_unbounded",
             "floor_over_radius_bounded"} <= set(masked["clip_floor"])
 
@@ -157,3 +163,51 @@ def test_the_epochs_average_leaves_out_what_folded_holders_trained_in_clear(
     assert np.array_equal(bench._wave_folds(folds, "m", s, 4.0, trained),
                           v[1] + v[4] + v[2] + v[2])
     assert np.array_equal(bench._wave_folds(folds, "m", s, 4.0), v[1] + v[2])
+
+
+def test_a_push_merged_after_its_sender_folded_is_compared_without_that_fold(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # Issue 12's deviating pushes: a push made at noise age 39, merged after its
+    # sender folded (its epoch's training joined the sum after the push left).  The
+    # mass the sender folded or trained in clear after it made the push is left out
+    # of the average; what it logged before the push is not.
+    import numpy as np
+
+    bench = load_script("bench_privacy", monkeypatch)
+    s, a = b"s" * 8, b"a" * 8
+    v = [np.full(2, float(10 ** k)) for k in range(4)]
+    folds = {(s, "m"): [(1.0, v[0]), (5.0, v[1])], (a, "m"): [(6.0, v[3])]}
+    trained = {(s, "m"): [(2.0, v[0]), (6.0, v[2]), (7.0, None)]}
+    # one fold and one clear training of the sender were logged when it made the push
+    assert np.array_equal(bench._own_after(folds, trained, s, "m", (1, 1)), v[1] + v[2])
+    assert bench._own_after(folds, trained, s, "m", (2, 3)) == 0.0  # nothing since
+    assert bench._own_after(folds, trained, a, "m", (1, 0)) == 0.0  # another holder's
+
+
+def test_the_deviation_is_attributed_to_the_other_holders_it_came_from(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # A deviation made of other holders' clear training is explained by it (r2 near 1,
+    # the sender's own sources add nothing) and its residual is what is left; a
+    # deviation carrying the sender's own part is not explained by the others' and
+    # the projection keeps it (the positive control reads through).
+    import numpy as np
+
+    bench = load_script("bench_privacy", monkeypatch)
+    rng = np.random.default_rng(0)
+    parts = [rng.normal(size=500) for _ in range(3)]
+    own = rng.normal(size=500)
+    rounding = 1e-3 * rng.normal(size=500)
+    others = bench._attribute(0.4 * parts[1] + rounding, parts, [own])
+    assert others["r2_others"] > 0.99 and others["r2_all"] - others["r2_others"] < 1e-3
+    assert abs(others["coef_others"][1] - 0.4) < 1e-2
+    assert abs(bench._corr(others["residual"], own)) < 0.2
+    leak = bench._attribute(0.4 * parts[1] + 0.05 * own, parts, [own])
+    assert leak["r2_others"] < 0.99 and leak["r2_all"] > 0.999
+    assert abs(bench._corr(leak["residual"], own)) > 0.9
+    assert abs(bench._corr(bench._project_out(0.05 * own, parts), own)) > 0.99
+    assert np.array_equal(bench._project_out(own, []), own)
+    assert np.array_equal(bench._wave_parts({(b"a", "m"): [(1.0, parts[0])]},
+                                            "m", b"s", 0.5,
+                                            {(b"a", "m"): [(2.0, parts[1])],
+                                             (b"s", "m"): [(2.0, own)]})[b"a"],
+                          parts[0] + parts[1])
