@@ -119,8 +119,8 @@ class GuardSettings:
     flag_budget: int = 400  # flagged pushes per sender: a burst of this many ...
     flag_period: float = 10.0  # ... refilled over this long (masking epochs mix continuously)
     # after a masking epoch's fold the radius is at least clip_factor x the training the
-    # fold added, for this many clip checks of each sender (at most clip_senders of
-    # them; see ClipRadius.note_fold); 0: no such floor
+    # fold added, for this many clip checks of each sender seen before the fold (see
+    # ClipRadius.note_fold); 0: no such floor
     fold_floor_merges: int = FOLD_FLOOR_MERGES
 
     def __post_init__(self) -> None:
@@ -240,29 +240,25 @@ class ClipRadius:
         follows were a round's drift: one-way, such pushes could only be
         refused (issue 12).  For each sender's next ``fold_floor_merges``
         clip checks the radius is at least ``clip_factor * jump`` (our own
-        epoch's training: no peer sets it).  Counted per sender, so that one
-        peer cannot spend the honest holders' floor with a burst of pushes,
-        and for at most ``clip_senders`` senders; a poisoner gets the wider
-        radius only for its own first clear pushes after our fold
-        (bench_privacy.py --real, "clip floor": the honest updates only the
-        floor lets through come within the first few merges after the fold).
+        epoch's training: no peer sets it).  Only senders already among the
+        recent ones at the fold get it (at most ``clip_senders``: identities
+        made up afterwards get none), counted per sender so that one peer
+        cannot spend the honest holders' floor with a burst of pushes; a
+        poisoner gets the wider radius only for its own first clear pushes
+        after our fold (bench_privacy.py --real, "clip floor": the honest
+        updates only the floor lets through come within the first few merges
+        after the fold).
         """
         if not (math.isfinite(jump) and jump >= 0):
             raise InvalidValues(f"jump: expected a finite float >= 0, got {jump!r}")
         self._fold_jump = jump
-        self._fold_checks = {}
+        self._fold_checks = dict.fromkeys(self._latest, 0) if jump > 0 else {}
 
     def fold_floor(self, sender: bytes | None) -> float:
-        """The radius's floor from our last fold for ``sender`` now (0 once its
-        checks are spent, or once ``clip_senders`` other senders had theirs)."""
-        if self._fold_jump == 0.0:
-            return 0.0
+        """The radius's floor from our last fold for ``sender`` now (0 for a
+        sender not seen before the fold, or once its checks are spent)."""
         used = self._fold_checks.get(sender) if sender is not None else None
-        if used is None:
-            if sender is None or len(self._fold_checks) >= self._s.clip_senders:
-                return 0.0
-            used = 0
-        if used >= self._s.fold_floor_merges:
+        if used is None or used >= self._s.fold_floor_merges:
             return 0.0
         return self._s.clip_factor * self._fold_jump
 
@@ -295,7 +291,8 @@ class ClipRadius:
         """Remember ``norm`` as ``sender``'s latest proposed update (accepted or clipped).
 
         ``fold_check``: this was a push's clip check, which counts towards the
-        end of ``sender``'s fold floor (replies are checked without the floor).
+        end of ``sender``'s fold floor (a reply answers a request we chose to
+        send: it may use the floor without spending it).
         """
         if fold_check and self.fold_floor(sender) > 0.0:
             self._fold_checks[sender] = self._fold_checks.get(sender, 0) + 1

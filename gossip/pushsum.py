@@ -1111,10 +1111,10 @@ class PushSum:
         clip = self._guard.clip
         # no clipping before a first sender was seen: an honest first reply may
         # legitimately be as far as the two initial models
-        # (without the fold floor: it widens pushes only, for their first few checks)
+        # (a reply right after the responder's fold may carry its epoch: the fold
+        # floor applies, unspent by replies)
         tau = (self._guard.settings.reply_clip_factor
-               * clip.radius(math.sqrt(float(np.einsum("i,i->", self._x, self._x))), o.peer,
-                             with_fold_floor=False)
+               * clip.radius(math.sqrt(float(np.einsum("i,i->", self._x, self._x))), o.peer)
                if clip.warmed_up else math.inf)
         clip.record(o.peer, norm, fold_check=False)
         if norm <= tau:

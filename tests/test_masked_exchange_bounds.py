@@ -192,9 +192,9 @@ def test_the_fold_floor_ends_after_fold_floor_merges_clip_checks() -> None:
     # a push moving the model by twice the folded training: within the floor (4x) ...
     for k in range(3):
         w = receiver.weight
-        receiver.on_push(b"q" * 8, push_from(receiver.values + 2.0 * epoch, 10.0 + k),
+        receiver.on_push(bytes([1]) * 8, push_from(receiver.values + 2.0 * epoch, 10.0 + k),
                          10.0 + k)
         assert receiver.weight > w
     # ... and refused once the floor's clip checks are spent
     with pytest.raises(RefusedByGuard, match="clip"):
-        receiver.on_push(b"q" * 8, push_from(receiver.values + 2.0 * epoch, 20.0), 20.0)
+        receiver.on_push(bytes([1]) * 8, push_from(receiver.values + 2.0 * epoch, 20.0), 20.0)

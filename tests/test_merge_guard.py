@@ -252,21 +252,22 @@ def test_the_fold_floor_of_the_clip_radius_lasts_fold_floor_merges_checks() -> N
     clip = ClipRadius(settings)
     for k in range(4):
         clip.record(bytes([k + 1]) * 8, 0.01)  # a round's drift
-    assert clip.radius(1.0, b"s" * 8) == pytest.approx(0.04)
+    s, t = bytes([1]) * 8, bytes([2]) * 8
+    assert clip.radius(1.0, s) == pytest.approx(0.04)
     clip.note_fold(0.5)  # an epoch of training
     for _ in range(3):
-        assert clip.fold_floor(b"s" * 8) == pytest.approx(2.0)
-        assert clip.radius(1.0, b"s" * 8) == pytest.approx(2.0)
-        assert clip.radius(1.0, b"s" * 8, with_fold_floor=False) == pytest.approx(0.04)
-        clip.record(b"s" * 8, 0.01)
-    assert clip.fold_floor(b"s" * 8) == 0.0
-    assert clip.radius(1.0, b"s" * 8) == pytest.approx(0.04)
+        assert clip.fold_floor(s) == pytest.approx(2.0)
+        assert clip.radius(1.0, s) == pytest.approx(2.0)
+        assert clip.radius(1.0, s, with_fold_floor=False) == pytest.approx(0.04)
+        clip.record(s, 0.01)
+    assert clip.fold_floor(s) == 0.0
+    assert clip.radius(1.0, s) == pytest.approx(0.04)
     # another sender still has its own checks; a reply's check spends none
-    clip.record(b"t" * 8, 0.01, fold_check=False)
-    assert clip.radius(1.0, b"t" * 8) == pytest.approx(2.0)
+    clip.record(t, 0.01, fold_check=False)
+    assert clip.radius(1.0, t) == pytest.approx(2.0)
     clip.note_fold(0.5)  # the next fold: a fresh floor
-    assert clip.radius(1.0, b"s" * 8) == pytest.approx(2.0)
-    assert ClipRadius(GuardSettings(fold_floor_merges=0)).fold_floor(b"s" * 8) == 0.0
+    assert clip.radius(1.0, s) == pytest.approx(2.0)
+    assert ClipRadius(GuardSettings(fold_floor_merges=0)).fold_floor(s) == 0.0
     with pytest.raises(ValueError, match="fold_floor_merges"):
         GuardSettings(fold_floor_merges=-1)
     with pytest.raises(ValueError, match="jump"):
@@ -275,21 +276,22 @@ def test_the_fold_floor_of_the_clip_radius_lasts_fold_floor_merges_checks() -> N
 
 def test_one_sender_cannot_spend_the_fold_floor_of_the_others() -> None:
     # A burst of pushes from one peer right after our fold spends its own floor only;
-    # and at most clip_senders senders get a floor (fake identities cannot widen more).
+    # identities first seen after the fold get none (fake ones cannot widen more).
     from gossip.merge_guard import ClipRadius
 
-    settings = GuardSettings(clip_factor=4.0, fold_floor_merges=3, clip_senders=4)
+    settings = GuardSettings(clip_factor=4.0, fold_floor_merges=3)
     clip = ClipRadius(settings)
-    for k in range(4):
-        clip.record(bytes([k + 1]) * 8, 0.01)
+    honest, liar = b"h" * 8, b"z" * 8
+    for sender in (honest, liar, b"a" * 8, b"b" * 8):
+        clip.record(sender, 0.01)  # clear updates before the fold
     clip.note_fold(0.5)
     for _ in range(20):
-        clip.record(b"z" * 8, 5.0)  # refused or not, each is one of z's checks
-    assert clip.radius(1.0, b"z" * 8) < 2.0
-    assert clip.radius(1.0, b"h" * 8) == pytest.approx(2.0)  # an honest holder's push
-    for k in range(2):
-        clip.record(bytes([100 + k]) * 8, 0.01)  # two more senders take floors
-    assert clip.fold_floor(b"h" * 8) == pytest.approx(2.0)  # h has not been checked yet
-    clip.record(b"h" * 8, 0.01)  # the fourth sender with a floor
-    assert clip.fold_floor(b"h" * 8) == pytest.approx(2.0)  # h keeps its other checks
-    assert clip.fold_floor(b"n" * 8) == 0.0  # a fifth sender: none left
+        clip.record(liar, 5.0)  # refused or not, each is one of z's checks
+    assert clip.radius(1.0, liar) < 2.0
+    assert clip.radius(1.0, honest) == pytest.approx(2.0)  # an honest holder's push
+    for k in range(10):
+        fake = bytes([200 + k]) * 8
+        assert clip.fold_floor(fake) == 0.0  # not a sender before the fold
+        clip.record(fake, 0.01)
+    assert clip.fold_floor(honest) == pytest.approx(2.0)
+    assert ClipRadius(settings).fold_floor(honest) == 0.0  # no fold yet: no floor

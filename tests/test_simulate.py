@@ -229,6 +229,9 @@ def test_simulated_transports_take_the_limits_of_the_node_config(
     assert transport.max_messages_per_second == limits.max_messages_per_second
     assert transport.read_timeout == limits.read_timeout
     assert transport.max_frame_size == node_frame_limit(node.config)
+    # a session's silence before it gives way runs on the simulation's fast clock
+    period = node.config.peer_sampling.period
+    assert period < 1.0 and transport.admission.limits.silence == pytest.approx(15 * period)
     with pytest.raises(ValueError, match="--max-connections"):
         simulate.plan_simulation(simulate.build_parser().parse_args(
             ["--nodes", "2", "--max-connections", "0"]))

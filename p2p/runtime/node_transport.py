@@ -21,9 +21,9 @@ from p2p.wire.transport import Handler
 
 __all__ = ["SILENT_PERIODS", "NodeTransport", "Requester", "node_admission", "node_frame_limit"]
 
-#: Peer-sampling periods without a request after which an incoming session may give
-#: its slot to a newcomer while the slots are under pressure (15 s at the daemon's
-#: default period of 1 s).
+#: In a simulation, peer-sampling periods without a request after which an incoming
+#: session may give its slot to a newcomer while the slots are under pressure (a
+#: daemon's 15 s at its default period of 1 s).
 SILENT_PERIODS = 15
 
 
@@ -42,20 +42,25 @@ def node_frame_limit(config: NodeConfig) -> int:
     return receive_frame_limit(push_frame_bytes(largest), config.limits.max_frame_size)
 
 
-def node_admission(config: NodeConfig, *, idle_timeout: float = 60.0) -> AdmissionLimits:
+def node_admission(config: NodeConfig, *, idle_timeout: float = 60.0,
+                   simulated: bool = False) -> AdmissionLimits:
     """The admission caps of a node's transport: from ``limits.max_connections``
-    (:meth:`AdmissionLimits.for_connections`), with the silence that lets a session
-    give way counted in the node's own peer-sampling periods.
+    (:meth:`AdmissionLimits.for_connections`).  ``idle_timeout``: the
+    transport's (sessions silent for twice that are closed whatever the pressure).
 
-    Most incoming sessions carry a peer's shuffles and pushes, which come at the
-    swarm's cadence: a swarm that shuffles every 0.3 s (the local swarm, the
-    simulation) has its idle sessions idle after a few seconds, and at 1,000
-    simulated nodes a fixed 15 s outlasted every run, so full slots refused
-    newcomers for good.  ``idle_timeout``: the transport's (sessions silent for
-    twice that are closed whatever the pressure).
+    ``simulated``: the silence that lets a session give way is counted in the
+    node's peer-sampling periods (:data:`SILENT_PERIODS`).  A simulation runs
+    the swarm's clock fast (shuffles every 0.3 s) and its runs last seconds of
+    virtual time: the daemon's fixed 15 s outlasted every 1,000-node run, so
+    full slots refused newcomers for good.  A daemon keeps the fixed silence:
+    a session stays silent while a large push is still arriving (its request
+    is counted once the frame is whole), so a silence shorter than a slow
+    push's upload would cut honest pushes.
     """
     limits = AdmissionLimits.for_connections(config.limits.max_connections,
                                              idle_limit=2 * idle_timeout)
+    if not simulated:
+        return limits
     silence = SILENT_PERIODS * config.peer_sampling.period
     return dataclasses.replace(limits, silence=min(silence, limits.idle_limit))
 

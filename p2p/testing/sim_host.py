@@ -187,7 +187,7 @@ class Simulation:
             max_connections=limits.max_connections, connect_timeout=limits.connect_timeout,
             read_timeout=limits.read_timeout, max_frame_size=node_frame_limit(config),
             max_messages_per_second=limits.max_messages_per_second,
-            admission=node_admission(config), cipher=config.security.cipher)
+            admission=node_admission(config, simulated=True), cipher=config.security.cipher)
         node = Node(config, transport=transport, train_runner=self.runner_for(slot.index),
                     standalone=False, in_process_peers=self.in_process_peers)
         transport.tags = frozenset(node.by_fingerprint)  # known once the models are built
