@@ -39,7 +39,7 @@ from .descriptor import Descriptor, with_age
 from .draws import sample
 from .messages import ShuffleRequest, new_reply, new_request
 from .simulator import Simulator
-from .view import PartialView
+from .view import PartialView, next_victim
 
 #: Entries of a lean message: (the sender's stored descriptor, its age now).
 _Entries = list[tuple[Descriptor, int]]
@@ -349,12 +349,7 @@ def _merge(view: PartialView, received: _Entries, sent: list[bytes], fresh_id: b
         if n in born:
             continue
         if len(born) >= cap:
-            victim = None
-            while replaceable:
-                candidate = replaceable.pop()
-                if candidate in born:
-                    victim = candidate
-                    break
+            victim = next_victim(replaceable, born)
             if victim is None:
                 continue
             del desc[victim]

@@ -8,10 +8,21 @@ descriptors are only rebuilt when they leave the view.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Container, Iterable
 
 from .aged import AgedEntries
 from .descriptor import Descriptor, with_age
+
+
+def next_victim(replaceable: list[bytes], present: Container[bytes]) -> bytes | None:
+    """Pop ``replaceable`` (entries sent in the shuffle, last to go first) until an id
+    still ``present`` in the view comes up: the entry a received one replaces (None:
+    nothing left to replace)."""
+    while replaceable:
+        candidate = replaceable.pop()
+        if candidate in present:
+            return candidate
+    return None
 
 
 class PartialView(AgedEntries):
@@ -122,12 +133,7 @@ class PartialView(AgedEntries):
             if n in born:  # listed twice in ``received``
                 continue
             if len(born) >= cap:
-                victim = None
-                while replaceable:
-                    candidate = replaceable.pop()
-                    if candidate in born:
-                        victim = candidate
-                        break
+                victim = next_victim(replaceable, born)
                 if victim is None:
                     continue
                 del desc[victim]
