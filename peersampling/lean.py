@@ -98,7 +98,7 @@ class LeanPeriods:
                 continue
             if s._me.node_id in special or not s._view._born or s._in_flight:
                 self.core_turns += 1
-                self._core_exchanges(s, s.start_shuffles(now), now)
+                self.sim.exchange(s, s.start_shuffles(now), now)
             else:
                 self.lean_turns += 1
                 self._lean_turn(s, now)
@@ -121,26 +121,6 @@ class LeanPeriods:
                     special.add(n)
             elif known is not me or not _plain(s):
                 special.add(n)
-
-    def _core_exchanges(self, s: PeerSampler, queue: list[tuple[str, ShuffleRequest]],
-                        now: float) -> None:
-        """The simulator's loop over one node's requests (no adversary)."""
-        sim = self.sim
-        nodes, loss, rnd = sim.nodes, sim.loss, sim.rng.random
-        while queue:
-            target, req = queue.pop(0)
-            sim.messages += 1
-            peer = nodes.get(target)
-            if peer is None or (loss and rnd() < loss):
-                sim.failures += 1
-                queue.extend(s.on_failure(target, req))
-                continue
-            reply = peer.on_request(req, now)
-            if loss and rnd() < loss:
-                sim.failures += 1
-                queue.extend(s.on_failure(target, req))
-                continue
-            s.on_reply(target, req, reply, now)
 
     # ------------------------------------------------------------- lean turn
 
@@ -169,7 +149,7 @@ class LeanPeriods:
                             or any(d.node_id in special for d, _ in sent)
                             or (peer is not None and peer._me.node_id in special)):
                 req = self._hand_over(s, target, target_age, sent, left)
-                self._core_exchanges(s, [(address, req)], now)
+                self.sim.exchange(s, [(address, req)], now)
                 return
             sim.messages += 1
             if peer is None or (loss and rnd() < loss):

@@ -209,8 +209,6 @@ class Simulator:
         if attack is not None:
             order.extend(attack.injections(list(self.nodes)))
         self.rng.shuffle(order)
-        rnd = self.rng.random
-        loss = self.loss
         nodes = self.nodes
         for item in order:
             if isinstance(item, tuple):  # the adversary's unsolicited request
@@ -221,24 +219,30 @@ class Simulator:
             sampler = nodes.get(item)
             if sampler is None:
                 continue
-            queue = sampler.start_shuffles(now)
-            while queue:
-                target, req = queue.pop(0)
-                self.messages += 1
-                peer = nodes.get(target)
-                if peer is None and attack is not None and attack.is_fake(target):
-                    sampler.on_reply(target, req, attack.answer(target, req), now)
-                    continue
-                if peer is None or (loss and rnd() < loss):
-                    self.failures += 1
-                    queue.extend(sampler.on_failure(target, req))
-                    continue
-                reply = peer.on_request(req, now)
-                if loss and rnd() < loss:
-                    self.failures += 1
-                    queue.extend(sampler.on_failure(target, req))
-                    continue
-                sampler.on_reply(target, req, reply, now)
+            self.exchange(sampler, sampler.start_shuffles(now), now)
+
+    def exchange(self, sampler: PeerSampler, queue: list[tuple[str, ShuffleRequest]],
+                 now: float) -> None:
+        """Deliver ``sampler``'s shuffle requests in ``queue`` (and the retries they
+        cause) through the peers' cores, with the simulator's loss and adversary."""
+        nodes, loss, rnd, attack = self.nodes, self.loss, self.rng.random, self.attack
+        while queue:
+            target, req = queue.pop(0)
+            self.messages += 1
+            peer = nodes.get(target)
+            if peer is None and attack is not None and attack.is_fake(target):
+                sampler.on_reply(target, req, attack.answer(target, req), now)
+                continue
+            if peer is None or (loss and rnd() < loss):
+                self.failures += 1
+                queue.extend(sampler.on_failure(target, req))
+                continue
+            reply = peer.on_request(req, now)
+            if loss and rnd() < loss:
+                self.failures += 1
+                queue.extend(sampler.on_failure(target, req))
+                continue
+            sampler.on_reply(target, req, reply, now)
 
     def run(self, periods: int) -> None:
         for _ in range(periods):
