@@ -31,6 +31,7 @@ from p2p.testing.memnet import MemoryNetwork, MemoryTransport, TransportOptions
 from p2p.testing.sim_handshake import TrustedHandshake
 from p2p.wire.admission import Admission, Decision
 from p2p.wire.identity import Identity
+from p2p.wire.transport import Handler, Transport
 
 __all__ = ["Distribution", "Link", "SimAdmission", "SimNetwork", "SimStream", "SimTransport",
            "parse_distribution"]
@@ -178,20 +179,22 @@ class SimNetwork(MemoryNetwork):
                                  digest_size=8).digest()
         return self.connect_jitter * int.from_bytes(digest, "big") / 2**64
 
-    async def connect_from(self, source: str, address: str) -> trio.abc.Stream:
-        """Open a connection from ``source`` to the transport listening on ``address``."""
+    def _listening(self, address: str) -> tuple[Transport, Handler, trio.Nursery]:
+        """The server entry of ``address``; OSError if nothing listens there or it is cut off."""
         entry = self.servers.get(address)
         if entry is None or address in self.unreachable:
             raise OSError(f"connection to {address} refused (simulated network)")
+        return entry
+
+    async def connect_from(self, source: str, address: str) -> trio.abc.Stream:
+        """Open a connection from ``source`` to the transport listening on ``address``."""
+        self._listening(address)
         pair = (source, address)
         if self.connect_jitter:
             attempt = self._attempts.get(pair, 0)
             self._attempts[pair] = attempt + 1
             await trio.sleep(self.connect_delay(source, address, attempt))
-            entry = self.servers.get(address)  # it may have stopped meanwhile
-            if entry is None or address in self.unreachable:
-                raise OSError(f"connection to {address} refused (simulated network)")
-        server, handler, nursery = entry
+        server, handler, nursery = self._listening(address)  # it may have stopped meanwhile
         self.connections += 1
         if pair in self._dialled:
             self.reconnections += 1
