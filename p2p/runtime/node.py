@@ -396,6 +396,11 @@ class Node:
         counters["waves"] = self.gossip.waves.get(name, 0)
         return {k: v + base.get(k, 0) for k, v in counters.items()}
 
+    def model_counter(self, name: str, key: str) -> int:
+        """One push-sum counter of :meth:`model_counters` (``key``: a field of the core's
+        counters), without copying the others."""
+        return getattr(self.cores[name].counters, key) + self.counter_base.get(name, {}).get(key, 0)
+
     def flat_model_counters(self) -> dict[str, int]:
         """Every model's push-sum counters as ``"<model>.<counter>"`` (for metrics and checkpoints)."""
         return {f"{name}{COUNTER_SEP}{key}": value

@@ -115,13 +115,9 @@ def _shared_counters(node: Node) -> dict[str, int]:
 def _pushes_and_bytes_sent(node: Node) -> tuple[int, int]:
     """``pushes_sent`` and ``bytes_sent`` of :func:`_shared_counters`, read without copying
     every counter of every model (this runs for every node at every sample)."""
-    pushes = sent = 0
-    for name in node.learning.layout.shared_models:
-        counters = node.cores[name].counters
-        base = node.counter_base.get(name, {})
-        pushes += counters.pushes_sent + base.get("pushes_sent", 0)
-        sent += counters.bytes_sent + base.get("bytes_sent", 0)
-    return pushes, sent
+    shared = node.learning.layout.shared_models
+    return (sum(node.model_counter(name, "pushes_sent") for name in shared),
+            sum(node.model_counter(name, "bytes_sent") for name in shared))
 
 
 class Simulation:
