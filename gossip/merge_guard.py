@@ -294,8 +294,8 @@ class ClipRadius:
         end of ``sender``'s fold floor (a reply answers a request we chose to
         send: it may use the floor without spending it).
         """
-        if fold_check and self.fold_floor(sender) > 0.0:
-            self._fold_checks[sender] = self._fold_checks.get(sender, 0) + 1
+        if fold_check and sender in self._fold_checks:
+            self._fold_checks[sender] += 1
         self._latest.pop(sender, None)
         self._latest[sender] = norm
         while len(self._latest) > self._s.clip_senders:
