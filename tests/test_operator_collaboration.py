@@ -155,7 +155,7 @@ def _cli(*argv: str) -> tuple[int, str]:
 @pytest.mark.e2e
 async def test_nodes_of_different_shapes_say_they_share_nothing(
         tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.INFO, logger="p2p.runtime.node")
+    caplog.set_level(logging.INFO, logger="p2p.runtime.collaboration_watch")
     full = tcp_node(tmp_path / "a", fast_spec(scheme="full", rounds=1), 0)
     partial_spec = fast_spec(scheme="partial", rounds=1)
     async with running([full]) as (address,):

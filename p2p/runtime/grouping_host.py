@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from p2p.runtime.checkpoint import GroupsRecord
     from p2p.runtime.grouping_agreement import FindGroups, JoinGroup
     from p2p.runtime.node_transport import NodeTransport
+    from p2p.runtime.peer_book import PeerBook
     from p2p.runtime.train_runner import TrainRunner
     from p2p.wire.dispatch import RequestDispatcher
     from p2p.wire.handshake import PeerInfo
@@ -62,6 +63,7 @@ class GroupedNode(Protocol):
     requests: RequestDispatcher
     runner: TrainRunner
     transport: NodeTransport
+    peers: PeerBook
 
     @property
     def model_lock(self) -> trio.Lock: ...
@@ -70,8 +72,6 @@ class GroupedNode(Protocol):
     @property
     def shuffle_timeout(self) -> float: ...
     def rounds_done(self) -> int: ...
-    def remember_address(self, peer: bytes, address: str) -> None: ...
-    def address_of(self, peer: bytes) -> str | None: ...
     def declare_model(self, spec: PartialModelSpec) -> str: ...
     async def add_semi_local(self, spec: PartialModelSpec, start: str) -> None: ...
 
@@ -183,7 +183,7 @@ class NodeGroupingHost:
     async def pull_groups(self, peer: bytes, msg: GroupsPull) -> GroupsReply | None:
         """One record exchange with ``peer`` (None when it failed: tried again later)."""
         node = self._node
-        address = node.address_of(peer)
+        address = node.peers.address_of(peer)
         if address is None:
             return None
         timeout = node.shuffle_timeout
@@ -208,7 +208,7 @@ class NodeGroupingHost:
         d = sampler.sample(fp) or sampler.sample()
         if d is None:
             return None
-        self._node.remember_address(d.node_id, d.address)
+        self._node.peers.remember(d.node_id, d.address)
         return d.node_id
 
     async def project(self) -> np.ndarray:

@@ -17,7 +17,9 @@ returns to the model's push-sum core.  The gossip driver calls it through the
   pair with it is removed.
 
 The server side (:meth:`NodeMasking.on_offer`) answers a peer's
-:class:`~gossip.mask_epochs.PairOffer` with the accept, applying its side.
+:class:`~gossip.mask_epochs.PairOffer` with the accept, applying its side; a
+node builds its :class:`NodeMasking` and serves offers through
+:class:`~p2p.runtime.masking_host.NodeMaskingHost`.
 """
 
 from __future__ import annotations

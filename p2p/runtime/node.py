@@ -2,7 +2,14 @@
 
 Tasks: the listener (transport server), peer sampling, the trainer (SGD in a
 worker thread, merges folded in between rounds by :class:`ModelSync`), the
-gossip sender, the admin server, the checkpointer and the signal watcher.
+gossip sender, the admin server, the checkpointer, the signal watcher, and the
+tasks of the parts that plug in from modules of their own: the collaboration
+watcher (:mod:`~p2p.runtime.collaboration_watch`), automatic grouping
+(:mod:`~p2p.runtime.grouping_host`) and the strategy
+(:class:`~p2p.runtime.strategy_host.StrategySupervisor`). Masking epochs
+(:mod:`~p2p.runtime.masking_host`) serve their own requests; the peers gossip
+talks to and their addresses are the :class:`~p2p.runtime.peer_book.PeerBook`.
+The node builds and wires them; what they do lives there.
 
 Ownership: the torch network is changed only by the trainer task (and its
 worker thread) under ``_model_lock``, which checkpoints also take to read it;
@@ -23,18 +30,15 @@ import time
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any, TypeVar
+from typing import Any
 
 import torch
 import trio
 
 from gossip import (
     GossipDriver,
-    InvalidValues,
     LogLimiter,
     ModelSync,
-    PairAccept,
-    PairOffer,
     PartnerChoice,
     Push,
     PushAck,
@@ -56,28 +60,26 @@ from p2p.runtime.checkpoint import (
     GroupsRecord,
     check_data_dir_writable,
 )
-from p2p.runtime.collaboration import (
-    CollaborationReporter,
-    CollaborationStatus,
-    ContactLog,
-    assess,
-)
+from p2p.runtime.collaboration import CollaborationStatus
+from p2p.runtime.collaboration_watch import CollaborationWatch
 from p2p.runtime.grouping_agreement import FindGroups, JoinGroup
 from p2p.runtime.grouping_host import NodeGroupingHost
 from p2p.runtime.grouping_runtime import NodeGrouping
 from p2p.runtime.grouping_status import GroupsStatus
-from p2p.runtime.mask_runtime import NodeMasking, OfferOverTransport
+from p2p.runtime.mask_runtime import NodeMasking
+from p2p.runtime.masking_host import NodeMaskingHost
 from p2p.runtime.node_admin import NodeAdmin
 from p2p.runtime.node_transport import NodeTransport, node_admission, node_frame_limit
+from p2p.runtime.peer_book import PeerBook, peer_label
 from p2p.runtime.protocol import register_node_messages
 from p2p.runtime.signed_sampling import signed_sampler
 from p2p.runtime.state import COUNTER_SEP, resume_from, snapshot_state
-from p2p.runtime.strategy_host import NodeStrategyHost
+from p2p.runtime.strategy_host import StrategySupervisor
 from p2p.runtime.timing import TimingStats
 from p2p.runtime.train_runner import ThreadRunner, TrainRunner
 from p2p.runtime.training_record import training_record
 from p2p.runtime.transport_adapters import PushOverTransport, ShuffleOverTransport
-from p2p.strategy import Strategy, build_strategy
+from p2p.strategy import Strategy
 from p2p.wire.codec import Message
 from p2p.wire.dispatch import RequestDispatcher
 from p2p.wire.handshake import PeerInfo
@@ -98,7 +100,6 @@ MIN_SHUFFLE_TIMEOUT = 1.0  # seconds; see Node.shuffle_timeout
 STOP_ROUND_WAIT = 30.0  # seconds a stop request waits for the trainer's current round
 
 ADMIN_SOCKET = "admin.sock"
-MAX_TRACKED_PEERS = 1024  # peers whose address is remembered (from sampled descriptors)
 
 
 @dataclass
@@ -153,7 +154,6 @@ class Node:
         self._offences = LogLimiter(logger)
         self.requests.add(ShuffleRequest, self._serve_shuffle)
         self.requests.add(Push, self._serve_push)
-        self.requests.add(PairOffer, self._serve_pair_offer)
         self._build_models()
         self.by_fingerprint = {fp: name for name, fp in self.learning.fingerprints.items()}
         # automatic semi-local groups (clustering.mode "auto"; registers its GroupsPull
@@ -178,42 +178,39 @@ class Node:
         if transport is None and isinstance(self.transport, Transport):
             # A taken port stops the node here, before it resumes or logs as if started.
             self.transport.bind()
-        # Created once the listener is bound (port 0 picks the port then).
-        self._sampler: PeerSampler | None = None
+        # sampled holders and their addresses; its sampler is created once the
+        # listener is bound (port 0 picks the port then)
+        self.peers = PeerBook(config.peer_sampling.period)
         self.restored_view: list[Descriptor] = []
         self.store = CheckpointStore(self.data_dir)
         self.counters: dict[str, int] = {"rejected_messages": 0, "checkpoints": 0}
         self.timings = {k: TimingStats() for k in ("train_round", "push", "checkpoint")}
-        self._addresses: dict[bytes, str] = {}  # node id -> address, from sampled descriptors
         # push-sum counters carried over from a checkpoint, per model
         self.counter_base: dict[str, dict[str, int]] = {}
         # what decides the layout and the data: saved with every checkpoint
         self.trained_with = training_record(config)
         self.resumed_at: int | None = None  # the checkpoint's round, when resumed
-        self.contacts = ContactLog()  # how shuffles with each address went (isolation reason)
-        self._recent_peers: dict[bytes, frozenset[bytes]] = {}  # node id -> models, last seen
+        # does a known peer hold one of our models; how shuffles went (isolation reason)
+        self.collaboration_watch = CollaborationWatch(self)
         self._resume(fresh)
         self.sync = ModelSync(self.learning.network, self.cores)
         g = config.gossip
-        # masking epochs (privacy "masked"): pairs agreed with holders, see mask_runtime
-        self.masking = (NodeMasking(self.identity.node_id, g.epochs, self.cores, self._holders,
-                                    OfferOverTransport(self.transport, self._addresses,
-                                                       timeout=g.push_timeout),
-                                    self._holder_count)
-                        if g.masking == "masked" else None)
+        # masking epochs (privacy "masked": pairs agreed with holders); registers the
+        # PairOffer handler
+        self.masking_host = NodeMaskingHost(self)
         self.gossip = GossipDriver(
             self.cores,
-            PushOverTransport(self.transport, self._addresses, timeout=g.push_timeout,
-                              on_unreachable=self._on_unreachable),
-            self._holders,
+            PushOverTransport(self.transport, self.peers.addresses, timeout=g.push_timeout,
+                              on_unreachable=self.peers.on_unreachable),
+            self.peers.holders,
             push_timeout=g.push_timeout,
             pushes_per_round=g.pushes_per_round,
             push_durations=self.timings["push"],
             # push targets: holders that gave weight back first (docs/peersampling.md)
             partners=(PartnerChoice(random.Random(int.from_bytes(os.urandom(8), "big")),
-                                    on_strike=self._distrust)
+                                    on_strike=self.peers.distrust)
                       if g.partner_choice == "reciprocity" else None),
-            epochs=self.masking,
+            epochs=self.masking_host.masking,
         )
         self._stop = trio.Event()
         self._closing = False  # set at shutdown: no merges after the final snapshot
@@ -225,11 +222,7 @@ class Node:
         # whole node through NodeStrategyHost. Its auxiliary push-sum cores (gossiped
         # vectors) are not models: kept apart from ``cores`` and not checkpointed.
         self.gossiped: dict[str, PushSum] = {}
-        self.strategy: Strategy = build_strategy(config)
-        # why the strategy was switched off, if it failed (the node runs on without it)
-        self.strategy_failure: str | None = None
-        self.strategy.install(NodeStrategyHost(self))
-        self.learning.trainer.loss_term = self.strategy.loss_term()
+        self.strategy_supervisor = StrategySupervisor(self)
 
     # ------------------------------------------------------------------ state
 
@@ -281,6 +274,33 @@ class Node:
     def restore_groups(self, groups: GroupsRecord) -> None:
         """Resume a checkpoint's groups (before the node runs)."""
         self.grouping_host.restore(groups)
+
+    # ------------------------------------------------------------------ plug-ins
+    # Masking (masking_host), the strategy (strategy_host) and the collaboration
+    # watcher (collaboration_watch) live in modules of their own; these read them for
+    # the admin commands (AdminSource), scripts and tests.
+
+    @property
+    def masking(self) -> NodeMasking | None:
+        """The masking epochs (None unless ``gossip.privacy = "masked"``)."""
+        return self.masking_host.masking
+
+    def masking_status(self) -> dict[str, dict[str, object]] | None:
+        """Model name -> its masking epochs' state (None unless privacy is masked)."""
+        return self.masking_host.status()
+
+    @property
+    def strategy(self) -> Strategy:
+        """The collaboration strategy ``[strategy]`` names."""
+        return self.strategy_supervisor.strategy
+
+    def strategy_status(self) -> dict[str, Any]:
+        """What the strategy reports (``p2p status``, ``p2p metrics``, the swarm's JSON)."""
+        return self.strategy_supervisor.status()
+
+    def collaboration(self) -> CollaborationStatus:
+        """Whether a known peer holds one of this node's models, and if not why."""
+        return self.collaboration_watch.status()
 
     # ------------------------------------------------------------------ layout
 
@@ -334,25 +354,13 @@ class Node:
         """Held while the trainer trains or the network is read or written."""
         return self._model_lock
 
-    def holders(self, fingerprint: bytes, count: int) -> list[bytes]:
-        """Up to ``count`` sampled holders of ``fingerprint`` (addresses remembered)."""
-        return self._holders(fingerprint, count)
-
-    def remember_address(self, peer: bytes, address: str) -> None:
-        """Remember where ``peer`` listens (from a sampled descriptor)."""
-        _remember(self._addresses, peer, address)
-
-    def address_of(self, peer: bytes) -> str | None:
-        """Where ``peer`` listens, if a sampled descriptor said so."""
-        return self._addresses.get(peer)
-
     def retag(self) -> None:
         """Advertise ``by_fingerprint`` again (HELLO tags, own descriptor) after it grew."""
         tags = frozenset(self.by_fingerprint)
         if isinstance(self.transport, Transport):
             self.transport.tags = tags
-        if self._sampler is not None:
-            self._sampler.set_tags(tags)
+        if self.peers.started is not None:
+            self.peers.started.set_tags(tags)
 
     def _resume(self, fresh: bool) -> None:
         """Resume the checkpoint (refusing one trained with another layout or
@@ -409,14 +417,17 @@ class Node:
     @property
     def sampler(self) -> PeerSampler:
         """The peer sampler; it starts when the node listens (its descriptor needs the address)."""
-        if self._sampler is None:
-            raise RuntimeError("peer sampling has not started: the node is not listening yet")
-        return self._sampler
+        return self.peers.sampler
 
     @property
     def started_sampler(self) -> PeerSampler | None:
         """The peer sampler, or None before the node listens (checkpoints then keep the view)."""
-        return self._sampler
+        return self.peers.started
+
+    @property
+    def closing(self) -> bool:
+        """True once the node shuts down: no merge may land after its final snapshot."""
+        return self._closing
 
     def request_stop(self) -> None:
         self._stop.set()
@@ -424,36 +435,6 @@ class Node:
     def privacy_spent(self) -> PrivacySpent | None:
         """Epsilon spent by DP-SGD so far and its settings (None without ``"dp"``)."""
         return self.learning.trainer.privacy_spent()
-
-    def collaboration(self) -> CollaborationStatus:
-        """Whether a known peer holds one of this node's models, and if not why."""
-        sampler = self.started_sampler
-        isolated = sampler is None or sampler.is_isolated
-        peers: dict[bytes, frozenset[bytes]] = {}
-        if sampler is not None:
-            for entry in sampler.peer_entries():
-                d = entry.descriptor
-                peers[d.node_id] = peers.get(d.node_id, frozenset()) | d.tags
-        if peers or isolated:
-            self._recent_peers = peers
-        else:  # every known peer is out of the views for a shuffle right now
-            peers = self._recent_peers
-        return assess(
-            self.learning.fingerprints, peers.values(),
-            isolated=isolated,
-            bootstrap=[f"{b.host}:{b.port}" for b in self.config.node.bootstrap],
-            contacts=self.contacts, swarm_key=self.swarm_key is not None,
-        )
-
-    async def _watch_collaboration(self) -> None:
-        """Log when the node shares no model with any peer it knows (rate-limited)."""
-        period = self.config.peer_sampling.period
-        reporter = CollaborationReporter(grace=max(5 * period, 2.0), repeat=60.0)
-        while True:
-            said = reporter.update(self.collaboration(), trio.current_time())
-            if said is not None:
-                logger.log(*said)
-            await trio.sleep(min(period, 1.0))
 
     # ------------------------------------------------------------------ run
 
@@ -468,9 +449,9 @@ class Node:
             nursery.start_soon(self._peer_sampling)
             nursery.start_soon(self._gossip_in_scope)
             nursery.start_soon(self._checkpoint_loop)
-            nursery.start_soon(self._watch_collaboration)
+            nursery.start_soon(self.collaboration_watch.run)
             nursery.start_soon(self.grouping_host.run)
-            nursery.start_soon(self._run_strategy)
+            nursery.start_soon(self.strategy_supervisor.run)
             trainer_done = trio.Event()
             nursery.start_soon(self._trainer_loop, trainer_done)
             logger.info("node %s listening on %s", self.identity.node_id[:6].hex(),
@@ -503,13 +484,14 @@ class Node:
         ps = self.config.peer_sampling
         # Signed self-descriptor, the Sybil-resistant rules and rate-limited
         # lines (docs/peersampling.md), as every process of a swarm runs them.
-        self._sampler = signed_sampler(
+        sampler = signed_sampler(
             self.identity, address, frozenset(self.by_fingerprint),
             rng=random.Random(int.from_bytes(os.urandom(8), "big")),
             c=ps.view_size, l=ps.shuffle_length, in_process=self.in_process_peers,
         )
-        self._sampler.restore(self.restored_view)
-        self._sampler.bootstrap([f"{b.host}:{b.port}" for b in self.config.node.bootstrap])
+        self.peers.start(sampler)
+        sampler.restore(self.restored_view)
+        sampler.bootstrap([f"{b.host}:{b.port}" for b in self.config.node.bootstrap])
 
     async def _watch_signals(self) -> None:
         with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
@@ -518,7 +500,7 @@ class Node:
                 self.request_stop()
 
     async def _peer_sampling(self) -> None:
-        shuffles = ShuffleOverTransport(self.transport, self.contacts)
+        shuffles = ShuffleOverTransport(self.transport, self.collaboration_watch.contacts)
         await run_peer_sampling(self.sampler, shuffles,
                                 period=self.config.peer_sampling.period,
                                 timeout=self.shuffle_timeout)
@@ -577,7 +559,7 @@ class Node:
                     loss = await self.runner.train_steps(trainer, t.steps_per_round)
                     self.timings["train_round"].add(time.perf_counter() - t0)
                     self.sync.sync()
-                    self._strategy_after_round()
+                    self.strategy_supervisor.after_round()
                     done_rounds = self.progress.round + 1
                     ev = (await self._evaluation()) if done_rounds % t.eval_every == 0 else None
                     # the round and its evaluation become visible together
@@ -672,38 +654,6 @@ class Node:
         with self._gossip_scope:
             await self.gossip.run()
 
-    def _holders(self, fingerprint: bytes, count: int) -> list[bytes]:
-        """Up to ``count`` distinct sampled holders of a model; remembers their addresses.
-
-        Asked for at least the whole model view, it returns the whole view (in
-        random order), so the partner choice sees every known holder.
-        """
-        chosen: dict[bytes, Descriptor] = {}
-        known = self.sampler.model_view(fingerprint)
-        if known and count >= len(known):
-            self.sampler.rng.shuffle(known)
-            chosen = {d.node_id: d for d in known}
-        for _ in range(count * 3 if not chosen else 0):
-            d = self.sampler.sample(fingerprint)
-            if d is None:
-                break
-            chosen.setdefault(d.node_id, d)
-            if len(chosen) == count:
-                break
-        for d in chosen.values():
-            _remember(self._addresses, d.node_id, d.address)
-        return list(chosen)
-
-    def _distrust(self, peer: bytes, seconds: float) -> None:
-        """A holder took a push and gave nothing back: out of the views for ``seconds``."""
-        if self._sampler is not None:
-            periods = max(1, math.ceil(seconds / self.config.peer_sampling.period))
-            self._sampler.distrust(peer, periods)
-
-    def _on_unreachable(self, address: str) -> None:
-        """A push surely did not reach ``address``: peer sampling drops or retries it."""
-        self.sampler.on_failure(address)
-
     # ------------------------------------------------------------------ serving
 
     async def handle_request(self, peer: PeerInfo, msg: Message) -> Message:
@@ -718,76 +668,24 @@ class Node:
             self.counters["rejected_messages"] += 1
             self._offences.warning(trio.current_time(), peer.node_id.hex(),
                                    "push from %s for a model this node does not hold (%s)",
-                                   _short(peer), msg.model[:4].hex())
+                                   peer_label(peer), msg.model[:4].hex())
             return Error(code=ERROR_REJECTED, reason="this node does not hold that model")
         core = self.cores[name] if name in self.cores else self.gossiped[name]
         try:
             ack = core.on_push(peer.node_id, msg, trio.current_time())
         except RejectedPush as exc:
             # the core has logged the one warning line for this offence
-            logger.debug("push of %s from %s rejected: %s", name, _short(peer), exc)
+            logger.debug("push of %s from %s rejected: %s", name, peer_label(peer), exc)
             return Error(code=ERROR_REJECTED, reason=str(exc))
         self.gossip.notify_merged()
         return ack
-
-    async def _serve_pair_offer(self, peer: PeerInfo, msg: PairOffer) -> PairAccept | Error:
-        if self._closing or self.masking is None:
-            return Error(code=ERROR_REJECTED, reason="this node runs no masking epochs")
-        try:
-            accept = self.masking.on_offer(peer.node_id, msg)
-        except InvalidValues as exc:
-            logger.debug("pair offer from %s refused: %s", _short(peer), exc)
-            return Error(code=ERROR_REJECTED, reason=str(exc))
-        self.gossip.notify_merged()  # noise arrived: start mixing now
-        return accept
-
-    def _holder_count(self, fingerprint: bytes) -> int:
-        """Holders of a model in the peer-sampling view (this node not included)."""
-        if self._sampler is None:
-            return 0
-        return sum(1 for d in self._sampler.view() if fingerprint in d.tags)
-
-    def strategy_status(self) -> dict[str, Any]:
-        """What the strategy reports (``p2p status``, ``p2p metrics``, the swarm's JSON)."""
-        status: dict[str, Any] = {"name": self.strategy.name, **self.strategy.status()}
-        if self.strategy_failure is not None:
-            status["failed"] = self.strategy_failure
-        return status
-
-    async def _run_strategy(self) -> None:
-        """The strategy's background task: a bug in it switches the strategy off, never
-        the node (its nursery would otherwise stop without a final checkpoint)."""
-        try:
-            await self.strategy.run()
-        except Exception as exc:
-            self._strategy_failed("run", exc)
-
-    def _strategy_after_round(self) -> None:
-        if self.strategy_failure is not None:
-            return
-        try:
-            self.strategy.after_round()
-        except Exception as exc:
-            self._strategy_failed("after_round", exc)
-
-    def _strategy_failed(self, where: str, exc: Exception) -> None:
-        """Switch the strategy off after ``exc`` in ``where``: no loss term, no more
-        after-round calls; the node keeps training and gossiping its shared models."""
-        self.strategy_failure = f"{where}: {type(exc).__name__}: {exc}"
-        self.learning.trainer.loss_term = None
-        logger.error("strategy %s failed in %s and is switched off; the node trains and "
-                     "gossips on without it", self.strategy.name, where, exc_info=exc)
-
-    def masking_status(self) -> dict[str, dict[str, object]] | None:
-        """Model name -> its masking epochs' state (None unless privacy is masked)."""
-        return None if self.masking is None else self.masking.status()
 
     async def _serve_shuffle(self, peer: PeerInfo, msg: ShuffleRequest) -> ShuffleReply | Error:
         # A peer may only offer its own fresh descriptor as the sender, never another node's.
         if msg.sender.node_id != peer.node_id:
             self.counters["rejected_messages"] += 1
             self._offences.warning(trio.current_time(), peer.node_id.hex(),
-                                   "shuffle from %s claims to come from node %s", _short(peer),
+                                   "shuffle from %s claims to come from node %s", peer_label(peer),
                                    msg.sender.node_id[:4].hex())
             return Error(code=ERROR_BAD_REQUEST, reason="shuffle sender is not the peer")
         return self.sampler.on_request(msg, trio.current_time())
@@ -796,24 +694,8 @@ class Node:
         # Ping never gets here: the transport answers it itself.
         self.counters["rejected_messages"] += 1
         self._offences.warning(trio.current_time(), peer.node_id.hex(),
-                               "unexpected %s from %s", type(msg).__name__, _short(peer))
+                               "unexpected %s from %s", type(msg).__name__, peer_label(peer))
         return Error(code=ERROR_BAD_REQUEST, reason=f"{type(msg).__name__} is not a request")
-
-
-K = TypeVar("K")
-V = TypeVar("V")
-
-
-def _remember(table: dict[K, V], key: K, value: V) -> None:
-    """Set ``table[key]`` as its newest entry, forgetting the oldest past the bound."""
-    table.pop(key, None)
-    table[key] = value
-    while len(table) > MAX_TRACKED_PEERS:
-        table.pop(next(iter(table)))
-
-
-def _short(peer: PeerInfo) -> str:
-    return f"{peer.node_id[:4].hex()}@{peer.listen_address}"
 
 
 def run_node(config: NodeConfig, *, fresh: bool = False) -> int:

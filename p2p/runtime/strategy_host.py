@@ -1,8 +1,16 @@
-"""The node as a :class:`~p2p.strategy.base.StrategyHost`: what a strategy may use of it.
+"""A node's collaboration strategy: what it may use of the node, and how the node runs it.
+
+:class:`StrategySupervisor` is the node's side of ``[strategy]``: it builds the
+configured strategy, installs it with a :class:`NodeStrategyHost` over the node,
+sets its loss term on the trainer, and runs its background task and after-round
+step so that a bug in the strategy switches the strategy off, never the node
+(:attr:`StrategySupervisor.failure` says why; :meth:`StrategySupervisor.status`
+is what ``p2p status`` shows).
 
 :class:`NodeStrategyHost` wraps a :class:`~p2p.runtime.node.Node` and hands the
 strategy the node's learning setup, push-sum cores, request dispatcher, runner
-and model lock, sampled peers, one-off requests to them and *gossiped vectors*.
+and model lock, sampled peers (its :class:`~p2p.runtime.peer_book.PeerBook`),
+one-off requests to them and *gossiped vectors*.
 
 A gossiped vector (:meth:`NodeStrategyHost.add_gossiped`) is an auxiliary
 push-sum core run exactly as a shared model's: its fingerprint goes into the
@@ -49,6 +57,7 @@ from gossip.messages import Push, PushAck
 from gossip.validation import MAX_ABS_VALUE, validate_push
 from p2p.config.schema import push_frame_bytes
 from p2p.runtime.node_transport import node_frame_limit
+from p2p.strategy import Strategy, build_strategy
 from p2p.wire.codec import Message
 from p2p.wire.transport import TransportError
 
@@ -57,13 +66,13 @@ if TYPE_CHECKING:
     from p2p.config import NodeConfig
     from p2p.runtime.assembly import LearningSetup
     from p2p.runtime.node_transport import NodeTransport
+    from p2p.runtime.peer_book import PeerBook
     from p2p.runtime.train_runner import TrainRunner
     from p2p.wire.dispatch import RequestDispatcher
     from p2p.wire.identity import Identity
-    from peersampling import PeerSampler
 
 __all__ = ["GOSSIPED_ENCODING", "CheckedPushSum", "HostedNode", "NodeStrategyHost", "OutOfStep",
-           "ValueCheck"]
+           "StrategySupervisor", "ValueCheck"]
 
 logger = logging.getLogger(__name__)
 
@@ -159,19 +168,13 @@ class HostedNode(Protocol):
     config: NodeConfig
     transport: NodeTransport
     gossip: GossipDriver
+    peers: PeerBook
 
     @property
     def model_lock(self) -> trio.Lock: ...
     @property
-    def started_sampler(self) -> PeerSampler | None: ...
-    @property
-    def sampler(self) -> PeerSampler: ...
-    @property
     def shuffle_timeout(self) -> float: ...
     def rounds_done(self) -> int: ...
-    def holders(self, fingerprint: bytes, count: int) -> list[bytes]: ...
-    def remember_address(self, peer: bytes, address: str) -> None: ...
-    def address_of(self, peer: bytes) -> str | None: ...
     def retag(self) -> None: ...
 
 
@@ -211,22 +214,22 @@ class NodeStrategyHost:
     def sample_peers(self, count: int, fingerprint: bytes | None = None) -> Sequence[bytes]:
         """Up to ``count`` distinct peers of the view (holders of ``fingerprint`` when given);
         nothing before the node listens."""
-        node = self._node
-        if node.started_sampler is None or count < 1:
+        peers = self._node.peers
+        if peers.started is None or count < 1:
             return []
         if fingerprint is not None:
-            return node.holders(fingerprint, count)
-        view = node.sampler.view()
-        node.sampler.rng.shuffle(view)
+            return peers.holders(fingerprint, count)
+        view = peers.sampler.view()
+        peers.sampler.rng.shuffle(view)
         chosen = view[:count]
         for d in chosen:
-            node.remember_address(d.node_id, d.address)
+            peers.remember(d.node_id, d.address)
         return [d.node_id for d in chosen]
 
     async def request(self, peer: bytes, msg: Message, expected: type[R], *,
                       timeout: float | None = None) -> R | None:
         node = self._node
-        address = node.address_of(peer)
+        address = node.peers.address_of(peer)
         if address is None:
             logger.debug("%s to %s: address unknown", type(msg).__name__, peer[:4].hex())
             return None
@@ -287,3 +290,53 @@ class NodeStrategyHost:
         logger.info("gossiping %s (%d values) among holders of %s", name, vector.size,
                     fingerprint[:6].hex())
         return core
+
+
+class StrategySupervisor:
+    """A node's collaboration strategy, built, installed and run (see the module docstring).
+
+    Built last in the node's constructor: the strategy sees the whole node through
+    :class:`NodeStrategyHost`.
+    """
+
+    def __init__(self, node: HostedNode) -> None:
+        self._node = node
+        #: the strategy ``[strategy]`` names
+        self.strategy: Strategy = build_strategy(node.config)
+        #: why the strategy was switched off, if it failed (the node runs on without it)
+        self.failure: str | None = None
+        self.strategy.install(NodeStrategyHost(node))
+        node.learning.trainer.loss_term = self.strategy.loss_term()
+
+    def status(self) -> dict[str, Any]:
+        """What the strategy reports (``p2p status``, ``p2p metrics``, the swarm's JSON)."""
+        status: dict[str, Any] = {"name": self.strategy.name, **self.strategy.status()}
+        if self.failure is not None:
+            status["failed"] = self.failure
+        return status
+
+    async def run(self) -> None:
+        """The strategy's background task: a bug in it switches the strategy off, never
+        the node (its nursery would otherwise stop without a final checkpoint)."""
+        try:
+            await self.strategy.run()
+        except Exception as exc:
+            self._failed("run", exc)
+
+    def after_round(self) -> None:
+        """The strategy's step after a training round (the caller holds the model lock);
+        nothing once it failed."""
+        if self.failure is not None:
+            return
+        try:
+            self.strategy.after_round()
+        except Exception as exc:
+            self._failed("after_round", exc)
+
+    def _failed(self, where: str, exc: Exception) -> None:
+        """Switch the strategy off after ``exc`` in ``where``: no loss term, no more
+        after-round calls; the node keeps training and gossiping its shared models."""
+        self.failure = f"{where}: {type(exc).__name__}: {exc}"
+        self._node.learning.trainer.loss_term = None
+        logger.error("strategy %s failed in %s and is switched off; the node trains and "
+                     "gossips on without it", self.strategy.name, where, exc_info=exc)
