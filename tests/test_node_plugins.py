@@ -35,9 +35,11 @@ def _node(tmp_path: Path, **spec: object) -> Node:
 async def test_a_masked_node_applies_its_side_of_an_offered_pair(tmp_path: Path) -> None:
     node = _node(tmp_path, privacy="masked")
     fp = node.learning.fingerprints["global"]
+    assert not node.gossip._wake.is_set()
     reply = await node.handle_request(PEER, PairOffer(fp, 1, 1.0, _public_key()))
     assert isinstance(reply, PairAccept) and reply.model == fp and reply.epoch == 1
     assert node.cores["global"].noisy  # our side of the pair is held apart
+    assert node.gossip._wake.is_set()  # noise arrived: gossip starts mixing it now
     status = node.masking_status()
     assert status is not None and status["global"]["pairs"] == 1
     # a second pair from the same peer while the first is live is refused, with the reason
@@ -48,6 +50,16 @@ async def test_a_masked_node_applies_its_side_of_an_offered_pair(tmp_path: Path)
     other = await node.handle_request(PEER, PairOffer(b"\x33" * 32, 1, 1.0, _public_key()))
     assert isinstance(other, Error) and other.code == ERROR_REJECTED
     assert "does not hold that model" in other.reason
+
+
+async def test_a_closing_masked_node_refuses_pair_offers(tmp_path: Path) -> None:
+    node = _node(tmp_path, privacy="masked")
+    node._closing = True  # shutdown began: nothing may change the final snapshot
+    fp = node.learning.fingerprints["global"]
+    reply = await node.handle_request(PEER, PairOffer(fp, 1, 1.0, _public_key()))
+    assert isinstance(reply, Error) and reply.code == ERROR_REJECTED
+    assert reply.reason == "this node runs no masking epochs"
+    assert not node.cores["global"].noisy
 
 
 async def test_a_node_without_masking_refuses_pair_offers(tmp_path: Path) -> None:
@@ -82,7 +94,7 @@ def test_the_watch_remembers_the_peers_last_seen_while_all_are_out_of_the_views(
     fake: Any = SimpleNamespace(
         config=SimpleNamespace(node=SimpleNamespace(bootstrap=[])),
         learning=SimpleNamespace(fingerprints={"global": model}),
-        swarm_key=None, started_sampler=sampler)
+        swarm_key=None, peers=SimpleNamespace(started=sampler))
     watch = CollaborationWatch(cast(WatchedNode, fake))
     holder = Descriptor(b"\x05" * 32, "10.0.0.5:7000", 0, frozenset({model}))
     sampler.entries = [_Entry(holder)]

@@ -27,6 +27,7 @@ class FakeSampler:
         self.rng = random.Random(1)
         self.failures: list[str] = []
         self.distrusted: list[tuple[bytes, int]] = []
+        self.samples = 0  # calls of sample(): the whole-view answer makes none
 
     def view(self) -> list[Descriptor]:
         return list(self._view)
@@ -35,6 +36,7 @@ class FakeSampler:
         return [d for d in self._view if model in d.tags]
 
     def sample(self, model: bytes | None = None) -> Descriptor | None:
+        self.samples += 1
         known = self._view if model is None else self.model_view(model)
         return self.rng.choice(known) if known else None
 
@@ -77,14 +79,25 @@ def test_addresses_keep_the_newest_peers_up_to_the_bound() -> None:
 
 def test_holders_are_distinct_holders_of_the_model_and_their_addresses_remembered() -> None:
     view = [_descriptor(1), _descriptor(2), _descriptor(3), _descriptor(4, frozenset({OTHER}))]
-    book, _ = _started(view)
+    book, sampler = _started(view)
     everyone = book.holders(MODEL, 10)  # at least the whole model view: all of it
     assert sorted(everyone) == [bytes([i]) * 32 for i in (1, 2, 3)]
+    assert sorted(book.holders(MODEL, 3)) == sorted(everyone)  # exactly the view's size
+    assert sampler.samples == 0  # the whole view, read at once, not sampled
     assert book.address_of(bytes([2]) * 32) == "10.0.0.2:7000"
     assert book.address_of(bytes([4]) * 32) is None  # holds another model only
     two = book.holders(MODEL, 2)
     assert len(two) == len(set(two)) == 2 and set(two) <= set(everyone)
+    assert sampler.samples > 0  # fewer than the view: sampled
     assert book.holder_count(MODEL) == 3 and book.holder_count(OTHER) == 1
+
+
+def test_the_whole_view_comes_in_random_order() -> None:
+    view = [_descriptor(i) for i in range(1, 9)]
+    book, _ = _started(view)
+    orders = {tuple(book.holders(MODEL, 8)) for _ in range(5)}
+    assert len(orders) > 1  # 8 holders: five shuffles agreeing by chance is (1/8!)^4
+    assert all(sorted(o) == sorted(d.node_id for d in view) for o in orders)
 
 
 def test_failures_go_back_to_peer_sampling() -> None:

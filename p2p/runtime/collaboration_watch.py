@@ -26,7 +26,7 @@ from p2p.runtime.collaboration import (
 if TYPE_CHECKING:
     from p2p.config import NodeConfig
     from p2p.runtime.assembly import LearningSetup
-    from peersampling import PeerSampler
+    from p2p.runtime.peer_book import PeerBook
 
 __all__ = ["CollaborationWatch", "WatchedNode"]
 
@@ -40,9 +40,7 @@ class WatchedNode(Protocol):
     config: NodeConfig
     learning: LearningSetup
     swarm_key: bytes | None
-
-    @property
-    def started_sampler(self) -> PeerSampler | None: ...
+    peers: PeerBook
 
 
 class CollaborationWatch:
@@ -57,7 +55,7 @@ class CollaborationWatch:
     def status(self) -> CollaborationStatus:
         """Whether a known peer holds one of this node's models, and if not why."""
         node = self._node
-        sampler = node.started_sampler
+        sampler = node.peers.started
         isolated = sampler is None or sampler.is_isolated
         peers: dict[bytes, frozenset[bytes]] = {}
         if sampler is not None:

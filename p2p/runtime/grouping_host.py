@@ -46,7 +46,6 @@ if TYPE_CHECKING:
     from p2p.wire.dispatch import RequestDispatcher
     from p2p.wire.handshake import PeerInfo
     from p2p.wire.identity import Identity
-    from peersampling import PeerSampler
 
 __all__ = ["GroupedNode", "NodeGroupingHost", "build_grouping"]
 
@@ -67,8 +66,6 @@ class GroupedNode(Protocol):
 
     @property
     def model_lock(self) -> trio.Lock: ...
-    @property
-    def started_sampler(self) -> PeerSampler | None: ...
     @property
     def shuffle_timeout(self) -> float: ...
     def rounds_done(self) -> int: ...
@@ -201,7 +198,7 @@ class NodeGroupingHost:
 
     def grouping_peer(self) -> bytes | None:
         """A sampled peer to pull records from (a holder of the global model)."""
-        sampler = self._node.started_sampler
+        sampler = self._node.peers.started
         if sampler is None or self.grouping is None:
             return None
         fp = self._node.learning.fingerprints[self.grouping.global_model]

@@ -57,6 +57,8 @@ class NodeMaskingHost:
     """A node's masking epochs and their plumbing (see the module docstring)."""
 
     def __init__(self, node: MaskedNode) -> None:
+        # built before the node's gossip driver (which takes self.masking as its
+        # hook): node.gossip is read by the handler only, at request time
         self._node = node
         g = node.config.gossip
         #: the epochs of every shared model (None unless ``gossip.privacy = "masked"``)

@@ -223,6 +223,7 @@ class Node:
         # vectors) are not models: kept apart from ``cores`` and not checkpointed.
         self.gossiped: dict[str, PushSum] = {}
         self.strategy_supervisor = StrategySupervisor(self)
+        self.strategy_supervisor.install()  # the node holds it first: node.strategy works inside
 
     # ------------------------------------------------------------------ state
 

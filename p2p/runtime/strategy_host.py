@@ -295,8 +295,9 @@ class NodeStrategyHost:
 class StrategySupervisor:
     """A node's collaboration strategy, built, installed and run (see the module docstring).
 
-    Built last in the node's constructor: the strategy sees the whole node through
-    :class:`NodeStrategyHost`.
+    Built last in the node's constructor, then :meth:`install`-ed once the node
+    holds it: the strategy sees the whole node through :class:`NodeStrategyHost`,
+    ``node.strategy`` included.
     """
 
     def __init__(self, node: HostedNode) -> None:
@@ -305,8 +306,11 @@ class StrategySupervisor:
         self.strategy: Strategy = build_strategy(node.config)
         #: why the strategy was switched off, if it failed (the node runs on without it)
         self.failure: str | None = None
-        self.strategy.install(NodeStrategyHost(node))
-        node.learning.trainer.loss_term = self.strategy.loss_term()
+
+    def install(self) -> None:
+        """Hand the strategy its host and put its loss term (if any) into the trainer."""
+        self.strategy.install(NodeStrategyHost(self._node))
+        self._node.learning.trainer.loss_term = self.strategy.loss_term()
 
     def status(self) -> dict[str, Any]:
         """What the strategy reports (``p2p status``, ``p2p metrics``, the swarm's JSON)."""
