@@ -130,3 +130,52 @@ class Sink(_PlainAcks):
     def pushes(self, round: int, core: PushSum, peers: Sequence[int],
                rng: np.random.Generator) -> list[tuple[int, Push]]:
         return []
+
+
+@dataclass
+class Creeper(_PlainAcks):
+    """Walks honest models along one direction with push-pull requests just inside
+    their clip radius, ``per_round`` of them to every holder each round.
+
+    It reads each receiver's estimate and radius (:meth:`watch`): in a swarm it
+    reads the estimate off the receiver's previous reply (``q_B = q_A + d``
+    exactly) and the radius from the updates it sees.  Request ``k`` of a round
+    aims ``fraction`` x (1 + k / 2) radii away, as the earlier ones moved the
+    receiver by about half a radius each.  The first is merged unclipped at no
+    cost (the reply gives its share back, no clip debt), the others clipped
+    at a small clip debt (a few times the radius is a fraction of a decade).
+    Nothing in the merge guard bounds it yet (an open attack, docs/gossip.md,
+    "Merge defences").  Without a guard a radius is taken as 1e-2 ||x||.
+    """
+
+    per_round: int = 20
+    fraction: float = 0.9
+    weight: float = 0.5
+    ids: _Ids = field(default_factory=_Ids)
+    _cores: dict[int, PushSum] = field(default_factory=dict)
+    _me: bytes = b""
+    _direction: np.ndarray | None = None
+
+    def watch(self, cores: dict[int, PushSum], me: bytes) -> None:
+        """The honest holders' cores by node index, and the liar's own id."""
+        self._cores, self._me = dict(cores), me
+
+    def pushes(self, round: int, core: PushSum, peers: Sequence[int],
+               rng: np.random.Generator) -> list[tuple[int, Push]]:
+        if self._direction is None:
+            u = rng.standard_normal(core.length)
+            self._direction = u / np.linalg.norm(u)
+        out = []
+        for p in peers:
+            target = self._cores.get(p)
+            if target is None:
+                continue
+            x = target.estimate
+            size = float(np.linalg.norm(x))
+            guard = target._guard
+            tau = guard.clip.radius(size, self._me) if guard is not None else 1e-2 * size
+            for k in range(self.per_round):
+                q = x + self.fraction * tau * (1.0 + 0.5 * k) * self._direction
+                out.append((p, Push(core.fingerprint, self.ids.take(), encode(q, "f64"),
+                                    self.weight, want_reply=True)))
+        return out

@@ -302,6 +302,14 @@ class GossipDriver:
             failures = self._count_failure(peer)
             if self.epochs is not None:
                 self.epochs.unreachable(peer, surely=not exc.maybe_delivered, failures=failures)
+            if (self.partners is not None and exc.maybe_delivered
+                    and failures % core.max_attempts == 0):
+                # Silent for a push's every attempt in a row: a peer that takes
+                # requests and never answers (or hangs) blocks this model's new
+                # pushes for max_attempts x push_timeout each time it is picked
+                # (one such holder among 3 cut a node's exchanges to 6 %).  A
+                # strike pauses it, as a sink; random loss rarely fails so often.
+                self.partners.strike(peer, self._clock())
             # Said at the 1st, 10th, 100th... failure in a row: visible, yet
             # bounded however often a peer fails.
             level = logging.INFO if _is_power_of_ten(failures) else logging.DEBUG

@@ -10,7 +10,11 @@ A :class:`PushSum` built with ``guard=GuardSettings()`` consults a
   with the default push-pull exchange weights stay within a few times 1 and
   the largest honest share / receiver weight measured is 1.8 (see
   docs/gossip.md), so 4 leaves a margin of 2 while a liar can at most
-  multiply a receiver's weight by 5 per accepted push.
+  multiply a receiver's weight by 5 per accepted push.  A node's own pushes
+  carry at most :attr:`GuardSettings.max_share` (2): a liar that made it
+  heavy (one identity, one-way pushes of the node's own estimate, 10 weight
+  in 7 minutes) otherwise left it with shares every guarded peer refused,
+  for good, as weight only leaves a node by its pushes.
 - **Net weight balance per peer.**  Per peer one number: the net weight it
   handed us (what stays here of its pushes: share minus our reply) minus the
   net weight we handed it (what it kept of ours).  Both ends of an honest
@@ -46,8 +50,14 @@ A :class:`PushSum` built with ``guard=GuardSettings()`` consults a
   times the median, over the latest ``clip_senders`` distinct senders, of the
   norm of the last update each of them proposed (one entry per sender, so one
   liar moves the median by at most one rank), at least ``clip_floor`` times
-  the norm of our own estimate.  Before ``clip_warmup`` distinct senders
-  have been seen the radius is ``clip_start`` times that norm.  How a clipped
+  the norm of our own estimate.  Only *partners* count: peers that
+  acknowledged a push of ours, i.e. holders this node chose itself through
+  peer sampling (whose views keep made-up identities at their share).  An
+  unsolicited sender's norms are not recorded: otherwise a member with a
+  handful of made-up identities (free to mint, each one entry) fills the
+  table and sets the radius, wide enough for any poison or narrow enough to
+  clip every honest merge.  Before ``clip_warmup`` partners have been seen
+  the radius is ``clip_start`` times that norm.  How a clipped
   update keeps mass exact is the core's business (see
   :class:`gossip.pushsum.PushSum`).  The part of the share a clipped merge hands
   back (the whole share for a poisoner's kick, a fraction for an honest
@@ -61,7 +71,6 @@ A :class:`PushSum` built with ``guard=GuardSettings()`` consults a
   pays a quarter of that.  It is kept apart from
   the net balance because only the receiver sees it: the sender cannot
   mirror it, so in the balance it would make honest senders overdraw.
-
 Every refusal raises :class:`RefusedByGuard` (a ``RejectedPush`` with the rule
 named in ``rule``) before any state changes.
 """
@@ -111,7 +120,7 @@ class GuardSettings:
     clip_floor: float = 1e-3
     clip_senders: int = 16
     clip_warmup: int = 1
-    clip_start: float = 0.5  # the radius before clip_warmup senders: this x ||own x||
+    clip_start: float = 0.5  # the radius before clip_warmup partners: this x ||own x||
     reply_clip_factor: float = 4.0  # replies carry up to the responder's tau (returned excess)
     clip_debt_cap: float = 1.0  # clipped-away weight per sender, decaying with ...
     clip_debt_halflife: float = 10.0  # ... this half-life
@@ -143,6 +152,15 @@ class GuardSettings:
         value = self.fold_floor_merges
         if not isinstance(value, int) or isinstance(value, bool) or value < 0:
             raise InvalidValues(f"guard.fold_floor_merges: expected an int >= 0, got {value!r}")
+
+    @property
+    def max_share(self) -> float:
+        """The largest share this node's own pushes carry (2 by default): half of
+        what a guarded receiver takes from one push at least (``share_ratio x
+        weight_floor``), and within ``balance_cap``, so that a node a liar made
+        heavy still sheds its excess (honest shares are about half a node's
+        weight, under 1 with push-pull)."""
+        return min(self.share_ratio * self.weight_floor / 2.0, self.balance_cap)
 
     @property
     def clipping(self) -> bool:
@@ -223,13 +241,28 @@ class _Keyed:
 
 
 class ClipRadius:
-    """The clipping radius from the latest update norm of each recent sender."""
+    """The clipping radius from the latest update norm of each recent partner
+    (a peer that acknowledged a push of ours, see :meth:`note_partner`)."""
 
     def __init__(self, settings: GuardSettings) -> None:
         self._s = settings
         self._latest: OrderedDict[bytes, float] = OrderedDict()
+        # peers that acknowledged a push of ours (we chose them): only their norms count
+        self._partners: OrderedDict[bytes, None] = OrderedDict()
         self._fold_jump = 0.0  # norm of the training our last fold added
         self._fold_checks: dict[bytes, int] = {}  # each sender's clip checks since that fold
+
+    def note_partner(self, peer: bytes) -> None:
+        """``peer`` acknowledged a push of ours: a holder this node chose itself.
+
+        Only partners' update norms set the radius (see :meth:`record`): a
+        sender can make up identities for free, but it cannot make this node
+        choose them beyond their share of the peer-sampling views.
+        """
+        self._partners.pop(peer, None)
+        self._partners[peer] = None
+        if len(self._partners) > GUARD_SENDERS:
+            self._partners.popitem(last=False)
 
     def note_fold(self, jump: float) -> None:
         """Our masking epoch folded, adding training of norm ``jump`` to the estimate.
@@ -282,18 +315,17 @@ class ClipRadius:
         median = norms[(len(norms) - 1) // 2]
         return max(self._s.clip_factor * median, self._s.clip_floor * own_norm, floor)
 
-    @property
-    def warmed_up(self) -> bool:
-        """Whether ``clip_warmup`` distinct senders were seen (the radius follows them)."""
-        return len(self._latest) > self._s.clip_warmup
-
     def record(self, sender: bytes, norm: float, *, fold_check: bool = True) -> None:
         """Remember ``norm`` as ``sender``'s latest proposed update (accepted or clipped).
 
+        Ignored unless ``sender`` is a partner (:meth:`note_partner`): an
+        unsolicited sender's norm would let made-up identities set the bar.
         ``fold_check``: this was a push's clip check, which counts towards the
         end of ``sender``'s fold floor (a reply answers a request we chose to
         send: it may use the floor without spending it).
         """
+        if sender not in self._partners:
+            return
         if fold_check and sender in self._fold_checks:
             self._fold_checks[sender] += 1
         self._latest.pop(sender, None)

@@ -545,7 +545,7 @@ class PushSum:
         if self._guard is not None:
             # a peer that took more than it gave back (a sink) gets nothing more;
             # the next candidate takes its place (see holders_wanted)
-            guard, whole = self._guard, self.available_weight / (self.fanout + 1)
+            guard, whole = self._guard, self._share()
             held_before = guard.held_back
             targets = [p for p in targets if guard.may_push(p, now, whole)]
             self._c["guard_held"] += guard.held_back - held_before
@@ -557,7 +557,7 @@ class PushSum:
         # pushes but hears from nobody has mixed nothing into its own noise.
         self._maybe_unmask()
         # unacknowledged shares may still be taken: they must stay available
-        share = self.available_weight / (self.fanout + 1)
+        share = self._share()
         out: list[tuple[bytes, Push]] = []
         for peer in targets:
             masked = self._masked_left > 0
@@ -723,7 +723,7 @@ class PushSum:
                 self._guard.check_push(sender, push.weight, push.weight - r, self._w, flagged,
                                        self.privacy == "masked", now)
             if push.base:
-                y = self._rebuild_request(sender, push, y)
+                y = self._rebuild_request(sender, push, y, now)
             clip = self._clip_factor(sender, y, push.weight, r, flagged)
             # a clipped merge also costs the sender (part of) what was clipped
             # away, (1 - clip) r = s (1 - tau / |update|), as clip debt: little
@@ -804,6 +804,9 @@ class PushSum:
                 reply = self._check_reply(o, ack)
             except InvalidValues as exc:
                 bad = str(exc)
+        if self._guard is not None:
+            # a holder we chose ourselves: its update norms may set the clip radius
+            self._guard.clip.note_partner(o.peer)
         del self._outstanding[ack.push_id]
         self._recent_acks[ack.push_id] = None
         if len(self._recent_acks) > _RECENT_ACKS:
@@ -990,7 +993,8 @@ class PushSum:
             self._c["requests_widened"] += 1
             encoding = wider
 
-    def _rebuild_request(self, sender: bytes, push: Push, delta: np.ndarray) -> np.ndarray:
+    def _rebuild_request(self, sender: bytes, push: Push, delta: np.ndarray,
+                         now: float) -> np.ndarray:
         """The values of a delta request: the named reference plus ``delta`` (ours, float64)."""
         ref = self._references.get(ReferenceKey(sender, push.base, not push.base_by_sender))
         if ref is None:
@@ -998,8 +1002,10 @@ class PushSum:
             started = "the sender" if push.base_by_sender else "this node"
             reason = (f"base: no reference from exchange {push.base} (started by {started}) "
                       "is held for this sender; send absolute values")
-            log.info("refused a delta push from %s for model %s: %s", _short(sender),
-                     _short(self.fingerprint), reason)
+            # Rate-limited per sender: any peer may name a reference never held.
+            self._offences.log(now, _offender(sender), logging.INFO,
+                               "refused a delta push from %s for model %s: %s", _short(sender),
+                               _short(self.fingerprint), reason)
             raise _MissingReference(reason)
         q = rebuild(ref, delta)
         try:
@@ -1007,6 +1013,22 @@ class PushSum:
         except InvalidValues as exc:
             raise RejectedPush(str(exc)) from None
         return q
+
+    def _share(self) -> float:
+        """The weight of each new push: ``available / (fanout + 1)``, at most the
+        guard's :attr:`~gossip.merge_guard.GuardSettings.max_share`.
+
+        A liar can hand a node weight (one-way pushes of its own estimate pass
+        every check, up to the net balance per peer); uncapped, a node whose
+        weight passed about 6 made shares its own guard held back (and beyond
+        8 every guarded receiver refused): it never pushed again, and weight
+        only leaves by pushes.  Capped, it sheds the excess over a few
+        exchanges.
+        """
+        share = self.available_weight / (self.fanout + 1)
+        if self._guard is not None:
+            share = min(share, self._guard.settings.max_share)
+        return share
 
     def _reply_weight(self, s: float) -> float:
         """The weight we give back to a push-pull request of share ``s``."""
@@ -1109,13 +1131,14 @@ class PushSum:
         v -= self._x
         norm = math.sqrt(float(np.einsum("i,i->", v, v)))
         clip = self._guard.clip
-        # no clipping before a first sender was seen: an honest first reply may
-        # legitimately be as far as the two initial models
+        # before a partner was seen, reply_clip_factor x clip_start ||x|| (2 ||x||): an
+        # honest first reply lands half way between two initial models, well within it,
+        # while a liar answering a newcomer's (or a restarted node's) first request
+        # must not move it without bound
         # (a reply right after the responder's fold may carry its epoch: the fold
         # floor applies, unspent by replies)
         tau = (self._guard.settings.reply_clip_factor
-               * clip.radius(math.sqrt(float(np.einsum("i,i->", self._x, self._x))), o.peer)
-               if clip.warmed_up else math.inf)
+               * clip.radius(math.sqrt(float(np.einsum("i,i->", self._x, self._x))), o.peer))
         clip.record(o.peer, norm, fold_check=False)
         if norm <= tau:
             return

@@ -23,6 +23,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from gossip.attacks import (
+    Creeper,
     HeavyPusher,
     MaskLookalike,
     Poisoner,
@@ -45,6 +46,8 @@ ATTACKS: dict[str, Callable[[], Adversary | None]] = {
     "mask look-alike": lambda: MaskLookalike(10.0),
     "sink": lambda: Sink(),
     "taking sink": lambda: TakingSink(0.01),
+    "creep inside the radius": lambda: Creeper(per_round=1),
+    "fast creep": lambda: Creeper(per_round=20),
 }
 
 
@@ -85,6 +88,8 @@ def run(attack: str, defences: bool, n: int, dim: int, rounds: int, seed: int,
     sim = Simulation([ModelSpec("G", tuple(range(holders)), initial[:holders])], seed=seed,
                      adversaries={} if liar is None else {n: liar},
                      guard=GuardSettings() if defences else None)
+    if isinstance(inner, Creeper):
+        inner.watch({i: sim.cores[(i, "G")] for i in range(n)}, node_id(n))
     lo, hi = float("inf"), 0.0
     steps = np.random.default_rng(seed + 1000)
     for _ in range(rounds):

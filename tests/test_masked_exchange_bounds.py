@@ -130,6 +130,9 @@ def test_after_a_fold_a_clear_push_carrying_an_epoch_of_training_is_merged() -> 
     opts: dict = dict(privacy="masked", masked_pushes=0, exchange="push",
                       guard=GuardSettings(), max_abs_value=magnitude_bound(EpochSettings()))
     receiver = PushSum(FP, start, **opts)
+    # holders the receiver pushed to (its partners): only their updates set the radius
+    for sender in [bytes([k + 1]) * 8 for k in range(4)] + [b"s" * 8, b"p" * 8]:
+        receiver._guard.clip.note_partner(sender)  # type: ignore[union-attr]
     for k in range(4):  # clear rounds: updates of a round's drift set the radius
         peer = PushSum(FP, start + rng.normal(0.0, 1e-3, dim), privacy="masked",
                        masked_pushes=0, exchange="push")
@@ -182,6 +185,8 @@ def test_the_fold_floor_ends_after_fold_floor_merges_clip_checks() -> None:
         [(_, p)] = sender.make_pushes([b"r" * 8], t)
         return p
 
+    for k in range(4):  # holders the receiver pushed to (its partners): their updates count
+        receiver._guard.clip.note_partner(bytes([k + 1]) * 8)  # type: ignore[union-attr]
     for k in range(4):  # clear rounds: updates of a round's drift set the radius
         receiver.on_push(bytes([k + 1]) * 8, push_from(start + rng.normal(0.0, 1e-3, dim),
                                                        float(k)), float(k))

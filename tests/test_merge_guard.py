@@ -251,6 +251,7 @@ def test_the_fold_floor_of_the_clip_radius_lasts_fold_floor_merges_checks() -> N
     settings = GuardSettings(clip_factor=4.0, fold_floor_merges=3)
     clip = ClipRadius(settings)
     for k in range(4):
+        clip.note_partner(bytes([k + 1]) * 8)  # holders we pushed to: their norms count
         clip.record(bytes([k + 1]) * 8, 0.01)  # a round's drift
     s, t = bytes([1]) * 8, bytes([2]) * 8
     assert clip.radius(1.0, s) == pytest.approx(0.04)
@@ -283,6 +284,7 @@ def test_one_sender_cannot_spend_the_fold_floor_of_the_others() -> None:
     clip = ClipRadius(settings)
     honest, liar = b"h" * 8, b"z" * 8
     for sender in (honest, liar, b"a" * 8, b"b" * 8):
+        clip.note_partner(sender)  # holders we pushed to: their norms count
         clip.record(sender, 0.01)  # clear updates before the fold
     clip.note_fold(0.5)
     for _ in range(20):
@@ -292,6 +294,7 @@ def test_one_sender_cannot_spend_the_fold_floor_of_the_others() -> None:
     for k in range(10):
         fake = bytes([200 + k]) * 8
         assert clip.fold_floor(fake) == 0.0  # not a sender before the fold
+        clip.note_partner(fake)
         clip.record(fake, 0.01)
     assert clip.fold_floor(honest) == pytest.approx(2.0)
     assert ClipRadius(settings).fold_floor(honest) == 0.0  # no fold yet: no floor

@@ -25,8 +25,9 @@ class Observed(PushSum):
         super().__init__(*args, **kwargs)
         self.rebuilt: dict[tuple[bytes, int], np.ndarray] = {}
 
-    def _rebuild_request(self, sender: bytes, push: Push, delta: np.ndarray) -> np.ndarray:
-        q = super()._rebuild_request(sender, push, delta)
+    def _rebuild_request(self, sender: bytes, push: Push, delta: np.ndarray,
+                         now: float) -> np.ndarray:
+        q = super()._rebuild_request(sender, push, delta, now)
         self.rebuilt[(sender, push.push_id)] = q.copy()
         return q
 

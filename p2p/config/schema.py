@@ -274,7 +274,8 @@ class GossipConfig:
                                 "answered a push-pull request without a reply")
     clip_factor: float = setting(4.0, Number(minimum=0),
                                  "with merge_guard: clipping radius, times the median of "
-                                 "recent senders' update norms (0: no clipping)")
+                                 "recent partners' update norms (peers that acknowledged "
+                                 "a push of this node; 0: no clipping)")
 
     @property
     def guard(self) -> GuardSettings | None:
