@@ -20,6 +20,7 @@ from gossip.compression import (
     encoded_nbytes,
 )
 from gossip.counters import PushSumCounters
+from gossip.drift_budget import DriftBudget
 from gossip.dup_window import DupWindow, Seen
 from gossip.errors import (
     GossipError,
@@ -89,6 +90,7 @@ __all__ = [
     "PRIVACY_MODES",
     "WIRE_MESSAGES",
     "AveragingCore",
+    "DriftBudget",
     "DupWindow",
     "DurationSink",
     "EncodedVector",

@@ -144,8 +144,9 @@ class Creeper(_PlainAcks):
     receiver by about half a radius each.  The first is merged unclipped at no
     cost (the reply gives its share back, no clip debt), the others clipped
     at a small clip debt (a few times the radius is a fraction of a decade).
-    Nothing in the merge guard bounds it yet (an open attack, docs/gossip.md,
-    "Merge defences").  Without a guard a radius is taken as 1e-2 ||x||.
+    The guard's creep budget (:mod:`gossip.drift_budget`) refuses it once its
+    updates add up to ``drift_cap`` radii (docs/gossip.md, "A creep inside the
+    radius").  Without a guard a radius is taken as 1e-2 ||x||.
     """
 
     per_round: int = 20

@@ -71,6 +71,14 @@ A :class:`PushSum` built with ``guard=GuardSettings()`` consults a
   pays a quarter of that.  It is kept apart from
   the net balance because only the receiver sees it: the sender cannot
   mirror it, so in the balance it would make honest senders overdraw.
+- **Weight ceiling.**  No push that leaves weight here may take this node's
+  weight over ``weight_ceiling``: the net balance bounds each identity, and
+  identities are free (50 made-up ones took a node from weight 1 to 151).
+- **Creep budget** (:mod:`gossip.drift_budget`).  The sum of the clipped
+  updates each partner merged here (one sum for all non-partners), in radii
+  and decaying with this node's own pushes, stays within ``drift_cap``: a
+  liar whose requests all land just inside the radius along one direction
+  walked a node 180 radii in 400 requests.
 Every refusal raises :class:`RefusedByGuard` (a ``RejectedPush`` with the rule
 named in ``rule``) before any state changes.
 """
@@ -81,6 +89,9 @@ import math
 from collections import OrderedDict
 from dataclasses import dataclass
 
+import numpy as np
+
+from gossip.drift_budget import STRANGERS, DriftBudget
 from gossip.errors import InvalidValues, RejectedPush
 
 #: Peers remembered per core (least recently heard from out first).  An
@@ -89,7 +100,8 @@ from gossip.errors import InvalidValues, RejectedPush
 GUARD_SENDERS = 4096
 
 #: The rules a :class:`RefusedByGuard` names.
-RULES = ("weight_share", "weight_balance", "clip_debt", "flag_mode", "flag_budget", "clip")
+RULES = ("weight_share", "weight_balance", "weight_ceiling", "clip_debt", "flag_mode",
+         "flag_budget", "clip", "drift")
 
 
 class RefusedByGuard(RejectedPush):
@@ -131,17 +143,27 @@ class GuardSettings:
     # fold added, for this many clip checks of each sender seen before the fold (see
     # ClipRadius.note_fold); 0: no such floor
     fold_floor_merges: int = FOLD_FLOOR_MERGES
+    # no push that leaves weight here may take this node's weight above this
+    # (honest: 1.8 with push-pull, 5.4 with one-way pushes, 64 nodes): bounds what
+    # any number of made-up identities inject, each within its balance_cap
+    weight_ceiling: float = 16.0
+    # the sum of the updates one partner (all non-partners together) merged here,
+    # in radii, decaying with drift_halflife, stays within drift_cap (0: no such
+    # bound); see gossip.drift_budget
+    drift_cap: float = 4.0
+    drift_halflife: float = 20.0  # pushes this node makes (not time: its own exchange rate)
 
     def __post_init__(self) -> None:
         positive = ("share_ratio", "weight_floor", "balance_cap", "balance_halflife",
                     "sink_pause", "reply_clip_factor", "clip_debt_cap",
-                    "clip_debt_halflife", "clip_debt_decades", "flag_period")
+                    "clip_debt_halflife", "clip_debt_decades", "flag_period",
+                    "weight_ceiling", "drift_halflife")
         for name in positive:
             value = getattr(self, name)
             if not (isinstance(value, int | float) and math.isfinite(value) and value > 0):
                 raise InvalidValues(f"guard.{name}: expected a positive finite number, "
                                     f"got {value!r}")
-        for name in ("clip_factor", "clip_floor", "clip_start"):
+        for name in ("clip_factor", "clip_floor", "clip_start", "drift_cap"):
             value = getattr(self, name)
             if not (isinstance(value, int | float) and math.isfinite(value) and value >= 0):
                 raise InvalidValues(f"guard.{name}: expected a finite number >= 0, got {value!r}")
@@ -264,6 +286,15 @@ class ClipRadius:
         if len(self._partners) > GUARD_SENDERS:
             self._partners.popitem(last=False)
 
+    def warmed_up(self, sender: bytes | None = None) -> bool:
+        """Whether the radius for ``sender`` comes from partners' updates (else it is
+        the warm-up radius, ``clip_start`` x our own norm)."""
+        return sum(1 for s in self._latest if s != sender) >= self._s.clip_warmup
+
+    def is_partner(self, peer: bytes) -> bool:
+        """Whether ``peer`` acknowledged a push of ours (see :meth:`note_partner`)."""
+        return peer in self._partners
+
     def note_fold(self, jump: float) -> None:
         """Our masking epoch folded, adding training of norm ``jump`` to the estimate.
 
@@ -342,8 +373,13 @@ class MergeGuard:
     one ``balance_cap`` per peer and restart.
     """
 
-    def __init__(self, settings: GuardSettings) -> None:
+    def __init__(self, settings: GuardSettings, length: int = 0,
+                 rng: np.random.Generator | None = None) -> None:
+        """``length``: values per model (0: no creep budget); ``rng`` draws the
+        budget's secret sketch (see :mod:`gossip.drift_budget`)."""
         self.settings = settings
+        self.drift = (DriftBudget(length, settings.drift_cap, settings.drift_halflife, rng)
+                      if length > 0 and settings.drift_cap > 0 and settings.clipping else None)
         self.balances = NetBalances(settings.balance_halflife)
         self.clip_debt = NetBalances(settings.clip_debt_halflife)
         self._flags = _Keyed(float(settings.flag_budget), settings.flag_period)
@@ -367,6 +403,10 @@ class MergeGuard:
             raise RefusedByGuard(
                 "weight_share", f"share {weight:g} exceeds {s.share_ratio:g} x "
                 f"max(own weight {own_weight:g}, {s.weight_floor:g}) = {bound:g}")
+        if kept > 0 and own_weight + kept > s.weight_ceiling:
+            raise RefusedByGuard(
+                "weight_ceiling", f"net weight {kept:g} would take this node's weight "
+                f"{own_weight:g} over {s.weight_ceiling:g}")
         if kept > 0:
             balance = self.balances.value(sender, now)
             if balance + kept > s.balance_cap:
@@ -388,6 +428,29 @@ class MergeGuard:
                     "flag_budget", f"more than {s.flag_budget} masked or noisy pushes from "
                     f"this sender per {s.flag_period:g}")
 
+    def drift_key(self, sender: bytes) -> bytes:
+        """The creep budget ``sender`` spends: its own if a partner, else the one all
+        non-partners share (identities are free)."""
+        return sender if self.clip.is_partner(sender) else STRANGERS
+
+    def check_drift(self, sender: bytes, sketched: np.ndarray, own_pushes: float) -> None:
+        """Raise :class:`RefusedByGuard` ("drift") if merging an update (in radii,
+        sketched by ``self.drift.sketch``) would take its key's sum over
+        ``drift_cap``; an update that shrinks the sum is always let through.
+        The sums decay with this node's own pushes (``own_pushes``: how many
+        it made so far), not with time: honest pushes arrive at about the rate
+        a node makes its own, however fast the swarm exchanges."""
+        now = own_pushes
+        if self.drift is None:
+            return
+        key = self.drift_key(sender)
+        before, after = self.drift.used(key, now), self.drift.after(key, sketched, now)
+        if after > self.drift.cap and after > before:
+            who = "this partner" if key else "non-partner senders"
+            raise RefusedByGuard(
+                "drift", f"the updates {who} merged here would add up to {after:.3g} "
+                f"radii, over {self.drift.cap:g}")
+
     def clip_charge(self, share: float, clipped_away: float) -> float:
         """The clip debt a clipped merge of ``share`` that handed back ``clipped_away``
         costs its sender (see the module docstring)."""
@@ -399,10 +462,14 @@ class MergeGuard:
         return clipped_away * min(1.0, decades / self.settings.clip_debt_decades)
 
     def merged(self, sender: bytes, kept: float, flagged: bool, now: float,
-               clipped_away: float = 0.0) -> None:
+               clipped_away: float = 0.0, sketched: np.ndarray | None = None,
+               own_pushes: float = 0.0) -> None:
         """A push passed :meth:`check_push` and was merged: ``kept`` joins the balance,
-        ``clipped_away`` the sender's clip debt."""
+        ``clipped_away`` the sender's clip debt, ``sketched`` (the merged update,
+        see :meth:`check_drift`) its creep budget, at ``own_pushes``."""
         self.balances.add(sender, kept, now)
+        if sketched is not None and self.drift is not None:
+            self.drift.add(self.drift_key(sender), sketched, own_pushes)
         if clipped_away > 0:
             self.clip_debt.add(sender, clipped_away, now)
         if flagged:

@@ -349,7 +349,11 @@ class PushSum:
         self._recent_acks: OrderedDict[int, None] = OrderedDict()
         # push ids merged per sender, and whether we answered with a reply
         self._seen = DupWindow(dup_span)
-        self._guard = MergeGuard(guard) if guard is not None else None
+        self._guard = MergeGuard(guard, self._n, rng) if guard is not None else None
+        self._clip_seen: tuple[float, float] | None = None  # (tau, |y - x|) of the last check
+        # the creep budget's clock: pushes this node made (its own exchange rate,
+        # which no sender sets), see gossip.drift_budget
+        self._own_pushes = 0
         self._replies: OrderedDict[tuple[bytes, int], PushAck] = OrderedDict()
         self._replies_bytes = 0
         self._references = PairReferences(reference_store_bytes)
@@ -604,6 +608,7 @@ class PushSum:
             self._outstanding[push.push_id] = _Outstanding(peer, push, sent, masked, now, 1,
                                                            weight_at_push=self.weight)
             self._c["pushes_sent"] += 1
+            self._own_pushes += 1
             self._c["bytes_sent"] += push.nbytes
             out.append((peer, push))
         return out
@@ -724,6 +729,7 @@ class PushSum:
                                        self.privacy == "masked", now)
             if push.base:
                 y = self._rebuild_request(sender, push, y, now)
+            self._clip_seen = None
             clip = self._clip_factor(sender, y, push.weight, r, flagged)
             # a clipped merge also costs the sender (part of) what was clipped
             # away, (1 - clip) r = s (1 - tau / |update|), as clip debt: little
@@ -734,6 +740,7 @@ class PushSum:
                 clipped_away = self._guard.clip_charge(push.weight, (1.0 - clip) * r)
                 self._guard.check_push(sender, push.weight, kept, self._w, flagged,
                                        self.privacy == "masked", now, clipped_away)
+            sketched = self._creep_check(sender, y)
         except _MissingReference:
             raise  # not an offence: counted and logged in _rebuild_request
         except RejectedPush as exc:
@@ -748,7 +755,8 @@ class PushSum:
         self._c["pushes_received"] += 1
         self._c["bytes_received"] += push.nbytes
         if self._guard is not None:
-            self._guard.merged(sender, kept, flagged, now, clipped_away)
+            self._guard.merged(sender, kept, flagged, now, clipped_away, sketched,
+                               float(self._own_pushes))
             if clip != 1.0:
                 self._c["clipped"] += 1
         if not replying:
@@ -1040,6 +1048,24 @@ class PushSum:
         # bound the initiator checks exactly (see _check_reply).
         return min(s, self.available_weight / (self.fanout + 1))
 
+    def _creep_check(self, sender: bytes, y: np.ndarray) -> np.ndarray | None:
+        """The update a push would merge (clipped), as the creep budget sums it, or
+        RefusedByGuard ("drift"; see :mod:`gossip.drift_budget`); None when the
+        push was not clip-checked (no guard, clipping off, mask noise) or the
+        radius is still the warm-up one (no partner's update seen: a node that
+        only answers has no radius to count in, nor own pushes to decay with)."""
+        if (self._guard is None or self._guard.drift is None or self._clip_seen is None
+                or not self._guard.clip.warmed_up(sender)):
+            return None
+        tau, norm = self._clip_seen
+        # in radii at the time of the merge: as an honest swarm converges its
+        # radius shrinks, and the past larger steps must not count for more
+        update = np.subtract(y, self._x)
+        update *= 1.0 / max(norm, tau) if norm > 0 else 0.0
+        sketched = self._guard.drift.sketch(update)
+        self._guard.check_drift(sender, sketched, float(self._own_pushes))
+        return sketched
+
     def _clip_factor(self, sender: bytes, y: np.ndarray, s: float, r: float,
                      flagged: bool) -> float:
         """The reply's scale of ``x - q_A`` (1.0: no clipping) or RefusedByGuard.
@@ -1065,6 +1091,7 @@ class PushSum:
         # ClipRadius.note_fold, set in _maybe_unmask)
         tau = clip.radius(math.sqrt(float(np.einsum("i,i->", self._x, self._x))), sender)
         clip.record(sender, norm)  # statistics only: also when refused
+        self._clip_seen = (tau, norm)
         if norm <= tau:
             return 1.0
         if r <= 0.0:

@@ -7,7 +7,8 @@ the honest nodes: the total weight's min and max over time (in units of N),
 the consensus error at the end (largest ||x_i - mean_j x_j|| / ||m||) and the
 estimate error (largest ||x_i - m|| / ||m||, m the mean of the initial values
 of the nodes that were honest at first, moved by the training drift), as
-medians over ``--seeds``; and how often the defences fired.
+medians over ``--seeds`` (the error and the refusals with their min-max over
+the seeds, the run-to-run spread); and how often the defences fired.
 
     .venv/bin/python scripts/bench_attacks.py            # the README table
     .venv/bin/python scripts/bench_attacks.py --rounds 60 --seeds 5
@@ -146,9 +147,17 @@ def main(argv: list[str] | None = None) -> int:
             def med(key: str, runs: list[dict[str, float]] = runs) -> float:
                 return statistics.median(r[key] for r in runs)
 
+            def span(key: str, fmt: str, runs: list[dict[str, float]] = runs) -> str:
+                # the median and, over several seeds, the run-to-run spread (min-max)
+                values = [r[key] for r in runs]
+                text = format(statistics.median(values), fmt)
+                if len(values) > 1:
+                    text += f" ({min(values):{fmt}}-{max(values):{fmt}})"
+                return text
+
             print(f"| {attack} | {'on' if defences else 'off'} | "
                   f"{med('w_min'):.3g}-{med('w_max'):.3g} | {med('consensus'):.2g} | "
-                  f"{med('error'):.2g} | {med('refused'):.0f} | "
+                  f"{span('error', '.2g')} | {span('refused', '.0f')} | "
                   f"{med('clipped'):.0f} / {med('merged'):.0f} |", flush=True)
     return 0
 

@@ -78,7 +78,13 @@ def test_made_up_identities_cannot_widen_the_radius_for_a_poison_push() -> None:
     assert before < 0.2  # four times the honest updates (0.5 ||x|| before any)
     poison = 1e3 * rng.standard_normal(N)
     for k in range(12):
-        victim.on_push(b"sybil%d" % k, push(poison, 1e-9, 100 + k, want_reply=True), 20.0 + k)
+        try:
+            victim.on_push(b"sybil%d" % k, push(poison, 1e-9, 100 + k, want_reply=True),
+                           20.0 + k)
+        except RefusedByGuard as exc:
+            # since review 22 the later ones are refused: non-partners share one creep
+            # budget (gossip.drift_budget), and these all push the same way
+            assert exc.rule == "drift"
     assert radius(victim, b"sybil0") == pytest.approx(before)
     x = victim.estimate
     with pytest.raises(RefusedByGuard) as refused:
