@@ -45,6 +45,8 @@ def test_handshake_slots_are_capped_per_source_and_in_all() -> None:
     assert not refused.admitted and "limit 2 per source" in refused.reason
     assert adm.open_handshake(4, "10.0.0.2", 0.0).admitted
     assert adm.open_handshake(5, "10.0.0.3", 0.0).admitted
+    for conn in (1, 2, 4, 5):  # each has sent its first frame (else it would give way)
+        adm.first_frame(conn)
     # all 4 taken and none has run for the grace period: refused (a source
     # holding no more than one slot above the newcomer's is not displaced)
     full = adm.open_handshake(6, "10.0.0.2", 0.5)
@@ -201,7 +203,10 @@ def test_one_ipv6_host_cannot_take_every_handshake_slot() -> None:
     taken = [adm.open_handshake(conn, source_of(f"[2001:db8::{conn:x}]:5000"), 0.0).admitted
              for conn in range(1, 5)]
     assert taken == [True, True, False, False]
-    assert adm.open_handshake(9, source_of("[2001:db8:0:1::1]:5000"), 0.0).admitted
+    # another /64 of the same /48 (one customer's allocation) neither...
+    assert not adm.open_handshake(8, source_of("[2001:db8:0:1::1]:5000"), 0.0).admitted
+    # ...but another /48 gets in
+    assert adm.open_handshake(9, source_of("[2001:db8:1::1]:5000"), 0.0).admitted
 
 
 def test_a_flood_from_a_few_sources_cannot_starve_other_sources_of_handshakes() -> None:
@@ -211,13 +216,16 @@ def test_a_flood_from_a_few_sources_cannot_starve_other_sources_of_handshakes() 
     adm = Admission(limits(max_handshakes=4, handshakes_per_source=2, handshake_grace=1.0))
     for conn, source in ((1, "10.0.0.1"), (2, "10.0.0.1"), (3, "10.0.0.2"), (4, "10.0.0.2")):
         assert adm.open_handshake(conn, source, 0.1 * conn).admitted
+        adm.first_frame(conn)  # they speak (a mute slot would give way at once)
     honest = adm.open_handshake(5, "10.0.0.3", 0.5)
     assert honest.admitted and honest.close == (1,)  # the oldest of a largest holder
+    adm.first_frame(5)
     # the flooders cannot push it out again: each is at or above its fair share
     again = adm.open_handshake(6, "10.0.0.1", 0.6)
     assert not again.admitted
     again = adm.open_handshake(7, "10.0.0.4", 0.6)  # another fresh source: takes from 10.0.0.2
     assert again.admitted and again.close == (3,)
+    adm.first_frame(7)
     # with every source at one slot, the grace rule decides as before
     tie = adm.open_handshake(8, "10.0.0.5", 0.7)
     assert not tie.admitted and "handshake slots are taken" in tie.reason

@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from p2p.wire import framing
 from p2p.wire.framing import FrameDecoder, FrameTooLarge, encode_frame
 
 
@@ -133,6 +134,31 @@ def test_large_body_is_read_straight_into_its_own_buffer() -> None:
     # The payload is the buffer the socket wrote into (no copy), and it is writable
     # (a sealed frame is opened in place).
     assert payload.obj is rest.obj and not payload.readonly
+
+
+def test_after_a_large_frame_the_next_read_between_frames_is_small() -> None:
+    # The part of a read that lands in the stage beyond the header is copied
+    # into the frame's own buffer: after a large frame (the next is likely as
+    # large) a read between frames asks for a few KiB, not the whole stage.
+    decoder = FrameDecoder(max_frame_size=1 << 20)
+    assert len(decoder.get_buffer()) == framing._STAGE_SIZE
+    large = bytes(range(256)) * 800  # 200 KiB
+    assert decoder.feed(encode_frame(large)) == [large]
+    first = decoder.get_buffer()
+    assert len(first) == framing._AFTER_LARGE_READ < framing._STAGE_SIZE
+    # the next large frame: its header and head come through the stage, the
+    # rest is read straight into the frame's buffer
+    frame = encode_frame(large[::-1])
+    first[:] = frame[: len(first)]
+    assert decoder.buffer_updated(len(first)) == []
+    rest = decoder.get_buffer()
+    assert len(rest) == len(frame) - len(first)
+    rest[:] = frame[len(first):]
+    (payload,) = decoder.buffer_updated(len(rest))
+    assert payload == large[::-1] and payload.obj is rest.obj
+    # a small frame whole in the stage: reads between frames are full-size again
+    assert decoder.feed(encode_frame(b"ack")) == [b"ack"]
+    assert len(decoder.get_buffer()) == framing._STAGE_SIZE
 
 
 def test_small_payloads_survive_later_reads() -> None:

@@ -622,6 +622,36 @@ async def test_socket_steps_are_checkpoints() -> None:
     assert await ms.receive_payload(5, 5) == b"still there"
 
 
+async def test_the_wait_for_an_answer_has_the_first_timeout(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    # Without a deadlines() block, the receive after a send with reply_follows
+    # makes its cancel scope with the deadline already set: the same timeout,
+    # from the same moment (the send did not wait), named the same way.
+    near, far = socket_streams()
+    ms, peer = MessageStream(near), MessageStream(far)
+    start = trio.current_time()
+    await ms.send_parts([b"request"], reply_follows=True)
+    with trio.fail_after(100), \
+            pytest.raises(ConnectionFailure, match="after 3 s waiting for a message") as idle:
+        await ms.receive_payload(3, 1)
+    assert idle.value.kind == "idle"
+    assert trio.current_time() - start == pytest.approx(3)
+    assert bytes(await peer.receive_payload(5, 5)) == b"request"
+    # answered in time: the reply comes back, and the next wait is armed afresh
+    await ms.send_parts([b"again"], reply_follows=True)
+    assert bytes(await peer.receive_payload(5, 5)) == b"again"
+    await trio.sleep(2)  # within 3 s of the send
+    await peer.send_payload(b"reply")
+    assert bytes(await ms.receive_payload(3, 1)) == b"reply"
+    await trio.sleep(10)  # no deadline left behind between exchanges
+    await ms.send_parts([b"third"], reply_follows=True)
+    with trio.CancelScope() as scope:
+        scope.cancel()
+        await ms.receive_payload(3, 1)  # the wait is a checkpoint: cancelled
+    assert scope.cancelled_caught
+
+
 async def test_a_send_followed_by_a_receive_yields_in_the_receive_only() -> None:
     near, far = socket_streams()
     ms, peer = MessageStream(near), MessageStream(far)

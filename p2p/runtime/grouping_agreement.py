@@ -64,6 +64,7 @@ from typing import Protocol
 
 import numpy as np
 
+from gossip.log_limit import LogLimiter
 from p2p.runtime.grouping_messages import (
     GroupsPull,
     GroupsReply,
@@ -212,6 +213,9 @@ class GroupingAgreement:
         self._resync: bytes | None = None  # the peer to pull from next (disagreement)
         self._pending: tuple[tuple[bytes, ...], ...] | None = None  # a peer's applied groups
         self._pending_fp = ""
+        self._pending_from = b""  # the peer that announced them
+        # Lines a peer's announcements cause: at most two per peer and interval.
+        self._peer_lines = LogLimiter(logger)
         self._rejected: set[tuple[str, frozenset[bytes]]] = set()  # announced, not reproduced
 
     # ------------------------------------------------------------------ state
@@ -324,7 +328,7 @@ class GroupingAgreement:
         if self.applied is not None or self.own_record is None:
             return None
         if self._pending is not None:
-            adopted = self._adopt(self._pending, self._pending_fp)
+            adopted = self._adopt(self._pending, self._pending_fp, now)
             if adopted is not None:
                 return adopted
         if not self.complete(now):
@@ -357,7 +361,8 @@ class GroupingAgreement:
                 return AppliedGroups(grouping, tuple(group), False, name)
         raise ValueError("internal error: this node is in no group")  # pragma: no cover
 
-    def _adopt(self, groups: tuple[tuple[bytes, ...], ...], fp: str) -> AppliedGroups | None:
+    def _adopt(self, groups: tuple[tuple[bytes, ...], ...], fp: str,
+               now: float) -> AppliedGroups | None:
         """A peer's applied grouping, if the records held reproduce its fingerprint."""
         members = [m for g in groups for m in g]
         missing = [m for m in members if m not in self._projections]
@@ -379,8 +384,10 @@ class GroupingAgreement:
             self._rejected.add(key)
             if len(self._rejected) > self.max_records:
                 self._rejected.pop()
-            logger.warning("grouping epoch %d: a peer announced groups %s that its members' "
-                           "records do not reproduce; ignored", self.epoch, fp[:12])
+            self._peer_lines.log(now, self._pending_from.hex(), logging.WARNING,
+                                 "grouping epoch %d: peer %s announced groups %s that its "
+                                 "members' records do not reproduce; ignored", self.epoch,
+                                 self._pending_from[:4].hex(), fp[:12])
             return None
         if self.own_id in members:
             self.applied = self._applied(grouping, grouping.groups)
@@ -413,15 +420,15 @@ class GroupingAgreement:
             self._claims[peer] = held
             while len(self._claims) > self.max_records:
                 self._claims.pop(next(iter(self._claims)))
-        self._note_fingerprint(peer, fingerprint[:64])
+        self._note_fingerprint(peer, fingerprint[:64], now)
         if agreed and self.applied is None and fingerprint:
             members = sum(len(g) for g in agreed)
             if members <= self.max_records:
-                self._pending, self._pending_fp = agreed, fingerprint
+                self._pending, self._pending_fp, self._pending_from = agreed, fingerprint, peer
                 if any(m not in self._projections for g in agreed for m in g):
                     self._resync = peer
 
-    def _note_fingerprint(self, peer: bytes, fingerprint: str) -> None:
+    def _note_fingerprint(self, peer: bytes, fingerprint: str, now: float) -> None:
         if not fingerprint:
             return
         before = self._peer_fingerprints.pop(peer, None)
@@ -434,8 +441,11 @@ class GroupingAgreement:
         elif own and fingerprint != before:
             self.counters.disagreements += 1
             self._resync = peer
-            logger.info("grouping epoch %d: peer %s announces %s, this node %s; re-syncing "
-                        "tables", self.epoch, peer[:4].hex(), fingerprint[:12], own[:12])
+            # rate-limited per peer: one alternating its fingerprint would get a line a pull
+            self._peer_lines.log(now, peer.hex(), logging.INFO,
+                                 "grouping epoch %d: peer %s announces %s, this node %s; "
+                                 "re-syncing tables", self.epoch, peer[:4].hex(),
+                                 fingerprint[:12], own[:12])
 
     def _accept(self, record: object, now: float) -> bool:
         """Check and keep one record; False (and counted) when dropped."""

@@ -4,7 +4,13 @@ Nothing here knows about models or training; the node runtime composes the
 messages and handlers of each subsystem on top of this layer.
 """
 
-from p2p.wire.admission import Admission, AdmissionLimits, FrameBudget, frame_allowance
+from p2p.wire.admission import (
+    Admission,
+    AdmissionLimits,
+    FrameBudget,
+    frame_allowance,
+    frame_pace_allowance,
+)
 from p2p.wire.codec import (
     DecodeError,
     EncodeError,
@@ -32,7 +38,7 @@ from p2p.wire.sealing import CIPHERS, SealError
 from p2p.wire.transport import PeerUnreachable, Rejected, RemoteError, Transport, TransportError
 
 __all__ = [
-    "Admission", "AdmissionLimits", "FrameBudget", "frame_allowance",
+    "Admission", "AdmissionLimits", "FrameBudget", "frame_allowance", "frame_pace_allowance",
     "CIPHERS", "MESSAGES", "DecodeError", "EncodeError", "Error", "FrameDecoder",
     "FrameTooLarge", "Handshake", "HandshakeError", "HandshakePayload", "Identity",
     "IdentityError", "NoiseHello", "NoiseMessage", "PeerInfo", "PeerUnreachable", "Ping",

@@ -14,10 +14,15 @@ The rules, and why:
   a member. When every handshake slot is taken, a newcomer takes the oldest
   slot of a source that holds at least two more than its own source (fair
   shares: a few flooding sources cannot keep everyone else out by renewing
-  their slots faster than the grace); otherwise the oldest handshake gives
-  way if it has run for ``handshake_grace`` (honest handshakes take a few
-  milliseconds; a silent one is the flood). IPv6 sources are counted per
-  /64 (:func:`source_of`).
+  their slots faster than the grace); otherwise the oldest handshake that
+  has not delivered its first frame within ``first_frame_grace``
+  (:meth:`Admission.first_frame`: an honest initiator sends it with its
+  connect, so it arrives within a round trip; a flood never sends it); otherwise
+  the oldest handshake gives way if it has run for ``handshake_grace``
+  (honest handshakes take a few milliseconds; a silent one is the flood).
+  IPv6 sources are counted per /64 (:func:`source_of`), and for handshakes
+  also per /48 (:func:`site_of`: one customer's allocation usually holds
+  256 or 65,536 /64s): the per-source cap and the fair shares apply to both.
 - **Sessions** (authenticated incoming connections): at most
   ``max_sessions``, ``sessions_per_source`` per source address and
   ``sessions_per_node`` per node id. A node id over its cap replaces its own
@@ -26,7 +31,12 @@ The rules, and why:
   starts (the handshake's public-key operations are what a flood would make
   the node spend). A full table makes room by closing the session that has
   been *silent* longest (no request but pings for ``silence`` seconds), else
-  the newcomer is refused.
+  by fair shares (the least recently active session of the source holding
+  the most, if that is at least two more than the newcomer's source holds:
+  a few sources that keep their sessions busy cannot shut every other
+  source out), else the newcomer is refused. Only requests that a handler
+  answered without an error are work (the transport calls
+  :meth:`Admission.request`): junk that is refused keeps no session alive.
 - **Silent sessions are closed sooner when slots are short**: with at least
   ``pressure`` x ``max_sessions`` sessions open, a session silent for
   ``silence`` seconds is closed (:meth:`Admission.expired`); otherwise only
@@ -39,30 +49,38 @@ The rules, and why:
 have started to arrive but are not complete (small frames against an
 allowance of their own); a frame that would take the total over it closes
 its connection (:class:`~p2p.wire.framing.FrameDecoder` asks before it
-allocates). A frame must also arrive whole within a deadline scaled from its
-size (:func:`frame_allowance`), so a peer trickling bytes just fast enough
-to dodge the read timeout cannot hold its share of the budget for ever.
-:func:`receive_frame_limit` sizes a node's frame cap from the largest push it
+allocates); the frames of one source may hold at most a share of it
+(``SOURCE_FRAME_SHARE``), so one host cannot fill it. A frame must also arrive
+whole within a deadline scaled from its size (:func:`frame_allowance`), and
+keep pace with the floor rate from its header on, after a short grace
+(:func:`frame_pace_allowance`): holding budget costs the bandwidth it
+stands for, and a peer trickling bytes to dodge the read timeout loses its
+frame (and the budget) within seconds. :func:`receive_frame_limit` sizes a node's frame cap from the largest push it
 can receive.
 """
 
 from __future__ import annotations
 
 import ipaddress
+from collections.abc import Callable
 from dataclasses import dataclass
 
 __all__ = [
     "DEFAULT_FRAME_BUDGET",
     "DEFAULT_MIN_FRAME_RATE",
     "DEFAULT_SMALL_FRAME_BUDGET",
+    "FRAME_PACE_GRACE",
     "MIN_FRAME_LIMIT",
     "SMALL_FRAME_SIZE",
+    "SOURCE_FRAME_SHARE",
     "Admission",
     "AdmissionLimits",
     "Decision",
     "FrameBudget",
     "frame_allowance",
+    "frame_pace_allowance",
     "receive_frame_limit",
+    "site_of",
     "source_of",
 ]
 
@@ -78,6 +96,24 @@ DEFAULT_SMALL_FRAME_BUDGET = 8 * 1024 * 1024
 #: The slowest average rate (bytes per second) at which a frame may arrive (see
 #: :func:`frame_allowance`): 1 Mbit/s, a 4 MB push in about 32 s.
 DEFAULT_MIN_FRAME_RATE = 128 * 1024
+#: The share of a :class:`FrameBudget` the unfinished large frames of one
+#: source (and of one IPv6 /48) may hold: a quarter, so that filling the
+#: budget takes at least four sources, and one busy source (a NAT, a host
+#: running several daemons) still has room for a few large frames at once
+#: (at the default budget of 4 frames of the largest size, at least one).
+SOURCE_FRAME_SHARE = 0.25
+#: Seconds a frame's body may lag behind the floor rate, counted from its
+#: header (:func:`frame_pace_allowance`). A sender writes a whole frame at
+#: once, so an honest body follows its header at link speed; the grace
+#: absorbs its start (TCP slow start: a few round trips, under a second) and
+#: stalls of either end (a receiver descheduled on a loaded machine reads the
+#: bytes that queued meanwhile when it wakes; a sender whose socket buffer
+#: was full waits for its own loop). A body faster than the floor banks the
+#: difference: only one arriving at the floor itself has no more slack than
+#: this. And it is what a peer that announces a frame and then stalls holds
+#: the frame's budget for, per frame (and handshake), instead of the read
+#: timeout plus the frame's size at the floor rate.
+FRAME_PACE_GRACE = 5.0
 #: The smallest frame cap :func:`receive_frame_limit` returns: room for the
 #: largest shuffle and handshake messages whatever the models' size.
 MIN_FRAME_LIMIT = 1024 * 1024
@@ -91,6 +127,18 @@ def frame_allowance(size: int, read_timeout: float, min_rate: float) -> float:
     if not min_rate > 0:
         raise ValueError(f"min_rate must be > 0 bytes per second, got {min_rate}")
     return read_timeout + size / min_rate
+
+
+def frame_pace_allowance(received: int, min_rate: float,
+                         grace: float = FRAME_PACE_GRACE) -> float:
+    """Seconds after a frame's header by which the next byte of its body must
+    have arrived, when ``received`` bytes of the body are in: ``grace`` plus
+    ``received + 1`` bytes at ``min_rate`` bytes per second. A body that falls
+    further behind the floor rate is dropped with its connection (and the
+    budget it held given back), whatever the read timeout would allow."""
+    if not min_rate > 0:
+        raise ValueError(f"min_rate must be > 0 bytes per second, got {min_rate}")
+    return grace + (received + 1) / min_rate
 
 
 def receive_frame_limit(largest_push_bytes: int, ceiling: int) -> int:
@@ -132,6 +180,20 @@ def _ipv6_source(host: str) -> str:
     return str(ipaddress.IPv6Network((int(address) >> 64 << 64, 64)))
 
 
+def site_of(source: str) -> str:
+    """The coarser group a :func:`source_of` source belongs to for handshakes:
+    the /48 of an IPv6 /64 (``"2001:db8::/48"``), since one customer's
+    allocation (a /56 or a /48) holds hundreds of /64s at no cost; any other
+    source is its own site."""
+    if not source.endswith("/64"):
+        return source
+    try:
+        network = ipaddress.IPv6Network(source)
+    except ValueError:
+        return source
+    return str(network.supernet(new_prefix=48))
+
+
 @dataclass(frozen=True)
 class AdmissionLimits:
     """The caps of :class:`Admission` (see the module doc for what each does)."""
@@ -139,6 +201,7 @@ class AdmissionLimits:
     max_handshakes: int = 16
     handshakes_per_source: int = 8
     handshake_grace: float = 1.0
+    first_frame_grace: float = 0.1
     max_sessions: int = 64
     sessions_per_source: int = 32
     sessions_per_node: int = 2
@@ -151,7 +214,7 @@ class AdmissionLimits:
                      "sessions_per_source", "sessions_per_node"):
             if getattr(self, name) < 1:
                 raise ValueError(f"admission {name} must be >= 1, got {getattr(self, name)}")
-        for name in ("handshake_grace", "silence", "idle_limit"):
+        for name in ("handshake_grace", "first_frame_grace", "silence", "idle_limit"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"admission {name} must be > 0 seconds, "
                                  f"got {getattr(self, name)}")
@@ -193,7 +256,9 @@ class Decision:
 @dataclass
 class _Handshake:
     source: str
+    site: str
     started: float
+    spoke: bool = False  # its first frame arrived
 
 
 @dataclass
@@ -242,25 +307,32 @@ class Admission:
             return self._refuse("sessions_per_source",
                                 f"{sessions} sessions from {source} already open "
                                 f"(limit {lim.sessions_per_source} per source)")
-        mine = sum(h.source == source for h in self._handshakes.values())
-        if mine >= lim.handshakes_per_source:
-            return self._refuse("handshakes_per_source",
-                                f"{mine} handshakes from {source} already in progress "
-                                f"(limit {lim.handshakes_per_source} per source)")
+        site = site_of(source)
+        for group, label, of in ((source, "source", _source), (site, "/48", _site)):
+            mine = sum(of(h) == group for h in self._handshakes.values())
+            if mine >= lim.handshakes_per_source:
+                return self._refuse("handshakes_per_source",
+                                    f"{mine} handshakes from {group} already in progress "
+                                    f"(limit {lim.handshakes_per_source} per {label})")
         close: tuple[int, ...] = ()
+        why = ""
         if len(self._handshakes) >= lim.max_handshakes:
-            oldest = self._fair_victim(mine)
+            oldest, why = self._handshake_victim(source, site, now)
             if oldest is None:
-                oldest = min(self._handshakes, key=lambda c: self._handshakes[c].started)
-                if now - self._handshakes[oldest].started < lim.handshake_grace:
-                    return self._refuse("max_handshakes",
-                                        f"all {lim.max_handshakes} handshake slots are taken")
+                return self._refuse("max_handshakes",
+                                    f"all {lim.max_handshakes} handshake slots are taken")
             del self._handshakes[oldest]
             self._count("handshake_displaced")
             close = (oldest,)
-        self._handshakes[conn] = _Handshake(source, now)
-        return Decision(True, close=close,
-                        why_close="handshake slots full: the oldest handshake gave way")
+        self._handshakes[conn] = _Handshake(source, site, now)
+        return Decision(True, close=close, why_close=why)
+
+    def first_frame(self, conn: int) -> None:
+        """``conn``'s first handshake frame arrived: it no longer gives way to
+        a newcomer before the grace (unknown ids are ignored)."""
+        hs = self._handshakes.get(conn)
+        if hs is not None:
+            hs.spoke = True
 
     def finish_handshake(self, conn: int, node_id: bytes, now: float) -> Decision:
         """``conn`` proved it is ``node_id``: may it hold a session slot?
@@ -286,13 +358,19 @@ class Admission:
                                 f"{from_source} sessions from {source} already open "
                                 f"(limit {lim.sessions_per_source} per source)")
         if len(self._sessions) - len(close) >= lim.max_sessions:
-            victim = self._most_silent([c for c in self._sessions if c not in close], now)
+            others = {c: s for c, s in self._sessions.items() if c not in close}
+            victim = self._most_silent(list(others), now)
+            reason = "session slots are full and it was silent"
+            if victim is None:
+                victim = _fair_victim({c: s.source for c, s in others.items()}, source,
+                                      key=lambda c: others[c].last_request)
+                reason = "session slots are full and its source holds the most"
             if victim is None:
                 return self._refuse("max_sessions",
                                     f"all {lim.max_sessions} session slots are taken by "
                                     "active sessions")
             close.append(victim)
-            why = why or "session slots are full and it was silent"
+            why = why or reason
         for c in close:
             del self._sessions[c]
             self._count("session_displaced")
@@ -300,7 +378,8 @@ class Admission:
         return Decision(True, close=tuple(close), why_close=why)
 
     def request(self, conn: int, now: float) -> None:
-        """``conn`` sent a request that is work (not a ping)."""
+        """``conn`` sent a request that is work: a handler answered it without
+        an error (a ping, a message that is no request or a refused one is not)."""
         session = self._sessions.get(conn)
         if session is not None:
             session.last_request = now
@@ -333,20 +412,31 @@ class Admission:
 
     # -- internals ----------------------------------------------------------------
 
-    def _fair_victim(self, newcomer_holds: int) -> int | None:
-        """The handshake a newcomer whose source holds ``newcomer_holds`` slots
-        takes at once when all are taken: the oldest of a source holding at
-        least two more (a few flooding sources that keep every slot younger than
-        the grace would otherwise shut all other sources out). None: no such
-        source, the grace rule decides."""
-        held: dict[str, int] = {}
-        for h in self._handshakes.values():
-            held[h.source] = held.get(h.source, 0) + 1
-        most = max(held.values(), default=0)
-        if most < newcomer_holds + 2:
-            return None
-        return min((c for c, h in self._handshakes.items() if held[h.source] == most),
-                   key=lambda c: self._handshakes[c].started)
+    def _handshake_victim(self, source: str, site: str, now: float
+                          ) -> tuple[int | None, str]:
+        """The handshake a newcomer from ``source`` (in ``site``) takes when all
+        slots are taken, and why; None: it is refused. In order: fair shares
+        per /48, then per source (see :func:`_fair_victim`); the oldest that has
+        not delivered its first frame within ``first_frame_grace``; the oldest,
+        once past ``handshake_grace``."""
+        table = self._handshakes
+
+        def started(c: int) -> float:
+            return table[c].started
+
+        for holders, newcomer in (({c: h.site for c, h in table.items()}, site),
+                                  ({c: h.source for c, h in table.items()}, source)):
+            victim = _fair_victim(holders, newcomer, key=started)
+            if victim is not None:
+                return victim, "handshake slots full: its source held the most"
+        mute = [c for c, h in table.items()
+                if not h.spoke and now - h.started >= self.limits.first_frame_grace]
+        if mute:
+            return min(mute, key=started), "handshake slots full: it had sent nothing yet"
+        oldest = min(table, key=started)
+        if now - table[oldest].started >= self.limits.handshake_grace:
+            return oldest, "handshake slots full: the oldest handshake gave way"
+        return None, ""
 
     def _most_silent(self, candidates: list[int], now: float) -> int | None:
         silent = [c for c in candidates
@@ -363,12 +453,45 @@ class Admission:
         self.refused[rule] = self.refused.get(rule, 0) + 1
 
 
+def _source(hs: _Handshake) -> str:
+    return hs.source
+
+
+def _site(hs: _Handshake) -> str:
+    return hs.site
+
+
+def _fair_victim(holders: dict[int, str], newcomer: str,
+                 key: Callable[[int], float]) -> int | None:
+    """Fair shares of a full table (``holders``: connection -> the source it is
+    counted against): the connection to close for a newcomer from
+    ``newcomer``, the first by ``key`` among those of the source holding the
+    most, if that source holds at least two more than the newcomer's (a few
+    sources that keep their slots fresh or busy would otherwise shut every
+    other source out); None when every source is within one of it."""
+    held: dict[str, int] = {}
+    for group in holders.values():
+        held[group] = held.get(group, 0) + 1
+    most = max(held.values(), default=0)
+    if most < held.get(newcomer, 0) + 2:
+        return None
+    return min((c for c, group in holders.items() if held[group] == most), key=key)
+
+
 class FrameBudget:
     """Bytes that frames still arriving may hold, summed over all connections.
 
     A decoder :meth:`reserve` s a frame's size when its header announces it
     and :meth:`release` s it when the frame is complete or its connection
     closes. ``limit`` <= 0 turns the budget off.
+
+    One source may not hold it all: a large frame whose ``source`` (a
+    :func:`source_of` key; its IPv6 /48 is counted too, see :func:`site_of`)
+    already holds unfinished large frames is refused when they would pass
+    ``source_share`` x ``limit`` (``source_limit``). A source holding nothing
+    may always start one frame (within ``limit``), so a frame larger than the
+    share is not shut out. A frame reserved without a source (tests, callers
+    that know none) is only counted against ``limit``.
 
     Small frames (no larger than a decoder's staging area) are counted apart,
     against ``small_limit`` (:meth:`reserve_small`): they must still get
@@ -378,32 +501,73 @@ class FrameBudget:
     """
 
     def __init__(self, limit: int = DEFAULT_FRAME_BUDGET,
-                 small_limit: int = DEFAULT_SMALL_FRAME_BUDGET) -> None:
+                 small_limit: int = DEFAULT_SMALL_FRAME_BUDGET, *,
+                 source_share: float = SOURCE_FRAME_SHARE) -> None:
+        if not 0 < source_share <= 1:
+            raise ValueError(f"source_share must be in (0, 1], got {source_share}")
         self.limit = limit
         self.small_limit = small_limit
+        #: Bytes the unfinished large frames of one source (or /48) may hold.
+        self.source_limit = int(limit * source_share) if limit > 0 else 0
         #: Bytes held by unfinished large frames, and by unfinished small ones.
         self.held = 0
         self.small_held = 0
         #: The most ever held at once by large frames, and frames refused
-        #: (large or small), over the budget's life.
+        #: (large or small), over the budget's life; of those refused, the ones
+        #: refused because their source held its share (the node had room).
         self.peak = 0
         self.refused = 0
+        self.refused_by_source = 0
+        # source (and IPv6 /48) -> bytes its unfinished large frames hold
+        self._by_source: dict[str, int] = {}
 
-    def reserve(self, size: int) -> bool:
-        """Take ``size`` bytes for a large frame; False (nothing taken) if that
-        would exceed the budget."""
+    def held_by(self, source: str) -> int:
+        """Bytes the unfinished large frames of ``source`` (a :func:`source_of`
+        key, or a /48 from :func:`site_of`) hold."""
+        return self._by_source.get(source, 0)
+
+    def over_share(self, size: int, source: str) -> str | None:
+        """The source (or its /48) whose share a large frame of ``size`` bytes
+        from ``source`` would pass, or None if it fits its share."""
+        if self.source_limit <= 0:
+            return None
+        for group in _source_groups(source):
+            holds = self._by_source.get(group, 0)
+            if holds and holds + size > self.source_limit:
+                return group
+        return None
+
+    def reserve(self, size: int, source: str | None = None) -> bool:
+        """Take ``size`` bytes for a large frame from ``source``; False (nothing
+        taken) if that would pass the source's share or the budget."""
+        if source is not None and self.over_share(size, source) is not None:
+            self.refused += 1
+            self.refused_by_source += 1
+            return False
         if self.limit > 0 and self.held + size > self.limit:
             self.refused += 1
             return False
+        if source is not None and self.source_limit > 0:
+            for group in _source_groups(source):
+                self._by_source[group] = self._by_source.get(group, 0) + size
         self.held += size
         self.peak = max(self.peak, self.held)
         return True
 
-    def release(self, size: int) -> None:
-        """Give back what :meth:`reserve` took."""
+    def release(self, size: int, source: str | None = None) -> None:
+        """Give back what :meth:`reserve` took (with the same ``source``)."""
         self.held -= size
         if self.held < 0:
             raise RuntimeError(f"frame budget released more than it held ({self.held} bytes)")
+        if source is not None and self.source_limit > 0:
+            for group in _source_groups(source):
+                left = self._by_source.get(group, 0) - size
+                if left < 0:
+                    raise RuntimeError(f"frame budget released more than {group} held")
+                if left:
+                    self._by_source[group] = left
+                else:
+                    del self._by_source[group]
 
     def reserve_small(self, size: int) -> bool:
         """Take ``size`` bytes for a small frame from the small frames' own
@@ -420,3 +584,10 @@ class FrameBudget:
         if self.small_held < 0:
             raise RuntimeError(
                 f"small frame budget released more than it held ({self.small_held} bytes)")
+
+
+def _source_groups(source: str) -> tuple[str, ...]:
+    """What a source's frames count against: itself and, for an IPv6 /64,
+    its /48 (one customer holds many /64s, as for handshakes)."""
+    site = site_of(source)
+    return (source,) if site == source else (source, site)

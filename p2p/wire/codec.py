@@ -28,12 +28,15 @@ registered when this module is imported, since the handshake needs them.
 Decoding checks every value against the annotations (``bool`` is not an
 ``int``; a float field needs a float) and raises :class:`DecodeError` naming the
 message type and the field. Unknown types, another protocol version, malformed
-msgpack, extra or missing fields are all a :class:`DecodeError`.
+msgpack, extra or missing fields are all a :class:`DecodeError`, and so is a
+payload holding more maps and arrays than its size allows
+(:mod:`p2p.wire.container_limit`: unpacking stops there).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import logging
 import os
 import threading
@@ -45,6 +48,7 @@ from typing import Any, ClassVar, Protocol
 import msgpack
 import numpy as np
 
+from p2p.wire.container_limit import unpackb_bounded
 from p2p.wire.messages import MESSAGES as _PROTOCOL_MESSAGES
 from p2p.wire.msgpack_views import LARGE_BIN, unpack_with_views
 
@@ -93,6 +97,8 @@ _WIRE_NAMES: dict[np.dtype, str] = {
     **{dtype.newbyteorder(">"): name for name, dtype in _ARRAY_DTYPES.items()},
 }
 _ARRAY_KEYS = frozenset({"dtype", "n", "data"})
+# Unexpected keys a DecodeError names (the rest are counted).
+_EXTRA_KEYS_LISTED = 8
 
 
 class CodecError(Exception):
@@ -587,7 +593,13 @@ def _decode_fields(codec: _ClassCodec, data: dict[object, object]) -> Message:
     if data.keys() != codec.names:
         keys = set(data)
         missing = sorted(codec.names - keys)
-        extra = ", ".join(sorted(f"{k!r:.40}" for k in keys - codec.names))
+        # A few of the peer's keys (any few: formatting all would cost ~1 us a
+        # key), not all: the text ends up in log lines and replies.
+        unexpected = keys - codec.names
+        extra = ", ".join(sorted(f"{k!r:.40}" for k in
+                                 itertools.islice(unexpected, _EXTRA_KEYS_LISTED)))
+        if len(unexpected) > _EXTRA_KEYS_LISTED:
+            extra += f" and {len(unexpected) - _EXTRA_KEYS_LISTED} more"
         parts = []
         if missing:
             parts.append(f"missing fields {missing}")
@@ -787,8 +799,10 @@ def decode(payload: bytes | bytearray | memoryview) -> Message:
     """
     view = _immutable_view(payload)
     try:
+        # Bounded: a payload of empty maps/arrays would otherwise cost ~70 bytes
+        # of heap per byte before the type is even read (container_limit).
         if view is None:
-            data = msgpack.unpackb(
+            data = unpackb_bounded(
                 payload,
                 raw=False,
                 use_list=True,
@@ -796,7 +810,8 @@ def decode(payload: bytes | bytearray | memoryview) -> Message:
                 max_ext_len=0,
             )
         else:
-            data = unpack_with_views(view, raw=False, use_list=True, strict_map_key=False)
+            data = unpack_with_views(view, unpack=unpackb_bounded, raw=False, use_list=True,
+                                     strict_map_key=False)
     except Exception as exc:
         raise DecodeError(f"malformed msgpack payload: {type(exc).__name__}: {exc}") from None
     if type(data) is not dict:

@@ -43,6 +43,11 @@ _HEADER = struct.Struct(">I")
 # Staging area for headers and small frames: one read usually brings a whole
 # small message (an ack, a shuffle) together with its header.
 _STAGE_SIZE = SMALL_FRAME_SIZE
+# What a read between frames asks for after a frame too large for the stage:
+# the next is likely as large, and everything read into the stage beyond its
+# header is copied into the frame's own buffer (up to 64 KiB per frame).
+# Enough for a header, the message's head and any small frames behind it.
+_AFTER_LARGE_READ = 4096
 # Boundary to which FrameDecoder.align_at places a byte of a frame's body (a
 # cache line: more than any numpy dtype needs).
 _ALIGNMENT = 64
@@ -78,16 +83,31 @@ class FrameTooLarge(FramingError):
 
 class FrameBudgetExceeded(FramingError):
     """A frame whose buffer would take the bytes held by unfinished frames (all
-    connections together) over the :class:`~p2p.wire.admission.FrameBudget`."""
+    connections together) over the :class:`~p2p.wire.admission.FrameBudget`,
+    or those of its ``source`` over the share one source may hold.
 
-    def __init__(self, size: int, budget: FrameBudget, *, small: bool = False) -> None:
-        held, limit = (budget.small_held, budget.small_limit) if small \
-            else (budget.held, budget.limit)
-        kind = "small frames" if small else "frames"
-        super().__init__(
-            f"frame of {size} bytes refused: unfinished {kind} already hold {held} "
-            f"of the {limit} bytes they may hold together")
+    ``by_source`` tells the two apart: False means the node is busy (other
+    connections hold the budget), not that this sender did anything wrong.
+    Made right after the refusal, from the budget's state (which explains it).
+    """
+
+    def __init__(self, size: int, budget: FrameBudget, *, small: bool = False,
+                 source: str | None = None) -> None:
+        group = None if small or source is None else budget.over_share(size, source)
+        if group is not None:
+            message = (f"frame of {size} bytes refused: unfinished frames from {group} "
+                       f"already hold {budget.held_by(group)} bytes; one source may hold "
+                       f"{budget.source_limit} of the {budget.limit} bytes all frames "
+                       "may hold together")
+        else:
+            held, limit = (budget.small_held, budget.small_limit) if small \
+                else (budget.held, budget.limit)
+            kind = "small frames" if small else "frames"
+            message = (f"frame of {size} bytes refused: unfinished {kind} already hold "
+                       f"{held} of the {limit} bytes they may hold together")
+        super().__init__(message)
         self.size = size
+        self.by_source = group is not None
 
 
 # First bytes another server sends (or a client of another protocol sends us)
@@ -155,7 +175,7 @@ class FrameDecoder:
     """
 
     def __init__(self, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
-                 budget: FrameBudget | None = None) -> None:
+                 budget: FrameBudget | None = None, source: str | None = None) -> None:
         #: Consulted when a frame's buffer is allocated, with the frame's size:
         #: the byte it names lands on a 64-byte boundary, so that arrays viewed
         #: in the payload are aligned (see codec.decode).
@@ -168,8 +188,14 @@ class FrameDecoder:
         #: Shared with other decoders: a frame body is reserved there before it
         #: is allocated and released when complete (or by :meth:`release`).
         self.budget = budget
+        #: Whose frames these are, for the budget's share per source (a
+        #: :func:`~p2p.wire.admission.source_of` key; None: no share applies).
+        #: May be set later (when the stream learns its peer): frames started
+        #: from then on count against it.
+        self.source = source
         self._reserved = 0
         self._reserved_small = False  # taken from the small frames' allowance
+        self._reserved_source: str | None = None  # what the reservation counted against
         #: Frame bodies started so far (one per frame that did not arrive with
         #: its header): tells a caller timing frames that a new one began.
         self.bodies_started = 0
@@ -185,6 +211,8 @@ class FrameDecoder:
         # arrive with it: received straight into its final buffer.
         self._body: memoryview | None = None
         self._have = 0
+        # The last frame did not fit the stage (see _AFTER_LARGE_READ).
+        self._large_last = False
         self._failed: FramingError | None = None
 
     @property
@@ -225,7 +253,7 @@ class FrameDecoder:
             pending = self._end - self._start
             self._stage[:pending] = bytes(self._stage[self._start : self._end])
             self._start, self._end = 0, pending
-        size = _STAGE_SIZE - self._end
+        size = (_AFTER_LARGE_READ if self._large_last else _STAGE_SIZE) - self._end
         if limit is not None:
             size = min(size, limit)
         return self._stage[self._end : self._end + size]
@@ -265,6 +293,12 @@ class FrameDecoder:
         body did not come with it), else None."""
         return None if self._body is None else len(self._body)
 
+    @property
+    def body_received(self) -> int:
+        """Bytes of the body of the frame in progress received so far (those
+        that came with its header included); 0 between frames."""
+        return self._have
+
     def release(self) -> None:
         """Give back the budget the frame in progress holds (its connection is
         closing, or it is complete). Idempotent."""
@@ -272,7 +306,7 @@ class FrameDecoder:
             if self._reserved_small:
                 self.budget.release_small(self._reserved)
             else:
-                self.budget.release(self._reserved)
+                self.budget.release(self._reserved, self._reserved_source)
         self._reserved = 0
 
     def _new_body(self, size: int) -> memoryview:
@@ -282,12 +316,15 @@ class FrameDecoder:
         # on an allowance of their own.
         if self.budget is not None:
             small = size <= _STAGE_SIZE
-            if not (self.budget.reserve_small(size) if small else self.budget.reserve(size)):
+            source = self.source
+            if not (self.budget.reserve_small(size) if small
+                    else self.budget.reserve(size, source)):
                 self._start = self._end = 0
-                failure = FrameBudgetExceeded(size, self.budget, small=small)
+                failure = FrameBudgetExceeded(size, self.budget, small=small, source=source)
                 self._failed = failure
                 raise failure
             self._reserved, self._reserved_small = size, small
+            self._reserved_source = source
         offset = self.align_at(size) if self.align_at is not None else None
         if offset is None or not 0 <= offset < size:
             return uninitialized_buffer(size)
@@ -310,9 +347,11 @@ class FrameDecoder:
                 # Whole small frame: copied out so that the stage can be reused.
                 frames.append(memoryview(bytearray(stage[body_start : body_start + size])))
                 self._start = body_start + size
+                self._large_last = False
                 continue
             # The body arrives later, straight into a buffer of its final size.
             self._body = self._new_body(size)
+            self._large_last = size > _STAGE_SIZE
             self._body[:available] = stage[body_start : self._end]
             self._have = available
             self._start = self._end = 0

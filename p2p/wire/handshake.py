@@ -46,6 +46,7 @@ from p2p.wire import codec
 from p2p.wire.identity import Identity, verify_signature
 from p2p.wire.messages import Error, HandshakePayload, NoiseHello, NoiseMessage
 from p2p.wire.noise import HandshakeState, NoiseError, public_bytes
+from p2p.wire.peer_text import printable
 from p2p.wire.sealing import CIPHERS, DEFAULT_CIPHER, Opener, Sealer, check_cipher
 
 _M = TypeVar("_M", NoiseHello, NoiseMessage)  # the messages of a handshake
@@ -156,17 +157,6 @@ def _version_mismatch(remote_version: str) -> HandshakeError:
         peer_reason=f"protocol version mismatch: peer speaks version {ours}, "
                     f"this node speaks version {remote_version}",
     )
-
-
-_MAX_REMOTE_REASON = 300
-
-
-def _printable(text: str) -> str:
-    """``text`` as one log line: control characters escaped, at most
-    :data:`_MAX_REMOTE_REASON` characters kept."""
-    cut = text[:_MAX_REMOTE_REASON]
-    clean = "".join(c if c.isprintable() else repr(c)[1:-1] for c in cut)
-    return clean + ("…" if len(text) > len(cut) else "")
 
 
 def _signed_data(role: bytes, handshake_hash: bytes, static_key: bytes) -> bytes:
@@ -287,7 +277,7 @@ class Handshake:
         if isinstance(msg, Error):
             # unauthenticated text (in clear; anyone on the path can send it)
             # bound for this node's log: one short line of printable characters
-            raise HandshakeError(f"peer refused the handshake: {_printable(msg.reason)}",
+            raise HandshakeError(f"peer refused the handshake: {printable(msg.reason)}",
                                  remote=True)
         if type(msg) is not expected:
             raise HandshakeError(

@@ -20,6 +20,7 @@ unused byte 0xc1, truncation) or after :data:`_MAX_ITEMS` items.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import msgpack
@@ -171,19 +172,23 @@ def _walk(data: memoryview, read: list[tuple[int, int]]) -> tuple[int, int] | No
     return None
 
 
-def unpack_with_views(data: memoryview, **options: Any) -> object:
-    """``msgpack.unpackb(data, max_ext_len=0, **options)``, except that the first
+def unpack_with_views(data: memoryview, *, unpack: Callable[..., object] = msgpack.unpackb,
+                      **options: Any) -> object:
+    """``unpack(data, max_ext_len=0, **options)``, except that the first
     large ``bin`` map value (see :func:`first_large_bin`) comes back as a
     read-only memoryview of ``data`` instead of a ``bytes`` copy, when it makes
     up most of the payload (a view keeps all of it alive).
 
     The caller hands the bytes over: they must not change while anything
     decoded from them lives. ``data`` is a 1-D byte view. ``options`` must not
-    set ``ext_hook`` or ``max_ext_len``: ext types stay refused.
+    set ``ext_hook`` or ``max_ext_len``: ext types stay refused. ``unpack`` is
+    ``msgpack.unpackb`` or a wrapper of it taking the same arguments (the codec's
+    bounded one, :func:`p2p.wire.container_limit.unpackb_bounded`): it unpacks
+    only what remains once the large value is cut out.
     """
     found = first_large_bin(data) if len(data) >= LARGE_BIN else None
     if found is None or 2 * (found[1] - found[0]) < len(data) or found[1] > len(data):
-        return msgpack.unpackb(data, max_ext_len=0, **options)
+        return unpack(data, max_ext_len=0, **options)
     start, stop = found
     view = data[start:stop].toreadonly()
     met: list[bool] = []
@@ -197,4 +202,4 @@ def unpack_with_views(data: memoryview, **options: Any) -> object:
         return view
 
     reduced = b"".join((data[: start - 5], _PLACEHOLDER, data[stop:]))  # 5: bin32 header
-    return msgpack.unpackb(reduced, ext_hook=placeholder, max_ext_len=4, **options)
+    return unpack(reduced, ext_hook=placeholder, max_ext_len=4, **options)

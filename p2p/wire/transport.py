@@ -39,18 +39,21 @@ from p2p.wire import codec
 from p2p.wire.admission import (
     DEFAULT_FRAME_BUDGET,
     DEFAULT_MIN_FRAME_RATE,
+    FRAME_PACE_GRACE,
     SMALL_FRAME_SIZE,
     Admission,
     AdmissionLimits,
     Decision,
     FrameBudget,
     frame_allowance,
+    frame_pace_allowance,
     source_of,
 )
 from p2p.wire.codec import Message
 from p2p.wire.framing import (
     DEFAULT_MAX_FRAME_SIZE,
     HEADER_SIZE,
+    FrameBudgetExceeded,
     FrameDecoder,
     FrameTooLarge,
     FramingError,
@@ -72,6 +75,7 @@ from p2p.wire.messages import (
     Pong,
 )
 from p2p.wire.msgpack_views import LARGE_BIN, first_large_bin
+from p2p.wire.peer_text import printable
 from p2p.wire.sealing import (
     DEFAULT_CIPHER,
     TAG_SIZE,
@@ -123,10 +127,16 @@ _SEND_TIMED_OUT = "send timed out after %g s"
 _MESSAGE_TIMED_OUT = "timed out after %g s waiting for a message"
 _REST_TIMED_OUT = "timed out after %g s waiting for rest of a frame"
 _FRAME_TOO_SLOW = "frame of %d bytes not complete after %.0f s (slower than %g KiB/s)"
+_FRAME_FELL_BEHIND = ("frame of %d bytes fell behind the floor rate: %d bytes received "
+                      "%.1f s after its header (%g KiB/s after a %g s grace)")
 # Frames accepted before the peer has proved its identity (and swarm key): a HELLO
 # with the maximum 4096 tags is ~140 KB. Bounds what unauthenticated connections
 # can make the node buffer to max_connections x this, not x max_frame_size.
 HANDSHAKE_MAX_FRAME_SIZE = 256 * 1024
+# Characters kept of a peer's Error code, and of each text in a line a peer
+# caused (room for this node's own words around a quoted peer text).
+_MAX_CODE = 40
+_MAX_OFFENCE_TEXT = 600
 
 
 class TransportError(Exception):
@@ -149,9 +159,14 @@ class PeerUnreachable(TransportError):
 
 
 class RemoteError(TransportError):
-    """The peer answered the request with an :class:`~p2p.wire.messages.Error`."""
+    """The peer answered the request with an :class:`~p2p.wire.messages.Error`.
+
+    ``code`` and ``reason`` are the peer's text, cut to one short printable line
+    (:func:`~p2p.wire.peer_text.printable`): callers log them, often per request.
+    """
 
     def __init__(self, address: str, code: str, reason: str) -> None:
+        code, reason = printable(code, _MAX_CODE), printable(reason)
         super().__init__(f"peer {address} refused the request ({code}): {reason}")
         self.address = address
         self.code = code
@@ -173,7 +188,8 @@ class ConnectionFailure(Exception):
     Kinds: ``"eof"`` (peer closed between messages), ``"idle"`` (no message
     started within the wait), ``"broken"`` (the stream failed: reset, closed),
     ``"io"`` (timed out or closed mid-frame), ``"protocol"`` (malformed frame
-    or message, failed handshake, decrypt failure).
+    or message, failed handshake, decrypt failure), ``"busy"`` (this node had
+    no room for the peer's frame: not the peer's fault, logged as no offence).
     """
 
     def __init__(self, reason: str, kind: str = "protocol") -> None:
@@ -225,22 +241,29 @@ class MessageStream:
         sent: ByteCount | None = None,
         budget: FrameBudget | None = None,
         min_frame_rate: float = DEFAULT_MIN_FRAME_RATE,
+        source: str | None = None,
     ) -> None:
         if not min_frame_rate > 0:
             raise ValueError(f"min_frame_rate must be > 0 bytes per second, got {min_frame_rate}")
         self.stream = stream
         #: A frame must arrive whole within read_timeout + its size at this many
-        #: bytes per second (see admission.frame_allowance).
+        #: bytes per second (see admission.frame_allowance), and keep pace with
+        #: it from its header on after ``frame_grace`` seconds
+        #: (admission.frame_pace_allowance).
         self.min_frame_rate = min_frame_rate
-        # When the frame whose body is arriving must be complete, and which body
-        # that is (FrameDecoder.bodies_started when the deadline was set).
+        self.frame_grace = FRAME_PACE_GRACE
+        # When the frame whose body is arriving started (its header: the first
+        # wait in its body) and must be complete, and which body that is
+        # (FrameDecoder.bodies_started when they were set).
+        self._frame_started = 0.0
         self._frame_deadline = math.inf
         self._deadline_body = 0
         self.sent = sent if sent is not None else ByteCount()  # shared by a transport's streams
         self.max_frame_size = max_frame_size
         self.write_timeout = write_timeout
         # budget: shared by a transport's streams, bounds their unfinished frames together
-        self._decoder = FrameDecoder(max_frame_size, budget)
+        # source: the peer's source_of key, whose frames may hold a share of it
+        self._decoder = FrameDecoder(max_frame_size, budget, source)
         # Frame size -> where array data began in the last frame of that size:
         # the next is received so that it starts aligned (then decoded arrays
         # view it instead of being copied). Frames of one size share a layout.
@@ -352,8 +375,12 @@ class MessageStream:
             else:
                 block = self._current_block()
                 if block is None:
-                    with _Deadlines(None) as own:
-                        await self._send_rest(fd, out, sent, own)
+                    # A scope of its own, made with the write deadline: its end
+                    # drops it (one deadline change instead of three).
+                    own = _Deadlines(None)
+                    self._arm_write(own, trio.current_time())
+                    with own:
+                        await self._send_rest(fd, out, sent, own, own=True)
                 else:
                     await self._send_rest(fd, out, sent, block)
         self.sent.total += total
@@ -369,10 +396,14 @@ class MessageStream:
             raise ConnectionFailure(f"send failed: {exc or type(exc).__name__}", "broken") from None
 
     async def _send_rest(self, fd: int, parts: Sequence[Buffer], sent: int,
-                         block: _Deadlines) -> None:
+                         block: _Deadlines, *, own: bool = False) -> None:
         """Write what is left of ``parts`` after the first ``sent`` bytes, waiting
-        for the socket whenever it is full (within the write timeout)."""
-        self._arm_write(block, trio.current_time())
+        for the socket whenever it is full (within the write timeout).
+
+        ``own``: ``block`` serves this step only and is armed already; its end
+        drops the deadline."""
+        if not own:
+            self._arm_write(block, trio.current_time())
         views = [memoryview(part).cast("B") for part in parts]
         try:
             while True:
@@ -390,7 +421,8 @@ class MessageStream:
                     sent = 0
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
             raise ConnectionFailure(f"send failed: {exc or type(exc).__name__}", "broken") from None
-        block.disarm()
+        if not own:
+            block.disarm()
 
     def _arm_write(self, block: _Deadlines, started: float) -> None:
         # One time limit for the whole frame, from when it started to go out.
@@ -411,8 +443,14 @@ class MessageStream:
         else:
             block = self._current_block()
             if block is None:
-                with _Deadlines(None) as own:
-                    await self._read_frame(first_timeout, read_timeout, own, True)
+                own = _Deadlines(None)
+                armed = self._answer_awaited
+                if armed:
+                    # The read waits at once (see _read_frame): the scope is made
+                    # with its deadline, which is then not set a second time.
+                    self._arm_read(own, first_timeout, read_timeout)
+                with own:
+                    await self._read_frame(first_timeout, read_timeout, own, True, armed)
             else:
                 await self._read_frame(first_timeout, read_timeout, block, last)
         payload = self._pending.popleft()
@@ -435,13 +473,15 @@ class MessageStream:
         self._data_offsets[size] = None if found is None else found[0]
 
     async def _read_frame(self, first_timeout: float, read_timeout: float,
-                          block: _Deadlines, keep_deadline: bool) -> None:
+                          block: _Deadlines, keep_deadline: bool, armed: bool = False) -> None:
         """Receive until at least one whole frame is pending.
 
         On a socket, reads are nonblocking and the deadline is only armed when
         the socket has nothing to read: ``first_timeout`` from then while no
         frame has started, else ``read_timeout`` (so ``read_timeout`` runs from
         the last chunk received). Like trio's own calls, a checkpoint.
+        ``armed``: the caller armed ``block`` for the wait that follows a send
+        whose answer is awaited, just before this step.
         """
         fd = -1 if self._fileno is None else self._fileno()
         decoder = self._decoder
@@ -454,7 +494,8 @@ class MessageStream:
                 # so wait for the socket straight away. The wait is the step's
                 # checkpoint (it raises Cancelled, and yields).
                 self._answer_awaited = False
-                self._arm_read(block, first_timeout, read_timeout)
+                if not armed:
+                    self._arm_read(block, first_timeout, read_timeout)
                 waited = True
                 try:
                     await trio.lowlevel.wait_readable(fd)
@@ -488,6 +529,12 @@ class MessageStream:
                 raise ConnectionFailure("connection closed by peer", "eof")
             try:
                 pending.extend(decoder.buffer_updated(received))
+            except FrameBudgetExceeded as exc:
+                # Over its source's share: the sender's doing. Over the budget of
+                # all connections: this node is busy, the sender did nothing wrong.
+                raise ConnectionFailure(f"frame refused: {exc}" if exc.by_source
+                                        else f"node busy: {exc}",
+                                        "protocol" if exc.by_source else "busy") from None
             except FramingError as exc:
                 raise ConnectionFailure(self._describe_bad_frame(exc)) from None
         if not waited:
@@ -500,21 +547,36 @@ class MessageStream:
         if decoder.in_frame:
             now = trio.current_time()
             size = decoder.frame_size
-            if size is not None and decoder.bodies_started != self._deadline_body:
+            if size is None:  # part of a header
+                block.arm_at(now + read_timeout, _REST_TIMED_OUT, read_timeout, "io")
+                return
+            if decoder.bodies_started != self._deadline_body:
                 # The first wait in this frame's body, right after its header
                 # arrived (reads that need no wait take no time): its clock starts.
                 self._deadline_body = decoder.bodies_started
+                self._frame_started = now
                 self._frame_deadline = now + frame_allowance(size, read_timeout,
                                                              self.min_frame_rate)
+            # Holding the budget costs bandwidth: the body keeps pace with the
+            # floor rate from its header on (after a grace), judged by the bytes
+            # in when a read would wait (a reader that was descheduled first
+            # reads all that queued meanwhile). A peer trickling bytes to dodge
+            # the read timeout loses the frame (and the budget it holds) with
+            # its connection.
+            received = decoder.body_received
+            pace = self._frame_started + frame_pace_allowance(
+                received, self.min_frame_rate, self.frame_grace)
             whole = self._frame_deadline
-            if size is not None and whole < now + read_timeout:
-                # A peer trickling bytes to dodge the read timeout: the frame
-                # (and the budget it holds) is dropped with its connection.
+            if whole <= pace and whole < now + read_timeout:  # a grace over read_timeout
                 allowed = frame_allowance(size, read_timeout, self.min_frame_rate)
                 block.arm_at(whole, _FRAME_TOO_SLOW,
                              (size, allowed, self.min_frame_rate / 1024), "io")
-                return
-            block.arm_at(now + read_timeout, _REST_TIMED_OUT, read_timeout, "io")
+            elif pace < now + read_timeout:
+                block.arm_at(pace, _FRAME_FELL_BEHIND,
+                             (size, received, pace - self._frame_started,
+                              self.min_frame_rate / 1024, self.frame_grace), "io")
+            else:
+                block.arm_at(now + read_timeout, _REST_TIMED_OUT, read_timeout, "io")
         else:
             # Formatted only if the deadline strikes: most waits end in time.
             block.arm_at(trio.current_time() + first_timeout, _MESSAGE_TIMED_OUT,
@@ -586,7 +648,10 @@ class _Deadlines:
 
     def __init__(self, stream: MessageStream | None) -> None:
         self._stream = stream
-        self._scope = trio.CancelScope()
+        # Made on entering, with the deadline armed before then (if any): a
+        # deadline changed on an entered scope costs trio far more.
+        self._scope: trio.CancelScope | None = None
+        self._deadline = math.inf
         self.task = trio.lowlevel.current_task()
         # What to report if the armed deadline strikes: a %-format of the reason,
         # its argument(s) and the failure's kind (formatted only then).
@@ -594,7 +659,10 @@ class _Deadlines:
 
     def arm_at(self, deadline: float, reason: str, args: object, kind: str) -> None:
         """Time out at ``deadline`` with ``reason % args`` (kind ``kind``)."""
-        self._scope.deadline = deadline
+        if self._scope is None:
+            self._deadline = deadline
+        else:
+            self._scope.deadline = deadline
         self._timeout = (reason, args, kind)
 
     def failure(self) -> ConnectionFailure:
@@ -603,13 +671,17 @@ class _Deadlines:
         return ConnectionFailure(reason % args, kind)
 
     def disarm(self) -> None:
-        self._scope.deadline = math.inf
+        if self._scope is None:
+            self._deadline = math.inf
+        else:
+            self._scope.deadline = math.inf
 
     def __enter__(self) -> _Deadlines:
         if self._stream is not None:
             if self._stream._block is not None:
                 raise RuntimeError("MessageStream.deadlines() blocks do not nest")
             self._stream._block = self
+        self._scope = trio.CancelScope(deadline=self._deadline)
         self._scope.__enter__()
         return self
 
@@ -617,8 +689,10 @@ class _Deadlines:
                  tb: types.TracebackType | None) -> bool:
         if self._stream is not None:
             self._stream._block = None
-        handled = self._scope.__exit__(exc_type, exc, tb)
-        if self._scope.cancelled_caught:
+        scope = self._scope
+        assert scope is not None, "exited a deadlines block that was never entered"
+        handled = scope.__exit__(exc_type, exc, tb)
+        if scope.cancelled_caught:
             raise self.failure() from None
         return handled
 
@@ -647,10 +721,13 @@ class Transport:
     an incoming one. ``frame_budget`` bounds the bytes all unfinished frames
     hold together (default: 16 MiB or 4 frames of ``max_frame_size``, the
     larger; 0: no bound; frames of at most 64 KiB are counted apart, against
-    64 KiB per connection the transport may hold). A frame must arrive whole
-    within ``read_timeout`` plus its size at ``min_frame_rate`` bytes per
-    second (default 128 KiB/s), else its connection is closed and its budget
-    given back. Log lines a peer can cause are rate-limited per source
+    64 KiB per connection the transport may hold; one source's frames hold at
+    most a quarter of it, ``SOURCE_FRAME_SHARE``; a frame refused because
+    the whole budget is full is logged as this node being busy, not as the
+    sender's offence). A frame must arrive whole within ``read_timeout`` plus
+    its size at ``min_frame_rate`` bytes per second (default 128 KiB/s), and
+    keep pace with that rate from its header on after ``FRAME_PACE_GRACE``
+    (5 s), else its connection is closed and its budget given back. Log lines a peer can cause are rate-limited per source
     (:class:`gossip.log_limit.LogLimiter`).
     """
 
@@ -830,7 +907,7 @@ class Transport:
             await trio.aclose_forcefully(stream)
             return
         self._close_inbound(decision)
-        ms = self._message_stream(stream)
+        ms = self._message_stream(stream, source)
         scope = trio.CancelScope()
         self._inbound[conn] = (scope, remote)
         try:
@@ -844,7 +921,8 @@ class Transport:
     async def _serve_admitted(self, conn: int, ms: MessageStream, handler: Handler,
                               remote: str, source: str) -> None:
         try:
-            peer = await self._handshake(ms, initiator=False, expected_node_id=None)
+            peer = await self._handshake(ms, initiator=False, expected_node_id=None,
+                                         first_frame=lambda: self.admission.first_frame(conn))
             decision = self.admission.finish_handshake(conn, peer.node_id, trio.current_time())
             if not decision.admitted:
                 raise ConnectionFailure(f"session refused: {decision.reason}", "protocol")
@@ -864,11 +942,13 @@ class Transport:
                         msg = codec.decode(payload.toreadonly())
                     except codec.DecodeError as exc:
                         raise ConnectionFailure(f"bad message: {exc}") from None
-                    if type(msg) is not Ping:  # a ping keeps TCP alive but is no work
-                        self.admission.request(conn, trio.current_time())
                     if limiter is not None:
                         await limiter.wait()  # throttle a flooding peer: it waits for replies
                     reply = await self._dispatch(handler, peer, msg, remote)
+                    # Work keeps a session from looking silent: a ping keeps TCP alive
+                    # but is none, nor is junk or a request refused with an Error.
+                    if type(msg) is not Ping and not isinstance(reply, Error):
+                        self.admission.request(conn, trio.current_time())
                     # The next request is awaited right after: no yield of the send's own.
                     await ms.send_parts(self._encode_reply(reply, msg), reply_follows=True)
                     # Let go of this request's frame before the next one is allocated
@@ -877,13 +957,19 @@ class Transport:
         except ConnectionFailure as exc:
             if exc.quiet:
                 logger.debug("connection from %s ended: %s", remote, exc.reason)
+            elif exc.kind == "busy":  # this node had no room: no offence of the peer's
+                self._offences.log(trio.current_time(), source, logging.INFO,
+                                   "closing connection from %s: %s", remote, exc.reason)
             else:
                 self._offence(source, "closing connection from %s: %s", remote, exc.reason)
         except Exception:  # a bug must not take the whole server down
             logger.exception("closing connection from %s: unexpected error", remote)
 
     def _offence(self, source: str, msg: str, *args: object) -> None:
-        """One warning line a peer caused, rate-limited per source."""
+        """One warning line a peer caused, rate-limited per source; text in
+        ``args`` (a peer may have chosen much of it) is cut to one short line."""
+        args = tuple(printable(a, _MAX_OFFENCE_TEXT) if isinstance(a, str) else a
+                     for a in args)
         self._offences.warning(trio.current_time(), source, msg, *args)
 
     def _close_inbound(self, decision: Decision, *, quiet: bool = False) -> None:
@@ -981,11 +1067,12 @@ class Transport:
                 if conn.closed:
                     continue  # dropped while we waited for the lock
                 try:
-                    with conn.stream.deadlines():
-                        await conn.stream.send_parts(payload, reply_follows=True)
-                        reply_payload = await conn.stream.receive_payload(
-                            reply_timeout, self.read_timeout, last=True
-                        )
+                    # No deadlines() block: the send arms one only if it must wait
+                    # (rarely), and the reply's wait gets a scope made with its
+                    # deadline (one deadline change less per request).
+                    await conn.stream.send_parts(payload, reply_follows=True)
+                    reply_payload = await conn.stream.receive_payload(
+                        reply_timeout, self.read_timeout, last=True)
                 except BaseException as exc:
                     if not isinstance(exc, ConnectionFailure):
                         # Cancelled mid-request: a late reply would be read as the answer
@@ -1067,7 +1154,7 @@ class Transport:
                     stream = await self._connector(address)
                 except (OSError, ValueError, trio.BrokenResourceError) as exc:
                     raise PeerUnreachable(address, _connect_failure(exc)) from None
-                ms = self._message_stream(stream)
+                ms = self._message_stream(stream, source_of(address))
                 try:
                     peer = await self._handshake(ms, initiator=True, expected_node_id=node_id)
                 except ConnectionFailure as exc:
@@ -1111,14 +1198,20 @@ class Transport:
 
     # -- shared -------------------------------------------------------------------
 
-    def _message_stream(self, stream: trio.abc.Stream) -> MessageStream:
+    def _message_stream(self, stream: trio.abc.Stream,
+                        source: str | None = None) -> MessageStream:
+        """A stream of this transport's limits; ``source`` (the peer's
+        :func:`~p2p.wire.admission.source_of` key) holds at most its share of
+        the frame budget."""
         return MessageStream(
             stream, max_frame_size=self.max_frame_size, write_timeout=self.read_timeout,
             sent=self.bytes_sent, budget=self.frame_budget, min_frame_rate=self.min_frame_rate,
+            source=source,
         )
 
     async def _handshake(
-        self, ms: MessageStream, *, initiator: bool, expected_node_id: bytes | None
+        self, ms: MessageStream, *, initiator: bool, expected_node_id: bytes | None,
+        first_frame: Callable[[], None] | None = None,
     ) -> PeerInfo:
         hs = self.handshake_class(
             self.identity,
@@ -1137,6 +1230,9 @@ class Transport:
                     await ms.send_payload(first)
                 while not hs.done:
                     payload = await ms.receive_payload(self.read_timeout, self.read_timeout)
+                    if first_frame is not None:  # told once (admission: no longer mute)
+                        first_frame()
+                        first_frame = None
                     for out in hs.receive(bytes(payload)):
                         await ms.send_payload(out)
             except HandshakeError as exc:
@@ -1152,7 +1248,7 @@ class Transport:
                             pass
                 raise ConnectionFailure(f"handshake failed: {exc.reason}", "protocol") from None
             except ConnectionFailure as exc:
-                kind = "protocol" if exc.kind == "protocol" else "io"
+                kind = exc.kind if exc.kind in ("protocol", "busy") else "io"
                 reason = hs.explain_close(exc.reason) if exc.kind in ("eof", "broken") \
                     else exc.reason
                 raise ConnectionFailure(f"handshake failed: {reason}", kind) from None
