@@ -14,20 +14,16 @@ import logging
 
 import numpy as np
 import pytest
+from guard_kit import FP, guarded
 
 from gossip import GuardSettings, Push, PushAck, PushSum, RefusedByGuard, encode
 
-FP = bytes(range(32))
 N = 100
 
 
 @pytest.fixture(autouse=True)
 def _quiet(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.ERROR, logger="gossip.pushsum")
-
-
-def guarded(values: np.ndarray, seed: int) -> PushSum:
-    return PushSum(FP, values.copy(), rng=np.random.default_rng(seed), guard=GuardSettings())
 
 
 def push(values: np.ndarray, weight: float, push_id: int, **kw: bool) -> Push:

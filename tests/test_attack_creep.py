@@ -18,20 +18,15 @@ import logging
 
 import numpy as np
 import pytest
+from guard_kit import FP, guarded
 
-from gossip import GuardSettings, Push, PushSum, encode
+from gossip import Push, PushSum, encode
 from gossip.merge_guard import RefusedByGuard
-
-FP = bytes(range(32))
 
 
 @pytest.fixture(autouse=True)
 def _quiet(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.ERROR, logger="gossip.pushsum")
-
-
-def guarded(values: np.ndarray, seed: int) -> PushSum:
-    return PushSum(FP, values.copy(), rng=np.random.default_rng(seed), guard=GuardSettings())
 
 
 def exchange(a: PushSum, a_id: bytes, b: PushSum, b_id: bytes, now: float) -> None:

@@ -14,20 +14,16 @@ import logging
 
 import numpy as np
 import pytest
+from guard_kit import FP, guarded
 
-from gossip import GuardSettings, Push, PushSum, RejectedPush, encode
+from gossip import GuardSettings, Push, RejectedPush, encode
 
-FP = bytes(range(32))
 N = 50
 
 
 @pytest.fixture(autouse=True)
 def _quiet(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.ERROR, logger="gossip.pushsum")
-
-
-def guarded(values: np.ndarray, seed: int) -> PushSum:
-    return PushSum(FP, values.copy(), rng=np.random.default_rng(seed), guard=GuardSettings())
 
 
 def test_a_node_made_heavy_by_a_liar_keeps_exchanging_and_sheds_the_weight() -> None:
