@@ -59,12 +59,13 @@ async def test_flood_of_unfinished_frames_is_bounded_and_given_back(
                 await ms.stream.send_all(struct.pack(">I", size) + b"\0" * 1024)
                 sessions.append(ms)
             budget = server.frame_budget
-            # all from one source: its frames hold at most its share of the
-            # budget (a quarter: one frame), whatever the budget has left
-            await wait_until(lambda: budget.refused == 11)
-            assert budget.refused_by_source == 11
-            assert budget.peak == size <= budget.source_limit < 2 * size
-            await wait_until(lambda: server.admission.sessions <= 1)
+            # all from one source: past half the budget its frames hold at
+            # most its share (a quarter: one frame); below half it may burst
+            # (a second frame), so the others keep at least half
+            await wait_until(lambda: budget.refused == 10)
+            assert budget.refused_by_source == 10
+            assert budget.source_limit < 2 * size == budget.peak <= budget.limit // 2
+            await wait_until(lambda: server.admission.sessions <= 2)
         # one line for the source; the other refusals wait for the summary
         lines = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
         assert len(lines) == 1, lines

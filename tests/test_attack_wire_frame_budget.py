@@ -121,7 +121,9 @@ async def test_sixteen_trickling_sessions_of_one_source_keep_no_honest_push_out(
             except PeerUnreachable:
                 refused += 1
             await trio.sleep(5)
-            assert budget.held_by("198.51.100.1") <= budget.source_limit
+            # past the share pressure (half) the source is held to its share:
+            # at most half the budget, whatever it announces
+            assert budget.held_by("198.51.100.1") <= budget.share_pressure
         net_nursery.cancel_scope.cancel()
     assert ok == PUSHES, (
         f"honest 200 KB requests: {ok} served, {refused} refused in {PUSHES * 5} s while 16 "
@@ -163,7 +165,7 @@ async def test_an_announced_frame_that_never_arrives_holds_the_budget_for_the_gr
 
 
 def test_one_source_holds_at_most_its_share_of_the_budget() -> None:
-    budget = FrameBudget(1000 * K)
+    budget = FrameBudget(1000 * K, share_pressure=0)  # shares always apply
     assert budget.source_limit == 250 * K
     assert budget.reserve(200 * K, "10.0.0.1")
     assert not budget.reserve(100 * K, "10.0.0.1")  # 300 KiB > its 250 KiB share
@@ -193,8 +195,24 @@ def test_one_source_holds_at_most_its_share_of_the_budget() -> None:
         budget.release(10 * K, "10.0.0.9")
 
 
-def test_ipv6_sources_share_their_48() -> None:
+def test_one_busy_source_may_burst_past_its_share_while_half_the_budget_is_free() -> None:
+    # the daemons of a local swarm (or a NAT) are one source: below the share
+    # pressure (half) their frames are not held to a quarter
     budget = FrameBudget(1000 * K)
+    assert (budget.source_limit, budget.share_pressure) == (250 * K, 500 * K)
+    assert budget.reserve(200 * K, "127.0.0.1")
+    assert budget.reserve(200 * K, "127.0.0.1")  # 400 KiB: past its share, below half
+    assert not budget.reserve(200 * K, "127.0.0.1")  # 600 KiB: past half, held to its share
+    assert budget.refused_by_source == 1
+    assert budget.reserve(200 * K, "10.0.0.2")  # the others keep the rest
+    assert not budget.reserve(500 * K, "10.0.0.3")  # the whole budget still bounds everything
+    assert budget.refused_by_source == 1 and budget.refused == 2
+    with pytest.raises(ValueError, match="share_pressure must be in"):
+        FrameBudget(1000, share_pressure=1.0)
+
+
+def test_ipv6_sources_share_their_48() -> None:
+    budget = FrameBudget(1000 * K, share_pressure=0)  # shares always apply
     assert budget.reserve(200 * K, "2001:db8:0:1::/64")
     # another /64 of the same /48: the /48 already holds 200 KiB
     assert not budget.reserve(100 * K, "2001:db8:0:2::/64")
@@ -213,7 +231,7 @@ def test_source_share_must_be_a_fraction() -> None:
 
 
 def test_a_decoder_counts_its_frames_against_its_source() -> None:
-    budget = FrameBudget(1000 * K)
+    budget = FrameBudget(1000 * K, share_pressure=0)  # shares always apply
     first, second = (FrameDecoder(600 * K, budget, source="10.0.0.1") for _ in range(2))
     assert first.feed(encode_frame(b"a" * 200 * K)[: 100 * K]) == []
     assert budget.held_by("10.0.0.1") == 200 * K

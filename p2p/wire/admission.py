@@ -73,6 +73,7 @@ __all__ = [
     "MIN_FRAME_LIMIT",
     "SMALL_FRAME_SIZE",
     "SOURCE_FRAME_SHARE",
+    "SOURCE_SHARE_PRESSURE",
     "Admission",
     "AdmissionLimits",
     "Decision",
@@ -102,12 +103,18 @@ DEFAULT_MIN_FRAME_RATE = 128 * 1024
 #: running several daemons) still has room for a few large frames at once
 #: (at the default budget of 4 frames of the largest size, at least one).
 SOURCE_FRAME_SHARE = 0.25
+#: Sources' shares apply once more than this fraction of a :class:`FrameBudget`
+#: is held: below it a busy honest host (a NAT, the daemons of a local swarm,
+#: all one source) may burst past its share, and a source squatting the budget
+#: still leaves the others at least this fraction.
+SOURCE_SHARE_PRESSURE = 0.5
 #: Seconds a frame's body may lag behind the floor rate, counted from its
 #: header (:func:`frame_pace_allowance`). A sender writes a whole frame at
 #: once, so an honest body follows its header at link speed; the grace
 #: absorbs its start (TCP slow start: a few round trips, under a second) and
-#: stalls of either end (a receiver descheduled on a loaded machine reads the
-#: bytes that queued meanwhile when it wakes; a sender whose socket buffer
+#: stalls of either end (a receiver descheduled on a loaded machine for longer
+#: than its slack is cut when it wakes, even if the bytes queued meanwhile: a
+#: deadline that passed has cancelled the read; a sender whose socket buffer
 #: was full waits for its own loop). A body faster than the floor banks the
 #: difference: only one arriving at the floor itself has no more slack than
 #: this. And it is what a peer that announces a frame and then stalls holds
@@ -485,13 +492,16 @@ class FrameBudget:
     and :meth:`release` s it when the frame is complete or its connection
     closes. ``limit`` <= 0 turns the budget off.
 
-    One source may not hold it all: a large frame whose ``source`` (a
-    :func:`source_of` key; its IPv6 /48 is counted too, see :func:`site_of`)
-    already holds unfinished large frames is refused when they would pass
-    ``source_share`` x ``limit`` (``source_limit``). A source holding nothing
-    may always start one frame (within ``limit``), so a frame larger than the
-    share is not shut out. A frame reserved without a source (tests, callers
-    that know none) is only counted against ``limit``.
+    One source may not hold it all: once more than ``share_pressure`` x
+    ``limit`` is held (half, :data:`SOURCE_SHARE_PRESSURE`), a large frame whose ``source`` (a :func:`source_of` key; its IPv6 /48 is
+    counted too, see :func:`site_of`) already holds unfinished large frames is
+    refused when they would pass ``source_share`` x ``limit``
+    (``source_limit``). Below that, a busy honest host (a NAT, the daemons of
+    a local swarm, all one source) may burst past its share; a squatting
+    source still leaves the others the rest (half, by default). A source
+    holding nothing may always start one frame (within ``limit``), so a frame
+    larger than the share is not shut out. A frame reserved without a source
+    (tests, callers that know none) is only counted against ``limit``.
 
     Small frames (no larger than a decoder's staging area) are counted apart,
     against ``small_limit`` (:meth:`reserve_small`): they must still get
@@ -502,13 +512,18 @@ class FrameBudget:
 
     def __init__(self, limit: int = DEFAULT_FRAME_BUDGET,
                  small_limit: int = DEFAULT_SMALL_FRAME_BUDGET, *,
-                 source_share: float = SOURCE_FRAME_SHARE) -> None:
+                 source_share: float = SOURCE_FRAME_SHARE,
+                 share_pressure: float = SOURCE_SHARE_PRESSURE) -> None:
         if not 0 < source_share <= 1:
             raise ValueError(f"source_share must be in (0, 1], got {source_share}")
+        if not 0 <= share_pressure < 1:
+            raise ValueError(f"share_pressure must be in [0, 1), got {share_pressure}")
         self.limit = limit
         self.small_limit = small_limit
         #: Bytes the unfinished large frames of one source (or /48) may hold.
         self.source_limit = int(limit * source_share) if limit > 0 else 0
+        #: Bytes held beyond which the sources' shares apply.
+        self.share_pressure = int(limit * share_pressure)
         #: Bytes held by unfinished large frames, and by unfinished small ones.
         self.held = 0
         self.small_held = 0
@@ -540,7 +555,8 @@ class FrameBudget:
     def reserve(self, size: int, source: str | None = None) -> bool:
         """Take ``size`` bytes for a large frame from ``source``; False (nothing
         taken) if that would pass the source's share or the budget."""
-        if source is not None and self.over_share(size, source) is not None:
+        if (source is not None and self.held + size > self.share_pressure
+                and self.over_share(size, source) is not None):
             self.refused += 1
             self.refused_by_source += 1
             return False

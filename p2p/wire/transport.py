@@ -559,8 +559,10 @@ class MessageStream:
                                                              self.min_frame_rate)
             # Holding the budget costs bandwidth: the body keeps pace with the
             # floor rate from its header on (after a grace), judged by the bytes
-            # in when a read would wait (a reader that was descheduled first
-            # reads all that queued meanwhile). A peer trickling bytes to dodge
+            # in when a read would wait. A receiver stalled past a deadline it
+            # armed is cut when it wakes (a cancelled scope stays cancelled),
+            # whatever queued meanwhile: the grace is the stall it tolerates,
+            # plus what a body faster than the floor banked. A peer trickling bytes to dodge
             # the read timeout loses the frame (and the budget it holds) with
             # its connection.
             received = decoder.body_received
