@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from .address import AddressError, HostPort, parse_host_port
 from .attack import SybilAttack
-from .core import PeerEntry, PeerSampler, SamplerStats, SamplerTuning
+from .core import ISLAND_REJOIN_EVERY, PeerEntry, PeerSampler, SamplerStats, SamplerTuning
 from .descriptor import (
     MAX_AGE,
     MAX_TAGS,
@@ -53,6 +53,7 @@ if TYPE_CHECKING:
     from .driver import ShuffleTransport, run_peer_sampling
 
 __all__ = [
+    "ISLAND_REJOIN_EVERY",
     "MAX_AGE",
     "MAX_TAGS",
     "TAG_LENGTH",

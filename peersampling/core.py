@@ -61,6 +61,12 @@ log = logging.getLogger(__name__)
 
 #: Distrusted peers remembered at once (the oldest go first past the bound).
 _MAX_DISTRUSTED = 4096
+# While the main view is too small to fill one shuffle, every this many periods a
+# bootstrap address it does not hold is asked as well: a few nodes that only know
+# each other (two restarted nodes whose bootstrap refused them, one the other's
+# bootstrap) would otherwise shuffle among themselves forever, since the
+# bootstrap is only asked when the view is empty.
+ISLAND_REJOIN_EVERY = 8
 
 
 @dataclass
@@ -315,7 +321,8 @@ class PeerSampler:
     # ----------------------------------------------------------------- bootstrap
 
     def bootstrap(self, addresses: Sequence[str]) -> None:
-        """Remember addresses to contact while the node knows no peer.
+        """Remember addresses to contact while the node knows no peer (and, now and
+        then, while it knows too few for one shuffle: ``ISLAND_REJOIN_EVERY``).
 
         Raises :class:`InvalidDescriptor` (field ``address``) for a malformed
         address; this node's own address is skipped.
@@ -423,6 +430,7 @@ class PeerSampler:
                 for v in (self._view, *self._models.values()):
                     if isinstance(v, RankedView):
                         v.reset_slot(rng)
+        island = self._island_contact()  # before the shuffle takes its target out
         shuffle = self._shuffle_oldest(None, self._view)
         if shuffle is not None:
             out.append(shuffle)
@@ -430,6 +438,8 @@ class PeerSampler:
             address = self._fallback_contact()
             if address is not None:
                 out.append((address, ShuffleRequest(me, (), None)))
+        if island is not None:
+            out.append((island, ShuffleRequest(me, (), None)))
 
         for m, v in models.items():
             shuffle = self._shuffle_oldest(m, v)
@@ -523,6 +533,25 @@ class PeerSampler:
         self._bootstrap_next += 1
         self._stats.bootstrap_attempts += 1
         return address
+
+    def island_due(self, period: int) -> bool:
+        """Whether period ``period`` also asks a bootstrap address (see
+        ``ISLAND_REJOIN_EVERY``): the main view holds someone but fewer than
+        ``l`` entries, and there is a bootstrap address to ask."""
+        return (period % ISLAND_REJOIN_EVERY == 0 and 0 < len(self._view) < self.l
+                and bool(self._bootstrap or self._rejoin))
+
+    def _island_contact(self) -> str | None:
+        """The bootstrap address this period asks besides its shuffle, if any: the
+        next one the main view does not hold (one it holds is shuffled with anyway)."""
+        if not self.island_due(self._period):
+            return None
+        held = set(self._view.addresses())
+        pool = [a for a in self._bootstrap + self._rejoin if a not in held]
+        if not pool:
+            return None
+        self._stats.bootstrap_attempts += 1
+        return pool[self._period // ISLAND_REJOIN_EVERY % len(pool)]
 
     def _prune_contacts(self) -> None:
         horizon = self._period - 2 * self.c

@@ -17,7 +17,8 @@ by ``tests/test_peersampling_lean.py`` and the pinned digests of
 Everything else goes through the cores' public methods, exactly as the
 simulator calls them: the whole period when the simulator has a Sybil
 adversary; a node's whole turn when it holds a model, runs the Sybil rules,
-distrusts someone, has an empty view or logs offences through a rate limiter;
+distrusts someone, has an empty view, is due to ask a bootstrap address (a view
+smaller than one shuffle) or logs offences through a rate limiter;
 and an exchange from the point where it touches a *special* node (one that
 holds or held a model, or whose descriptor changed since the engine first saw
 it; its descriptors may carry tags or other epochs, which the core's merge and
@@ -96,7 +97,8 @@ class LeanPeriods:
             s = nodes.get(address)
             if s is None:
                 continue
-            if s._me.node_id in special or not s._view._born or s._in_flight:
+            if (s._me.node_id in special or not s._view._born or s._in_flight
+                    or s.island_due(s._period + 1)):  # also asks a bootstrap
                 self.core_turns += 1
                 self.sim.exchange(s, s.start_shuffles(now), now)
             else:
