@@ -920,9 +920,9 @@ def simulate_real(run: RealRun, mode: str) -> dict[str, object]:
             original_on_push = core.on_push
             original_rebuild = core._rebuild_request
 
-            def rebuild(sender: bytes, push: Any, y: np.ndarray,
+            def rebuild(sender: bytes, push: Any, y: np.ndarray, now: float,
                         _orig: Any = original_rebuild, _out: list[np.ndarray] = rebuilt) -> Any:
-                out = _orig(sender, push, y)
+                out = _orig(sender, push, y, now)
                 _out.append(np.array(out, dtype=np.float64))
                 return out
 
