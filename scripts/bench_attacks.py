@@ -73,10 +73,12 @@ class _Late:
 
 
 def run(attack: str, defences: bool, n: int, dim: int, rounds: int, seed: int,
-        start: int = 0, spread: float = 1.0, drift: float = 0.0) -> dict[str, float]:
+        start: int = 0, spread: float = 1.0, drift: float = 0.0,
+        drift_cap: float = 0.0) -> dict[str, float]:
     """One run; ``spread``: initial values ``c + spread * N(0, 1)`` around a common
     ``c ~ N(1, 1)`` (1.0: independent starts); ``drift``: each round every honest
-    node moves by ``drift * N(0, 1)`` per value, as local training would."""
+    node moves by ``drift * N(0, 1)`` per value, as local training would;
+    ``drift_cap``: the guard's creep budget (``GuardSettings.drift_cap``, 0: off)."""
     rng = np.random.default_rng(seed)
     common = rng.normal(1.0, 1.0, size=dim)
     initial = common + spread * rng.normal(0.0, 1.0, size=(n + 1, dim))
@@ -88,7 +90,7 @@ def run(attack: str, defences: bool, n: int, dim: int, rounds: int, seed: int,
     m = initial[:holders if start > 0 else n].mean(axis=0)
     sim = Simulation([ModelSpec("G", tuple(range(holders)), initial[:holders])], seed=seed,
                      adversaries={} if liar is None else {n: liar},
-                     guard=GuardSettings() if defences else None)
+                     guard=GuardSettings(drift_cap=drift_cap) if defences else None)
     if isinstance(inner, Creeper):
         inner.watch({i: sim.cores[(i, "G")] for i in range(n)}, node_id(n))
     lo, hi = float("inf"), 0.0
@@ -126,6 +128,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="initial spread around a common start (1: independent N(1, 1))")
     ap.add_argument("--drift", type=float, default=0.0,
                     help="per-round training drift per value (0: no training)")
+    ap.add_argument("--drift-cap", type=float, default=0.0,
+                    help="the guard's creep budget in radii (GuardSettings.drift_cap; "
+                         "default 0: off, as the node's default; 4 stops the creep)")
     ap.add_argument("--start", type=int, default=10,
                     help="round the liar starts lying (before: an honest responder)")
     ap.add_argument("--attacks", default=",".join(ATTACKS),
@@ -134,6 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.disable(logging.WARNING)  # one line per refused push otherwise
     print(f"{args.nodes} honest + 1 liar from round {args.start}, {args.rounds} rounds, "
           f"dim {args.dim}, spread {args.spread:g}, drift {args.drift:g}, "
+          f"creep budget {args.drift_cap:g} radii, "
           f"medians of {args.seeds} seeds; errors relative to ||honest mean||")
     print("| attack | defences | honest weight / N, min-max | consensus error | "
           "error vs honest mean | refused | clipped / merged (honest) |")
@@ -141,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
     for attack in args.attacks.split(","):
         for defences in (False, True):
             runs = [run(attack, defences, args.nodes, args.dim, args.rounds, s, args.start,
-                        args.spread, args.drift)
+                        args.spread, args.drift, args.drift_cap)
                     for s in range(args.seeds)]
 
             def med(key: str, runs: list[dict[str, float]] = runs) -> float:

@@ -276,6 +276,11 @@ class GossipConfig:
                                  "with merge_guard: clipping radius, times the median of "
                                  "recent partners' update norms (peers that acknowledged "
                                  "a push of this node; 0: no clipping)")
+    drift_cap: float = setting(0.0, Number(minimum=0),
+                               "with merge_guard: creep budget, in clip radii, of the updates "
+                               "one partner (all other senders together) may add up to "
+                               "(4 stops the creep attack; 0: off, the default: at 1,000 "
+                               "nodes 4 refused thousands of honest merges)")
 
     @property
     def guard(self) -> GuardSettings | None:
@@ -284,7 +289,7 @@ class GossipConfig:
             return None
         return GuardSettings(share_ratio=self.share_ratio, balance_cap=self.balance_cap,
                              balance_halflife=self.balance_halflife, sink_pause=self.sink_pause,
-                             clip_factor=self.clip_factor)
+                             clip_factor=self.clip_factor, drift_cap=self.drift_cap)
 
     @property
     def epochs(self) -> EpochSettings:
