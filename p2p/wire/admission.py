@@ -315,9 +315,10 @@ class Admission:
                                 f"{sessions} sessions from {source} already open "
                                 f"(limit {lim.sessions_per_source} per source)")
         site = site_of(source)
-        for group, label, of in ((source, "source", _source), (site, "/48", _site)):
-            mine = sum(of(h) == group for h in self._handshakes.values())
+        for group in _source_groups(source):
+            mine = sum(group in (h.source, h.site) for h in self._handshakes.values())
             if mine >= lim.handshakes_per_source:
+                label = "source" if group == source else "/48"
                 return self._refuse("handshakes_per_source",
                                     f"{mine} handshakes from {group} already in progress "
                                     f"(limit {lim.handshakes_per_source} per {label})")
@@ -460,14 +461,6 @@ class Admission:
         self.refused[rule] = self.refused.get(rule, 0) + 1
 
 
-def _source(hs: _Handshake) -> str:
-    return hs.source
-
-
-def _site(hs: _Handshake) -> str:
-    return hs.site
-
-
 def _fair_victim(holders: dict[int, str], newcomer: str,
                  key: Callable[[int], float]) -> int | None:
     """Fair shares of a full table (``holders``: connection -> the source it is
@@ -603,7 +596,7 @@ class FrameBudget:
 
 
 def _source_groups(source: str) -> tuple[str, ...]:
-    """What a source's frames count against: itself and, for an IPv6 /64,
-    its /48 (one customer holds many /64s, as for handshakes)."""
+    """What a source's handshakes and frames count against: itself and, for an
+    IPv6 /64, its /48 (one customer holds many /64s)."""
     site = site_of(source)
     return (source,) if site == source else (source, site)
