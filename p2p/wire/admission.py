@@ -545,11 +545,17 @@ class FrameBudget:
                 return group
         return None
 
+    def refused_share(self, size: int, source: str | None) -> str | None:
+        """The source (or /48) whose share refuses a large frame of ``size`` bytes
+        from ``source`` now (past the share pressure only), or None."""
+        if source is None or self.held + size <= self.share_pressure:
+            return None
+        return self.over_share(size, source)
+
     def reserve(self, size: int, source: str | None = None) -> bool:
         """Take ``size`` bytes for a large frame from ``source``; False (nothing
         taken) if that would pass the source's share or the budget."""
-        if (source is not None and self.held + size > self.share_pressure
-                and self.over_share(size, source) is not None):
+        if self.refused_share(size, source) is not None:
             self.refused += 1
             self.refused_by_source += 1
             return False

@@ -93,7 +93,7 @@ class FrameBudgetExceeded(FramingError):
 
     def __init__(self, size: int, budget: FrameBudget, *, small: bool = False,
                  source: str | None = None) -> None:
-        group = None if small or source is None else budget.over_share(size, source)
+        group = None if small else budget.refused_share(size, source)
         if group is not None:
             message = (f"frame of {size} bytes refused: unfinished frames from {group} "
                        f"already hold {budget.held_by(group)} bytes; one source may hold "
