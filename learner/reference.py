@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from learner.batched_training import batch_key, train_steps_batched
 from learner.data import NodeData
 from learner.dp_config import DPConfig
 from learner.layout import ModelLayout
@@ -131,13 +132,21 @@ def run_reference(
     *,
     on_eval: Callable[[int, tuple[float, ...]], None] | None = None,
     dp: DPConfig | None = None,
+    batched: bool = False,
 ) -> ReferenceResult:
     """Run Algorithm 2 for `rounds` rounds and test every node on its own test set.
 
     Evaluates every `eval_every` rounds and after the last one. `on_eval`, if
     given, is called with (rounds done, per-node accuracies) at each evaluation.
-    `dp`: train every node with DP-SGD under these settings.
+    `dp`: train every node with DP-SGD under these settings. `batched`: train
+    the nodes' rounds together (:func:`learner.batched_training.train_steps_batched`:
+    the same mini-batches and updates, one vectorised step for all nodes of one
+    architecture; equal to the plain loop within float rounding, several
+    times cheaper for hundreds of nodes). Refused with `dp` (DP-SGD is not batched).
     """
+    if batched and dp is not None:
+        raise ReferenceSetupError("run_reference: batched=True cannot train DP-SGD nodes; "
+                                  "drop batched or dp")
     if not nodes:
         raise ReferenceSetupError("run_reference: no nodes given")
     if rounds < 1:
@@ -169,10 +178,14 @@ def run_reference(
     eval_rounds: list[int] = []
     accuracy: list[tuple[float, ...]] = []
     loss: list[tuple[float, ...]] = []
+    batch_keys = [batch_key(t) for t in trainers] if batched else None
     for done in range(1, rounds + 1):
-        for trainer in trainers:
-            if trainer.can_train():  # False once a DP budget is spent
-                trainer.train_round()
+        if batch_keys is not None:
+            train_steps_batched(trainers, train_config.steps_per_round, keys=batch_keys)
+        else:
+            for trainer in trainers:
+                if trainer.can_train():  # False once a DP budget is spent
+                    trainer.train_round()
         average_shared_models(networks, layouts)
         if done % eval_every == 0 or done == rounds:
             results = [

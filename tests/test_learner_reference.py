@@ -164,6 +164,28 @@ def test_reference_is_deterministic_and_learns() -> None:
     assert first.mean_accuracy[-1] > first.mean_accuracy[0]
 
 
+def test_batched_reference_matches_the_plain_loop() -> None:
+    """Batching the nodes' rounds changes the arithmetic's grouping, not the run."""
+    def run(batched: bool):
+        nodes = _nodes(lambda i: averaging_level(NET, 80), perms=[None, "8:9", None, "8:9"])
+        return run_reference(nodes, 6, TrainConfig(batch_size=16, seed=3), eval_every=3,
+                             batched=batched)
+
+    plain, batched = run(False), run(True)
+    assert batched.eval_rounds == plain.eval_rounds
+    np.testing.assert_allclose(batched.loss, plain.loss, rtol=1e-4, atol=1e-5)
+    # a rounding difference may flip a test sample whose two top scores tie closely
+    np.testing.assert_allclose(batched.accuracy, plain.accuracy, atol=0.02)
+
+
+def test_batched_reference_refuses_dp() -> None:
+    from learner.dp_config import DPConfig
+
+    nodes = _nodes(lambda i: [], num_nodes=2)
+    with pytest.raises(ReferenceSetupError, match="batched=True cannot train DP-SGD"):
+        run_reference(nodes, 1, TrainConfig(), batched=True, dp=DPConfig())
+
+
 def test_reference_setup_errors() -> None:
     nodes = _nodes(lambda i: [], num_nodes=1)
     wrong = NodeSetup(NetworkSpec.parse("32=8=10"), (), nodes[0].data, seed=0)
