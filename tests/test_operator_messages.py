@@ -61,9 +61,13 @@ async def test_failed_shuffles_say_why_from_this_nodes_side(
                 "refused (nothing listens on that port)",
         silent: f"shuffle with {silent} failed: no reply within "
                 f"{node.shuffle_timeout:g} s",  # a shuffle gets a period, at least 1 s
-        private: f"shuffle with {private} failed: unreachable: handshake failed: peer refused "
-                 "the handshake: missing swarm key: the peer requires a swarm key and this "
-                 "node has none (pass --swarm-key-file with the swarm's key)",
+        # a keyed node tells a non-member nothing: this node names the likely causes
+        private: f"shuffle with {private} failed: unreachable: handshake failed: connection "
+                 "closed by peer before answering the first handshake message: the peer "
+                 "closed the handshake: a different swarm key, no swarm key where one is "
+                 "needed, or another protocol version (a node with a swarm key does not tell "
+                 "a non-member why; this node has no swarm key: to join a private swarm, pass "
+                 "its --swarm-key-file; or it had no room for this connection)",
     }
     with caplog.at_level(logging.INFO, logger="peersampling.driver"):
         await nursery.start(node.run)

@@ -261,12 +261,18 @@ def test_missing_swarm_key_on_responder() -> None:
     _fails(a, b, "missing swarm key: the peer uses a swarm key and this node has none")
 
 
+def test_a_keyed_responder_does_not_tell_a_keyless_peer_why() -> None:
+    # nothing revealed before membership is proven (tests/test_attack_wire_preauth_reveal.py)
+    a, b = _pair(None, SWARM)
+    error = _fails(a, b, "the peer has no swarm key but this node requires one")
+    assert error.silent and not error.tell_peer
+    assert "no swarm key where one is needed" in a.explain_close("connection closed by peer")
+
+
 @pytest.mark.parametrize(
     ("keys", "local", "told_to_peer"),
     [
-        # the keyless side is told that IT lacks the key, whichever side it is
-        ((None, SWARM), "the peer has no swarm key but this node requires one",
-         "the peer requires a swarm key and this node has none (pass --swarm-key-file"),
+        # a keyless responder (no membership to hide) tells the keyed peer why
         ((SWARM, None), "the peer uses a swarm key and this node has none",
          "the peer has no swarm key and this node uses one"),
     ],
@@ -294,7 +300,7 @@ def test_wrong_swarm_key_fails_at_the_first_message_silently() -> None:
         b.receive(a.start()[0])
     assert info.value.silent and not info.value.tell_peer  # the responder just closes
     # the initiator, whose connection is closed, is told what that most likely means
-    assert "wrong swarm key?" in a.explain_close("connection closed by peer")
+    assert "a different swarm key" in a.explain_close("connection closed by peer")
     assert b.explain_close("x") == "x"
 
 

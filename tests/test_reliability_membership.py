@@ -66,9 +66,9 @@ async def test_outsiders_neither_join_nor_inject(tmp_path: Path, nursery: trio.N
         assert c["pushes_received"] == 0 and c["acks"] == 0
     # direct injection attempts are refused at the handshake, before any handler
     rejected = (a.counters["rejected_messages"], a.model_counters("global")["rejected"])
-    for o, reason in zip(outsiders, ["missing swarm key", "wrong swarm key"], strict=True):
+    for o in outsiders:  # neither is told which (a keyed node tells non-members nothing)
         push = valid_push(a.cores["global"].fingerprint, a.cores["global"].values.size)
-        with pytest.raises(PeerUnreachable, match=reason):
+        with pytest.raises(PeerUnreachable, match="the peer closed the handshake"):
             await o.transport.request(a_address, push)
     # nothing reached the node's handler: no refusal counted, no merge remembered
     assert (a.counters["rejected_messages"], a.model_counters("global")["rejected"]) == rejected

@@ -109,6 +109,7 @@ class TrustedHandshake(Handshake):
             if len(nonce) != _NONCE_SIZE or (self._swarm_key is not None and tag != _mac(
                     self._swarm_key, b"hello", nonce)):
                 raise self._unauthenticated_trusted(first=True)
+            self._peer_proven = True  # as Handshake: the peer's tag verified
             self._peer_nonce = nonce
             self._state = _State.WAIT_FINISH
             return [codec.encode(NoiseMessage(self._nonce + self._own_payload()))]
@@ -160,6 +161,7 @@ class TrustedHandshake(Handshake):
     def _read_payload(self, data: bytes) -> HandshakePayload:
         if len(self._peer_nonce) != _NONCE_SIZE:
             raise self._unauthenticated_trusted(first=False)
+        self._peer_proven = True  # stands for the Noise message's authentication
         try:
             peer = codec.decode(data)
         except codec.DecodeError as exc:

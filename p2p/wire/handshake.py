@@ -4,9 +4,9 @@ that binds each side's Ed25519 node id to the session.
 Message flow (Noise tokens, then what the encrypted payload holds)::
 
     initiator                                       responder
-      NoiseHello(protocol, [psk] e)  ------------>  check protocol; with a swarm
-                                                    key, the tag must verify (else
-                                                    close without a word)
+      NoiseHello(protocol, [psk] e)  ------------>  with a swarm key: the tag must
+                                                    verify, else close without a
+                                                    word; without: check protocol
                  <------------  NoiseMessage(e, ee, s, es, {responder payload})
       verify the responder's payload
       NoiseMessage(s, se, {initiator payload})  -->  verify the initiator's payload
@@ -17,6 +17,17 @@ swarm key is the pre-shared key, mixed in before anything else, so a node
 without it learns nothing, not even a static key) and
 ``Noise_XX_25519_ChaChaPoly_SHA256`` without. The prologue names the wire
 protocol version.
+
+With a swarm key, nothing about the node goes out in clear before the peer
+proved membership (its first Noise message authenticated under the key): any
+failure before that (another protocol version, no key, another handshake
+protocol, junk) closes the connection without a word, the same as a wrong
+key, so a scanner learns neither the version nor how the node is configured.
+The reason goes to this node's log only, and the other side's operator reads
+the likely causes from :meth:`Handshake.explain_close`. Without a swarm key
+there is no membership to hide: anyone can complete the handshake, so a
+refusal is explained to the peer in clear (what to fix: a version, a key).
+The initiator's hello necessarily names its handshake protocol and version.
 
 A payload (:class:`~p2p.wire.messages.HandshakePayload`) carries the sender's
 node id, listen address, tags, sealing cipher and an Ed25519 signature, by the
@@ -78,7 +89,8 @@ class HandshakeError(Exception):
     this side detected the problem. ``reason`` is worded for this node's
     operator; ``peer_reason`` for the peer's, who reads it as "peer refused the
     handshake: ..." (there, "the peer" is this node). ``silent`` failures (a
-    message that does not authenticate) are not explained to the peer: the
+    message that does not authenticate, and with a swarm key any failure
+    before the peer proved membership) are not explained to the peer: the
     connection is just closed. ``seal_with`` is set when the failure came after
     the Noise handshake completed (the responder refusing the initiator's
     identity, which has begun to seal): the refusal is then sent sealed with
@@ -202,6 +214,10 @@ class Handshake:
         self._state = _State.START
         self.result: HandshakeResult | None = None
 
+    #: True once a Noise message of the peer authenticated (with a swarm key:
+    #: the peer proved membership); until then a keyed node tells it nothing.
+    _peer_proven = False
+
     @property
     def done(self) -> bool:
         """True once the peer is authenticated and :attr:`result` is set."""
@@ -223,20 +239,26 @@ class Handshake:
         """Process one received payload; returns payloads to send in reply."""
         try:
             return self._receive(payload)
-        except HandshakeError:
+        except HandshakeError as exc:
             self._state = _State.FAILED
+            if self._swarm_key is not None and not self._peer_proven:
+                exc.silent = True  # a non-member learns nothing, not even why
             raise
 
     def explain_close(self, reason: str) -> str:
         """``reason`` (the connection ended during the handshake) with what it
         most likely means: a keyed node closes without a word on a first
-        message that does not authenticate under its swarm key."""
-        if self._state is _State.WAIT_REPLY and self._swarm_key is not None:
-            return (f"{reason} before answering the first handshake message: wrong swarm "
-                    "key? (a member closes without a reason when the message does not "
-                    "authenticate under its swarm key; every node of a swarm needs the same "
-                    "--swarm-key-file)")
-        return reason
+        message that does not prove membership, whatever was wrong with it."""
+        if self._state is not _State.WAIT_REPLY:
+            return reason
+        if self._swarm_key is not None:
+            fix = "every node of a swarm needs the same --swarm-key-file"
+        else:
+            fix = "this node has no swarm key: to join a private swarm, pass its --swarm-key-file"
+        return (f"{reason} before answering the first handshake message: the peer closed the "
+                "handshake: a different swarm key, no swarm key where one is needed, or "
+                "another protocol version (a node with a swarm key does not tell a "
+                f"non-member why; {fix}; or it had no room for this connection)")
 
     # -- internals ----------------------------------------------------------
 
@@ -289,13 +311,12 @@ class Handshake:
         if protocol == self.protocol:
             return
         # Who has a key at all shows in the protocol name; a different key does
-        # not (it fails authentication). Each side is told what it can fix.
+        # not (it fails authentication). A keyless node is told what it can fix;
+        # a keyed one tells a non-member nothing (see receive()).
         if protocol == PROTOCOL_PLAIN:
             raise HandshakeError(
                 "missing swarm key: the peer has no swarm key but this node requires one "
                 "(start the peer with the same --swarm-key-file)",
-                peer_reason="missing swarm key: the peer requires a swarm key and this "
-                            "node has none (pass --swarm-key-file with the swarm's key)",
             )
         if protocol == PROTOCOL_KEYED:
             raise HandshakeError(
@@ -320,6 +341,7 @@ class Handshake:
             plaintext = noise.read_payload(rest)
         except NoiseError as exc:
             raise self._unauthenticated(exc, first) from None
+        self._peer_proven = True
         if first:
             if plaintext:
                 raise HandshakeError("malformed handshake message: the first message "

@@ -40,7 +40,8 @@ ERROR_BAD_REQUEST = "bad_request"  # a message that is not a request this node s
 ERROR_INTERNAL = "internal"  # the handler failed unexpectedly
 ERROR_NO_REPLY = "no_reply"  # the handler had nothing to answer
 ERROR_HANDSHAKE = "handshake"  # handshake refused; sent in clear before closing (never
-# after a failed authentication: then the node closes without a word)
+# after a failed authentication, nor by a keyed node to a peer that has not proved
+# membership: then the node closes without a word)
 
 
 def _check_len(name: str, value: bytes, size: int) -> None:
