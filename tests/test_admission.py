@@ -159,13 +159,17 @@ def test_frame_limit_follows_the_largest_push_under_the_ceiling() -> None:
 
 def test_frame_budget_bounds_unfinished_frames_of_all_decoders() -> None:
     k = 1024
-    budget = FrameBudget(1000 * k)
+    budget = FrameBudget(950 * k)
     first, second, third = (FrameDecoder(600 * k, budget) for _ in range(3))
-    assert first.feed(struct.pack(">I", 512 * k) + b"x" * 10) == []  # 512 KiB reserved
-    assert second.feed(struct.pack(">I", 400 * k) + b"y" * 10) == []  # 400 KiB more
+    # a large frame holds one step (64 KiB) at its header, then grows as its
+    # body arrives (as much again as it received, each time it is full)
+    assert first.feed(struct.pack(">I", 512 * k) + b"x" * 10) == []
+    assert budget.held == budget.step == 64 * k and budget.announced == 512 * k
+    assert first.feed(b"x" * (300 * k)) == []  # 512 KiB held: the frame's size
+    assert second.feed(struct.pack(">I", 400 * k) + b"y" * (300 * k)) == []  # 400 KiB more
     assert budget.held == 912 * k
-    with pytest.raises(FrameBudgetExceeded, match=f"already hold {912 * k} of the {1000 * k}"):
-        third.feed(struct.pack(">I", 256 * k) + b"z")  # 256 KiB more would exceed it
+    with pytest.raises(FrameBudgetExceeded, match=f"already hold {912 * k} of the {950 * k}"):
+        third.feed(struct.pack(">I", 256 * k) + b"z")  # its first step would exceed it
     assert budget.held == 912 * k and budget.refused == 1
     with pytest.raises(FrameBudgetExceeded):
         third.feed(b"\x00")  # the decoder stays failed
@@ -178,7 +182,7 @@ def test_frame_budget_bounds_unfinished_frames_of_all_decoders() -> None:
     small.release()
     assert budget.small_held == 0
     # completing a frame gives its bytes back; so does closing a connection
-    [done] = first.feed(b"x" * (512 * k - 10))
+    [done] = first.feed(b"x" * (212 * k - 10))
     assert len(done) == 512 * k and budget.held == 400 * k
     second.release()
     second.release()  # idempotent
@@ -255,7 +259,8 @@ def test_unfinished_small_frames_are_counted_and_bounded() -> None:
     spent = FrameBudget(1000 * k, small_limit=10 * k)
     assert FrameDecoder(600 * k, spent).feed(struct.pack(">I", 8 * k) + b"s") == []
     assert FrameDecoder(600 * k, spent).feed(struct.pack(">I", 500 * k) + b"l") == []
-    assert spent.held == 500 * k and spent.small_held == 8 * k
+    assert spent.held == spent.step and spent.announced == 500 * k
+    assert spent.small_held == 8 * k
 
 
 def test_frame_allowance_grows_with_size_at_the_floor_rate() -> None:

@@ -64,12 +64,13 @@ async def test_flood_of_unfinished_frames_is_bounded_and_given_back(
             # (a second frame), so the others keep at least half
             await wait_until(lambda: budget.refused == 10)
             assert budget.refused_by_source == 10
-            assert budget.source_limit < 2 * size == budget.peak <= budget.limit // 2
+            assert budget.source_limit < 2 * size == budget.held_by("127.0.0.1")
+            assert budget.peak == 2 * budget.step  # 1 KiB of each arrived: a step held
             await wait_until(lambda: server.admission.sessions <= 2)
         # one line for the source; the other refusals wait for the summary
         lines = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
         assert len(lines) == 1, lines
-        assert "unfinished frames from 127.0.0.1 already hold" in lines[0], lines
+        assert "unfinished frames from 127.0.0.1 already announce" in lines[0], lines
         for ms in sessions:
             await ms.aclose()
         await wait_until(lambda: server.open_connections == 0)
@@ -165,7 +166,7 @@ async def test_a_reply_frame_left_unfinished_gives_its_budget_back(ending: str) 
             with pytest.raises(PeerUnreachable):  # unless cancelled first
                 await client.request(f"127.0.0.1:{port}", Ping(1), timeout=30.0)
         assert request_scope.cancelled_caught == (ending == "cancelled")
-        assert held_mid_frame == [size]
+        assert held_mid_frame == [budget.step]  # 1 KiB of it arrived: one step held
         assert budget.held == 0
         await client.aclose()
         nursery.cancel_scope.cancel()
@@ -205,7 +206,7 @@ async def test_a_trickled_frame_is_dropped_once_it_falls_behind_the_floor_rate(
                         sent += 1024
 
             nursery.start_soon(trickle)
-            await wait_until(lambda: budget.held == size)
+            await wait_until(lambda: budget.held == budget.step)  # 1 KiB in: one step
             await wait_until(lambda: budget.held == 0, timeout=600)
             held_for = trio.current_time() - start
         assert budget.held == 0 and server.admission.sessions == 0

@@ -49,14 +49,17 @@ The rules, and why:
 have started to arrive but are not complete (small frames against an
 allowance of their own); a frame that would take the total over it closes
 its connection (:class:`~p2p.wire.framing.FrameDecoder` asks before it
-allocates); the frames of one source may hold at most a share of it
-(``SOURCE_FRAME_SHARE``), so one host cannot fill it. A frame must also arrive
-whole within a deadline scaled from its size (:func:`frame_allowance`), and
-keep pace with the floor rate from its header on, after a short grace
-(:func:`frame_pace_allowance`): holding budget costs the bandwidth it
-stands for, and a peer trickling bytes to dodge the read timeout loses its
-frame (and the budget) within seconds. :func:`receive_frame_limit` sizes a node's frame cap from the largest push it
-can receive.
+reads into the frame's buffer). A large frame holds it in steps as its body
+arrives (:data:`FRAME_RESERVE_STEP` at its header, then as much again as it
+has received), so holding the budget costs the bytes sent, however many
+sources and reconnections a peer has; the frames of one source may announce
+at most a share of it (``SOURCE_FRAME_SHARE``), so one host cannot fill it.
+A frame must also arrive whole within a deadline scaled from its size
+(:func:`frame_allowance`), and keep pace with the floor rate from its
+header on, after a short grace (:func:`frame_pace_allowance`): a peer
+trickling bytes to dodge the read timeout loses its frame (and the budget)
+within seconds. :func:`receive_frame_limit` sizes a node's frame cap from
+the largest push it can receive.
 """
 
 from __future__ import annotations
@@ -70,6 +73,7 @@ __all__ = [
     "DEFAULT_MIN_FRAME_RATE",
     "DEFAULT_SMALL_FRAME_BUDGET",
     "FRAME_PACE_GRACE",
+    "FRAME_RESERVE_STEP",
     "MIN_FRAME_LIMIT",
     "SMALL_FRAME_SIZE",
     "SOURCE_FRAME_SHARE",
@@ -94,19 +98,27 @@ SMALL_FRAME_SIZE = 64 * 1024
 #: Bytes unfinished small frames may hold at once, when not told otherwise (a
 #: transport gives one small frame per connection it may hold).
 DEFAULT_SMALL_FRAME_BUDGET = 8 * 1024 * 1024
+#: Bytes a large frame takes of a :class:`FrameBudget` when its header arrives;
+#: it takes more as its body arrives, as much as it has received each time it
+#: has filled what it holds. A frame that never arrives holds this much, not
+#: its announced size (see :class:`FrameBudget`): at the default 64 session
+#: slots and 64 outgoing connections, 8 MiB of the 16 MiB default budget if
+#: every one of them announces a frame and sends nothing.
+FRAME_RESERVE_STEP = SMALL_FRAME_SIZE
 #: The slowest average rate (bytes per second) at which a frame may arrive (see
 #: :func:`frame_allowance`): 1 Mbit/s, a 4 MB push in about 32 s.
 DEFAULT_MIN_FRAME_RATE = 128 * 1024
 #: The share of a :class:`FrameBudget` the unfinished large frames of one
-#: source (and of one IPv6 /48) may hold: a quarter, so that filling the
+#: source (and of one IPv6 /48) may announce: a quarter, so that filling the
 #: budget takes at least four sources, and one busy source (a NAT, a host
 #: running several daemons) still has room for a few large frames at once
 #: (at the default budget of 4 frames of the largest size, at least one).
 SOURCE_FRAME_SHARE = 0.25
-#: Sources' shares apply once more than this fraction of a :class:`FrameBudget`
-#: is held: below it a busy honest host (a NAT, the daemons of a local swarm,
-#: all one source) may burst past its share, and a source squatting the budget
-#: still leaves the others at least this fraction.
+#: Sources' shares apply once the unfinished large frames announce more than
+#: this fraction of a :class:`FrameBudget`: below it a busy honest host (a
+#: NAT, the daemons of a local swarm, all one source) may burst past its
+#: share, and a source squatting the budget still leaves the others at least
+#: this fraction.
 SOURCE_SHARE_PRESSURE = 0.5
 #: Seconds a frame's body may lag behind the floor rate, counted from its
 #: header (:func:`frame_pace_allowance`). A sender writes a whole frame at
@@ -118,8 +130,9 @@ SOURCE_SHARE_PRESSURE = 0.5
 #: was full waits for its own loop). A body faster than the floor banks the
 #: difference: only one arriving at the floor itself has no more slack than
 #: this. And it is what a peer that announces a frame and then stalls holds
-#: the frame's budget for, per frame (and handshake), instead of the read
-#: timeout plus the frame's size at the floor rate.
+#: what the frame took of the budget for (one :data:`FRAME_RESERVE_STEP`),
+#: per frame (and handshake), instead of the read timeout plus the frame's
+#: size at the floor rate.
 FRAME_PACE_GRACE = 5.0
 #: The smallest frame cap :func:`receive_frame_limit` returns: room for the
 #: largest shuffle and handshake messages whatever the models' size.
@@ -481,57 +494,84 @@ def _fair_victim(holders: dict[int, str], newcomer: str,
 class FrameBudget:
     """Bytes that frames still arriving may hold, summed over all connections.
 
-    A decoder :meth:`reserve` s a frame's size when its header announces it
-    and :meth:`release` s it when the frame is complete or its connection
-    closes. ``limit`` <= 0 turns the budget off.
+    A decoder :meth:`reserve` s a large frame when its header announces it,
+    taking ``take`` bytes of the budget then (:data:`FRAME_RESERVE_STEP`, or
+    the whole frame if smaller), :meth:`grow` s what the frame holds as its
+    body arrives (by as much as it has received, so that it holds at most
+    twice the bytes that came, or one step), and :meth:`release` s it when
+    the frame is complete or its connection closes. ``limit`` <= 0 turns the
+    budget off. Why in steps: a reservation of the whole announced size cost
+    its sender one header, and the pace rule only limits how long it is held
+    (:data:`FRAME_PACE_GRACE`): members at a few addresses that announced
+    large frames, sent nothing and reconnected every few seconds kept the
+    budget full, and every honest large frame out, at the price of one
+    handshake per frame per grace. Held in steps, the budget costs the bytes
+    sent: a frame that never arrives holds one step. The price: a frame
+    admitted is no longer sure to find room for its whole body; one that finds
+    none when it must grow is cut (the node is busy), and gives back what it
+    held to the others.
 
-    One source may not hold it all: once more than ``share_pressure`` x
-    ``limit`` is held (half, :data:`SOURCE_SHARE_PRESSURE`), a large frame whose ``source`` (a :func:`source_of` key; its IPv6 /48 is
-    counted too, see :func:`site_of`) already holds unfinished large frames is
-    refused when they would pass ``source_share`` x ``limit``
-    (``source_limit``). Below that, a busy honest host (a NAT, the daemons of
-    a local swarm, all one source) may burst past its share; a squatting
-    source still leaves the others the rest (half, by default). A source
-    holding nothing may always start one frame (within ``limit``), so a frame
+    One source may not claim it all: once the frames announced and not yet
+    complete pass ``share_pressure`` x ``limit`` (half,
+    :data:`SOURCE_SHARE_PRESSURE`), a large frame whose ``source`` (a
+    :func:`source_of` key; its IPv6 /48 is counted too, see :func:`site_of`)
+    already has unfinished large frames is refused when their announced sizes
+    and its own would pass ``source_share`` x ``limit`` (``source_limit``).
+    Shares are counted on announced sizes, not on the bytes held, so that a
+    source's frames never hold more than it may announce, and a frame once
+    started grows with its body without being cut for its source's share.
+    Below the pressure, a busy honest host (a NAT, the daemons of a local
+    swarm, all one source) may burst past its share. A source with no
+    unfinished frame may always start one (within ``limit``), so a frame
     larger than the share is not shut out. A frame reserved without a source
     (tests, callers that know none) is only counted against ``limit``.
 
     Small frames (no larger than a decoder's staging area) are counted apart,
-    against ``small_limit`` (:meth:`reserve_small`): they must still get
-    through when large frames have spent ``limit`` (a handshake message, an
-    ack), yet many of them left unfinished must not hold memory without
+    against ``small_limit`` (:meth:`reserve_small`), whole: they must still
+    get through when large frames have spent ``limit`` (a handshake message,
+    an ack), yet many of them left unfinished must not hold memory without
     bound either. ``small_limit`` <= 0 leaves them uncounted.
     """
 
     def __init__(self, limit: int = DEFAULT_FRAME_BUDGET,
                  small_limit: int = DEFAULT_SMALL_FRAME_BUDGET, *,
                  source_share: float = SOURCE_FRAME_SHARE,
-                 share_pressure: float = SOURCE_SHARE_PRESSURE) -> None:
+                 share_pressure: float = SOURCE_SHARE_PRESSURE,
+                 step: int = FRAME_RESERVE_STEP) -> None:
         if not 0 < source_share <= 1:
             raise ValueError(f"source_share must be in (0, 1], got {source_share}")
         if not 0 <= share_pressure < 1:
             raise ValueError(f"share_pressure must be in [0, 1), got {share_pressure}")
+        if step < 1:
+            raise ValueError(f"step must be >= 1 byte, got {step}")
         self.limit = limit
         self.small_limit = small_limit
-        #: Bytes the unfinished large frames of one source (or /48) may hold.
+        #: Bytes a large frame takes when its header arrives (see the class doc).
+        self.step = step
+        #: Bytes the unfinished large frames of one source (or /48) may announce.
         self.source_limit = int(limit * source_share) if limit > 0 else 0
-        #: Bytes held beyond which the sources' shares apply.
+        #: Bytes announced by unfinished large frames beyond which the sources'
+        #: shares apply.
         self.share_pressure = int(limit * share_pressure)
         #: Bytes held by unfinished large frames, and by unfinished small ones.
         self.held = 0
         self.small_held = 0
+        #: The announced sizes of the unfinished large frames, summed.
+        self.announced = 0
         #: The most ever held at once by large frames, and frames refused
-        #: (large or small), over the budget's life; of those refused, the ones
-        #: refused because their source held its share (the node had room).
+        #: (large or small, at their header or when they had to grow), over
+        #: the budget's life; of those refused, the ones refused because their
+        #: source had announced its share (the node had room).
         self.peak = 0
         self.refused = 0
         self.refused_by_source = 0
-        # source (and IPv6 /48) -> bytes its unfinished large frames hold
+        # source (and IPv6 /48) -> announced sizes of its unfinished large frames
         self._by_source: dict[str, int] = {}
 
     def held_by(self, source: str) -> int:
         """Bytes the unfinished large frames of ``source`` (a :func:`source_of`
-        key, or a /48 from :func:`site_of`) hold."""
+        key, or a /48 from :func:`site_of`) announced: what they may come to
+        hold, and what its share counts."""
         return self._by_source.get(source, 0)
 
     def over_share(self, size: int, source: str) -> str | None:
@@ -548,32 +588,58 @@ class FrameBudget:
     def refused_share(self, size: int, source: str | None) -> str | None:
         """The source (or /48) whose share refuses a large frame of ``size`` bytes
         from ``source`` now (past the share pressure only), or None."""
-        if source is None or self.held + size <= self.share_pressure:
+        if source is None or self.announced + size <= self.share_pressure:
             return None
         return self.over_share(size, source)
 
-    def reserve(self, size: int, source: str | None = None) -> bool:
-        """Take ``size`` bytes for a large frame from ``source``; False (nothing
-        taken) if that would pass the source's share or the budget."""
+    def reserve(self, size: int, source: str | None = None, *, take: int | None = None
+                ) -> bool:
+        """Admit a large frame of ``size`` bytes from ``source``, taking ``take``
+        bytes of the budget for it now (default: all of it; see :meth:`grow`);
+        False (nothing taken) if it would pass the source's share or ``take``
+        the budget."""
+        take = size if take is None else take
+        if not 0 <= take <= size:
+            raise ValueError(f"take must be in 0..{size} bytes, got {take}")
         if self.refused_share(size, source) is not None:
             self.refused += 1
             self.refused_by_source += 1
             return False
-        if self.limit > 0 and self.held + size > self.limit:
+        if self.limit > 0 and self.held + take > self.limit:
             self.refused += 1
             return False
         if source is not None and self.source_limit > 0:
             for group in _source_groups(source):
                 self._by_source[group] = self._by_source.get(group, 0) + size
-        self.held += size
+        self.announced += size
+        self.held += take
         self.peak = max(self.peak, self.held)
         return True
 
-    def release(self, size: int, source: str | None = None) -> None:
-        """Give back what :meth:`reserve` took (with the same ``source``)."""
-        self.held -= size
-        if self.held < 0:
-            raise RuntimeError(f"frame budget released more than it held ({self.held} bytes)")
+    def grow(self, more: int) -> bool:
+        """Take ``more`` bytes for a frame :meth:`reserve` admitted, as its body
+        arrives; False (nothing taken) if that would pass the budget. Only the
+        budget of all frames applies: the frame's source had its share checked
+        against the frame's whole size when it started."""
+        if more < 0:
+            raise ValueError(f"a frame grows by >= 0 bytes, got {more}")
+        if self.limit > 0 and self.held + more > self.limit:
+            self.refused += 1
+            return False
+        self.held += more
+        self.peak = max(self.peak, self.held)
+        return True
+
+    def release(self, size: int, source: str | None = None, *, held: int | None = None
+                ) -> None:
+        """Give back a frame of ``size`` bytes that :meth:`reserve` admitted
+        (with the same ``source``), which holds ``held`` bytes (default: all)."""
+        held = size if held is None else held
+        self.held -= held
+        self.announced -= size
+        if self.held < 0 or self.announced < 0:
+            raise RuntimeError(f"frame budget released more than it held ({self.held} "
+                               f"bytes held, {self.announced} announced)")
         if source is not None and self.source_limit > 0:
             for group in _source_groups(source):
                 left = self._by_source.get(group, 0) - size

@@ -82,9 +82,11 @@ class FrameTooLarge(FramingError):
 
 
 class FrameBudgetExceeded(FramingError):
-    """A frame whose buffer would take the bytes held by unfinished frames (all
-    connections together) over the :class:`~p2p.wire.admission.FrameBudget`,
-    or those of its ``source`` over the share one source may hold.
+    """A frame refused by the :class:`~p2p.wire.admission.FrameBudget`: the
+    bytes held by unfinished frames (all connections together) would pass the
+    budget, or the frames announced by its ``source`` the share one source may
+    announce. ``received``: the frame had that many bytes of its body in and
+    could not grow (None: refused at its header).
 
     ``by_source`` tells the two apart: False means the node is busy (other
     connections hold the budget), not that this sender did anything wrong.
@@ -92,18 +94,20 @@ class FrameBudgetExceeded(FramingError):
     """
 
     def __init__(self, size: int, budget: FrameBudget, *, small: bool = False,
-                 source: str | None = None) -> None:
-        group = None if small else budget.refused_share(size, source)
+                 source: str | None = None, received: int | None = None) -> None:
+        group = None if small or received is not None else budget.refused_share(size, source)
+        what = (f"frame of {size} bytes refused" if received is None
+                else f"frame of {size} bytes cut after {received} bytes of its body")
         if group is not None:
-            message = (f"frame of {size} bytes refused: unfinished frames from {group} "
-                       f"already hold {budget.held_by(group)} bytes; one source may hold "
+            message = (f"{what}: unfinished frames from {group} already announce "
+                       f"{budget.held_by(group)} bytes; one source may announce "
                        f"{budget.source_limit} of the {budget.limit} bytes all frames "
                        "may hold together")
         else:
             held, limit = (budget.small_held, budget.small_limit) if small \
                 else (budget.held, budget.limit)
             kind = "small frames" if small else "frames"
-            message = (f"frame of {size} bytes refused: unfinished {kind} already hold "
+            message = (f"{what}: unfinished {kind} already hold "
                        f"{held} of the {limit} bytes they may hold together")
         super().__init__(message)
         self.size = size
@@ -185,15 +189,18 @@ class FrameDecoder:
                 f"max_frame_size must be in 1..{_MAX_REPRESENTABLE}, got {max_frame_size}"
             )
         self.max_frame_size = max_frame_size
-        #: Shared with other decoders: a frame body is reserved there before it
-        #: is allocated and released when complete (or by :meth:`release`).
+        #: Shared with other decoders: a frame body is reserved there before
+        #: any of it is read (a large one in steps, ahead of the bytes that
+        #: arrive: see FrameBudget) and released when complete (or by
+        #: :meth:`release`).
         self.budget = budget
         #: Whose frames these are, for the budget's share per source (a
         #: :func:`~p2p.wire.admission.source_of` key; None: no share applies).
         #: May be set later (when the stream learns its peer): frames started
         #: from then on count against it.
         self.source = source
-        self._reserved = 0
+        self._reserved = 0  # bytes the frame in progress holds in the budget
+        self._announced = 0  # its size, if the budget admitted it (0: nothing to give back)
         self._reserved_small = False  # taken from the small frames' allowance
         self._reserved_source: str | None = None  # what the reservation counted against
         #: Frame bodies started so far (one per frame that did not arrive with
@@ -266,6 +273,11 @@ class FrameDecoder:
         if self._body is not None:
             self._have += nbytes
             if self._have < len(self._body):
+                # Reads are not held back at what the frame holds (that would
+                # cost a read per step): a read past it grows the frame at once,
+                # or cuts it.
+                if self._announced and self._have > self._reserved:
+                    self._grow()
                 return []
             body, self._body, self._have = self._body, None, 0
             self.release()
@@ -302,28 +314,34 @@ class FrameDecoder:
     def release(self) -> None:
         """Give back the budget the frame in progress holds (its connection is
         closing, or it is complete). Idempotent."""
-        if self._reserved and self.budget is not None:
+        if self._announced and self.budget is not None:
             if self._reserved_small:
                 self.budget.release_small(self._reserved)
             else:
-                self.budget.release(self._reserved, self._reserved_source)
-        self._reserved = 0
+                self.budget.release(self._announced, self._reserved_source,
+                                    held=self._reserved)
+        self._reserved = self._announced = 0
 
-    def _new_body(self, size: int) -> memoryview:
+    def _new_body(self, size: int, available: int) -> memoryview:
+        """The buffer of a frame of ``size`` bytes whose header has arrived,
+        with ``available`` bytes of its body already staged."""
         self.bodies_started += 1
         # Frames no larger than the staging area must get through when large
         # frames have spent the budget (a handshake message, an ack): they draw
-        # on an allowance of their own.
+        # on an allowance of their own, whole.
         if self.budget is not None:
             small = size <= _STAGE_SIZE
             source = self.source
+            # A large frame holds what has arrived, and room for as much again
+            # (at least a step): announcing a frame costs no budget worth having.
+            take = size if small else min(size, max(self.budget.step, 2 * available))
             if not (self.budget.reserve_small(size) if small
-                    else self.budget.reserve(size, source)):
+                    else self.budget.reserve(size, source, take=take)):
                 self._start = self._end = 0
                 failure = FrameBudgetExceeded(size, self.budget, small=small, source=source)
                 self._failed = failure
                 raise failure
-            self._reserved, self._reserved_small = size, small
+            self._reserved, self._announced, self._reserved_small = take, size, small
             self._reserved_source = source
         offset = self.align_at(size) if self.align_at is not None else None
         if offset is None or not 0 <= offset < size:
@@ -331,6 +349,23 @@ class FrameDecoder:
         raw = np.empty(size + _ALIGNMENT, dtype=np.uint8)
         pad = -(_address(raw) + offset) % _ALIGNMENT
         return raw[pad : pad + size].data
+
+    def _grow(self) -> None:
+        """The frame in progress filled what it holds in the budget: hold as
+        much again (at least a step, at most the frame), or fail (the frame's
+        budget is given back, and the decoder is unusable: its connection is
+        cut)."""
+        assert self.budget is not None and self._body is not None
+        size = len(self._body)
+        target = min(size, max(self._reserved + self.budget.step, 2 * self._have))
+        if not self.budget.grow(target - self._reserved):
+            failure = FrameBudgetExceeded(size, self.budget, source=self._reserved_source,
+                                          received=self._have)
+            self.release()
+            self._body, self._have = None, 0
+            self._failed = failure
+            raise failure
+        self._reserved = target
 
     def _parse_stage(self) -> list[memoryview]:
         frames: list[memoryview] = []
@@ -350,7 +385,7 @@ class FrameDecoder:
                 self._large_last = False
                 continue
             # The body arrives later, straight into a buffer of its final size.
-            self._body = self._new_body(size)
+            self._body = self._new_body(size, available)
             self._large_last = size > _STAGE_SIZE
             self._body[:available] = stage[body_start : self._end]
             self._have = available

@@ -723,8 +723,10 @@ class Transport:
     an incoming one. ``frame_budget`` bounds the bytes all unfinished frames
     hold together (default: 16 MiB or 4 frames of ``max_frame_size``, the
     larger; 0: no bound; frames of at most 64 KiB are counted apart, against
-    64 KiB per connection the transport may hold; one source's frames hold at
-    most a quarter of it, ``SOURCE_FRAME_SHARE``; a frame refused because
+    64 KiB per connection the transport may hold; a larger frame holds it in
+    steps as its body arrives, ``FRAME_RESERVE_STEP`` at its header; one
+    source's frames announce at most a quarter of it once half of it is
+    announced, ``SOURCE_FRAME_SHARE``; a frame refused because
     the whole budget is full is logged as this node being busy, not as the
     sender's offence). A frame must arrive whole within ``read_timeout`` plus
     its size at ``min_frame_rate`` bytes per second (default 128 KiB/s), and
