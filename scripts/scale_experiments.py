@@ -342,7 +342,8 @@ def _median(values: list[float]) -> float | None:
 
 
 def summarise(results: dict[str, Any]) -> list[dict[str, Any]]:
-    """One row per (task, nodes, scheme, churn): medians over the seeds that ran."""
+    """One row per (task, nodes, scheme, churn): medians over the seeds that ran, and
+    the range of the seeds' mean accuracies (``mean_accuracy_range``)."""
     groups: dict[tuple[str, int, str, float], list[dict[str, Any]]] = {}
     for run in results["runs"].values():
         groups.setdefault((run["task"], run["nodes"], run["scheme"], run["churn"]), []).append(run)
@@ -365,11 +366,13 @@ def summarise(results: dict[str, Any]) -> list[dict[str, Any]]:
                 to_rounds.append(got[0])
                 if got[1] is not None:
                     to_bytes.append(got[1])
+        means = [r["mean_accuracy"] for r in runs if r["mean_accuracy"] is not None]
         rows.append({
             "task": task, "data": runs[0].get("data"), "nodes": nodes, "scheme": scheme,
             "churn": churn, "seeds": sorted(r["seed"] for r in runs),
-            "mean_accuracy": _median([r["mean_accuracy"] for r in runs
-                                      if r["mean_accuracy"] is not None]),
+            "mean_accuracy": _median(means),
+            # the seed-to-seed spread: a gap between schemes smaller than it is no gap
+            "mean_accuracy_range": [min(means), max(means)] if means else None,
             "worst_accuracy": _median([r["worst_accuracy"] for r in runs
                                        if r["worst_accuracy"] is not None]),
             "reference_accuracy": _median(refs),
@@ -396,9 +399,18 @@ def _mb(value: float | None) -> str:
     return "-" if value is None else f"{value / 1e6:.2f}"
 
 
+def _spread(row: Mapping[str, Any]) -> str:
+    """' (min-max)' of the seeds' mean accuracies when more than one seed ran."""
+    span = row.get("mean_accuracy_range")
+    if span is None or len(row["seeds"]) < 2:
+        return ""
+    return f" ({_pct(span[0])}-{_pct(span[1])})"
+
+
 def markdown_table(rows: list[dict[str, Any]]) -> str:
     """The summary rows as one markdown table."""
-    head = ("| task (data) | N | scheme | churn | seeds | mean acc % | worst acc % | reference % "
+    head = ("| task (data) | N | scheme | churn | seeds | mean acc % (min-max) | worst acc % "
+            "| reference % "
             "| rounds to ref - 1 pt | payload MB/node to ref - 1 pt | payload MB/node "
             "| wire MB/node | wall s | CPU s |")
     lines = [head, "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
@@ -414,7 +426,8 @@ def markdown_table(rows: list[dict[str, Any]]) -> str:
         label = r["task"] if r["task"] != "s3" or r["scheme"] != "partial" else "s3 (+semi-local)"
         lines.append(
             f"| {label} ({r['data']}) | {r['nodes']} | {r['scheme']} | {100 * r['churn']:.0f} % "
-            f"| {len(r['seeds'])} | {_pct(r['mean_accuracy'])} | {_pct(r['worst_accuracy'])} "
+            f"| {len(r['seeds'])} | {_pct(r['mean_accuracy'])}{_spread(r)} "
+            f"| {_pct(r['worst_accuracy'])} "
             f"| {_pct(r['reference_accuracy'])} | {rounds} "
             f"| {_mb(r['payload_bytes_per_node_to_reference'])} "
             f"| {_mb(r['payload_bytes_per_node'])} | {_mb(r['wire_bytes_per_node'])} "

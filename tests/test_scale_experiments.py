@@ -59,7 +59,9 @@ def test_table_takes_medians_and_rounds_to_the_reference(
     assert local["with_reference"] == 0 and local["timed_out"] == 1
     table = scale.markdown_table(rows).splitlines()
     assert len(table) == 4 and table[0].startswith("| task (data) | N | scheme")
-    assert "| 2.5 (1 of 3 never) |" in table[2] and "| 89.0 |" in table[2]
+    assert "| 2.5 (1 of 3 never) |" in table[2] and "| 89.0 (70.0-90.0) |" in table[2]
+    assert partial["mean_accuracy_range"] == [0.70, 0.90]
+    assert "| 1 | 70.0 |" in table[3]  # one seed: no range
     assert "no reference" in table[3] and "(1 timed out)" in table[3]
 
 
