@@ -51,8 +51,12 @@ A :class:`PushSum` built with ``guard=GuardSettings()`` consults a
   norm of the last update each of them proposed (one entry per sender, so one
   liar moves the median by at most one rank), at least ``clip_floor`` times
   the norm of our own estimate.  Only *partners* count: peers that
-  acknowledged a push of ours, i.e. holders this node chose itself through
-  peer sampling (whose views keep made-up identities at their share).  An
+  acknowledged a push of ours or that this node sent a one-way push to, i.e.
+  holders this node chose itself through peer sampling (whose views keep
+  made-up identities at their share).  One-way, the push itself makes the
+  partner: a push beyond the receiver's radius is refused with no ack, so
+  from independent starts (every push beyond the warm-up radius) no node
+  ever had a partner and every push was refused.  An
   unsolicited sender's norms are not recorded: otherwise a member with a
   handful of made-up identities (free to mint, each one entry) fills the
   table and sets the radius, wide enough for any poison or narrow enough to
@@ -266,7 +270,8 @@ class _Keyed:
 
 class ClipRadius:
     """The clipping radius from the latest update norm of each recent partner
-    (a peer that acknowledged a push of ours, see :meth:`note_partner`)."""
+    (a peer that acknowledged a push of ours or got a one-way push of ours, see
+    :meth:`note_partner`)."""
 
     def __init__(self, settings: GuardSettings) -> None:
         self._s = settings
@@ -277,7 +282,8 @@ class ClipRadius:
         self._fold_checks: dict[bytes, int] = {}  # each sender's clip checks since that fold
 
     def note_partner(self, peer: bytes) -> None:
-        """``peer`` acknowledged a push of ours: a holder this node chose itself.
+        """``peer`` acknowledged a push of ours, or we sent it a one-way push: a
+        holder this node chose itself.
 
         Only partners' update norms set the radius (see :meth:`record`): a
         sender can make up identities for free, but it cannot make this node
@@ -294,7 +300,7 @@ class ClipRadius:
         return sum(1 for s in self._latest if s != sender) >= self._s.clip_warmup
 
     def is_partner(self, peer: bytes) -> bool:
-        """Whether ``peer`` acknowledged a push of ours (see :meth:`note_partner`)."""
+        """Whether ``peer`` is a partner (see :meth:`note_partner`)."""
         return peer in self._partners
 
     def note_fold(self, jump: float) -> None:

@@ -605,6 +605,13 @@ class PushSum:
                 base_by_sender=base_by_sender,
             )
             self._next_id += 1
+            if self._guard is not None and not want_reply:
+                # a holder we chose ourselves: a partner from a one-way push on, acked
+                # or not.  A one-way push beyond the peer's radius is refused with no
+                # ack, and while no peer acks, no radius leaves the warm-up one: from
+                # independent starts every push was refused, for good.  (A push-pull
+                # request beyond it is clipped and answered: the ack makes the partner)
+                self._guard.clip.note_partner(peer)
             self._outstanding[push.push_id] = _Outstanding(peer, push, sent, masked, now, 1,
                                                            weight_at_push=self.weight)
             self._c["pushes_sent"] += 1

@@ -2,7 +2,7 @@
 
 Simulator only (the same cores the daemon runs): N honest holders of one model
 (N(1, 1) initial values) and one liar, the default exchange (push-pull, f32
-requests, int8 replies), ``--rounds`` rounds.  For each attack it prints, over
+requests, int8 replies; ``--exchange push``: one-way pushes), ``--rounds`` rounds.  For each attack it prints, over
 the honest nodes: the total weight's min and max over time (in units of N),
 the consensus error at the end (largest ||x_i - mean_j x_j|| / ||m||) and the
 estimate error (largest ||x_i - m|| / ||m||, m the mean of the initial values
@@ -12,6 +12,7 @@ the seeds, the run-to-run spread); and how often the defences fired.
 
     .venv/bin/python scripts/bench_attacks.py            # the README table
     .venv/bin/python scripts/bench_attacks.py --rounds 60 --seeds 5
+    .venv/bin/python scripts/bench_attacks.py --exchange push --start 0 --attacks none
 """
 
 from __future__ import annotations
@@ -74,11 +75,12 @@ class _Late:
 
 def run(attack: str, defences: bool, n: int, dim: int, rounds: int, seed: int,
         start: int = 0, spread: float = 1.0, drift: float = 0.0,
-        drift_cap: float = 0.0) -> dict[str, float]:
+        drift_cap: float = 0.0, exchange: str = "push-pull") -> dict[str, float]:
     """One run; ``spread``: initial values ``c + spread * N(0, 1)`` around a common
     ``c ~ N(1, 1)`` (1.0: independent starts); ``drift``: each round every honest
     node moves by ``drift * N(0, 1)`` per value, as local training would;
-    ``drift_cap``: the guard's creep budget (``GuardSettings.drift_cap``, 0: off)."""
+    ``drift_cap``: the guard's creep budget (``GuardSettings.drift_cap``, 0: off);
+    ``exchange``: every core's ``exchange`` ("push": one-way pushes)."""
     rng = np.random.default_rng(seed)
     common = rng.normal(1.0, 1.0, size=dim)
     initial = common + spread * rng.normal(0.0, 1.0, size=(n + 1, dim))
@@ -90,7 +92,8 @@ def run(attack: str, defences: bool, n: int, dim: int, rounds: int, seed: int,
     m = initial[:holders if start > 0 else n].mean(axis=0)
     sim = Simulation([ModelSpec("G", tuple(range(holders)), initial[:holders])], seed=seed,
                      adversaries={} if liar is None else {n: liar},
-                     guard=GuardSettings(drift_cap=drift_cap) if defences else None)
+                     guard=GuardSettings(drift_cap=drift_cap) if defences else None,
+                     exchange=exchange)
     if isinstance(inner, Creeper):
         inner.watch({i: sim.cores[(i, "G")] for i in range(n)}, node_id(n))
     lo, hi = float("inf"), 0.0
@@ -131,6 +134,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--drift-cap", type=float, default=0.0,
                     help="the guard's creep budget in radii (GuardSettings.drift_cap; "
                          "default 0: off, as the node's default; 4 stops the creep)")
+    ap.add_argument("--exchange", choices=("push-pull", "push"), default="push-pull",
+                    help="gossip.exchange of every holder (default push-pull; push: one-way)")
     ap.add_argument("--start", type=int, default=10,
                     help="round the liar starts lying (before: an honest responder)")
     ap.add_argument("--attacks", default=",".join(ATTACKS),
@@ -138,7 +143,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     logging.disable(logging.WARNING)  # one line per refused push otherwise
     print(f"{args.nodes} honest + 1 liar from round {args.start}, {args.rounds} rounds, "
-          f"dim {args.dim}, spread {args.spread:g}, drift {args.drift:g}, "
+          f"dim {args.dim}, exchange {args.exchange}, spread {args.spread:g}, "
+          f"drift {args.drift:g}, "
           f"creep budget {args.drift_cap:g} radii, "
           f"medians of {args.seeds} seeds; errors relative to ||honest mean||")
     print("| attack | defences | honest weight / N, min-max | consensus error | "
@@ -147,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
     for attack in args.attacks.split(","):
         for defences in (False, True):
             runs = [run(attack, defences, args.nodes, args.dim, args.rounds, s, args.start,
-                        args.spread, args.drift, args.drift_cap)
+                        args.spread, args.drift, args.drift_cap, args.exchange)
                     for s in range(args.seeds)]
 
             def med(key: str, runs: list[dict[str, float]] = runs) -> float:
