@@ -20,7 +20,6 @@ sources or reconnections.
 
 from __future__ import annotations
 
-import random
 import struct
 from dataclasses import dataclass
 
@@ -28,9 +27,9 @@ import pytest
 import trio
 import trio.testing
 
-from p2p.testing import MemoryNetwork, wait_until
+from p2p.testing import MemoryNetwork, load_script, wait_until
 from p2p.wire import codec
-from p2p.wire.admission import DEFAULT_FRAME_BUDGET, FrameBudget
+from p2p.wire.admission import FRAME_RESERVE_STEP, FrameBudget
 from p2p.wire.codec import Message
 from p2p.wire.framing import FrameBudgetExceeded, FrameDecoder, encode_frame
 from p2p.wire.handshake import PeerInfo
@@ -47,75 +46,32 @@ PUSHES = 30  # honest pushes, one every 5 s
 PUSH = 200_000  # a realistic push (a model of ~50k float32 parameters)
 
 
-@dataclass
-class _Squatter:
-    source: str
-    decoder: FrameDecoder | None = None
-    since: float = 0.0
-    next_try: float = 0.0
-
-
-def _squat(sources: int, per_source: int, pushes: int, *, seed: int = 1,
-           chunk: int = 64 * K) -> tuple[int, FrameBudget, int]:
-    """Squatters at ``sources`` addresses (``per_source`` sessions each) announce
-    1 MiB frames with 8 bytes of body, hold them ``HOLD`` s, hang up and
-    announce again ``RECONNECT`` s later (when refused, they try again every
-    half second); an honest source pushes ``PUSH`` bytes every 5 s at link speed
-    (``chunk`` bytes per read, all within one tick). Returns the pushes that
-    arrived whole, the budget, and the bytes the squatters sent in all."""
-    budget = FrameBudget(DEFAULT_FRAME_BUDGET)  # a default Transport's budget
-    rng = random.Random(seed)
-    squatters = [_Squatter(f"198.51.100.{s + 1}", next_try=rng.uniform(0, HOLD))
-                 for s in range(sources) for _ in range(per_source)]
-    announce = struct.pack(">I", FRAME) + b"\x00" * 8
-    push = encode_frame(b"p" * PUSH)
-    sent = arrived = 0
-    tick = RECONNECT
-    for step in range(int(pushes * 5.0 / tick)):
-        now = step * tick
-        for sq in squatters:  # the attacker moves first: it takes any room freed
-            if sq.decoder is not None and now - sq.since >= HOLD:
-                sq.decoder.release()  # hung up before the pace rule cut it
-                sq.decoder, sq.next_try = None, now + RECONNECT
-        for sq in squatters:
-            if sq.decoder is None and now >= sq.next_try:
-                decoder = FrameDecoder(FRAME, budget, source=sq.source)
-                try:
-                    decoder.feed(announce)
-                except FrameBudgetExceeded:
-                    sq.next_try = now + 0.5
-                    continue
-                sent += len(announce)
-                sq.decoder, sq.since = decoder, now
-        if step % int(5.0 / tick) == int(2.5 / tick):  # an honest push, mid-interval
-            honest = FrameDecoder(FRAME, budget, source="203.0.113.9")
-            try:
-                frames = []
-                for at in range(0, len(push), chunk):
-                    frames += honest.feed(push[at : at + chunk])
-            except FrameBudgetExceeded:
-                continue
-            assert [len(f) for f in frames] == [PUSH]
-            arrived += 1
-    for sq in squatters:
-        if sq.decoder is not None:
-            sq.decoder.release()
-    assert budget.held == 0
-    return arrived, budget, sent
+def _squat(sources: int, per_source: int, monkeypatch: pytest.MonkeyPatch, *,
+           stepped: bool = True) -> dict[str, float]:
+    """scripts/bench_frame_budget.py's simulation: squatters at ``sources`` addresses
+    (``per_source`` sessions each) announce 1 MiB frames with 8 bytes of body, hold
+    them just under the grace, hang up and announce again ``RECONNECT`` s later;
+    an honest source pushes ``PUSH`` bytes every 5 s. ``stepped=False``: frames
+    reserve their whole size at their header, as before the fix."""
+    bench = load_script("bench_frame_budget", monkeypatch)
+    return bench.run(stepped=stepped, burst=8, sources=sources, sessions=per_source,
+                     seconds=PUSHES * 5.0, push=PUSH, reconnect=RECONNECT)
 
 
 @pytest.mark.parametrize("sources", [4, 8])
 def test_sources_reconnecting_under_the_grace_leave_room_for_honest_pushes(
-        sources: int) -> None:
+        sources: int, monkeypatch: pytest.MonkeyPatch) -> None:
     # 64 sessions in all (a default node's session slots), spread over the sources
-    arrived, budget, sent = _squat(sources, 64 // sources, PUSHES)
-    assert arrived >= 0.9 * PUSHES, (
-        f"honest {PUSH} B pushes: {arrived} of {PUSHES} arrived while {sources} sources "
-        f"x {64 // sources} sessions announced 1 MiB frames, sent 8 bytes of each and "
-        f"reconnected every {HOLD + RECONNECT} s ({sent} bytes sent in all; budget "
-        f"peak {budget.peak} of {budget.limit}, refusals {budget.refused})")
+    got = _squat(sources, 64 // sources, monkeypatch)
+    assert got["honest_arrived"] >= 0.9 * PUSHES, (
+        f"honest {PUSH} B pushes: {got['honest_arrived']} of {PUSHES} arrived while "
+        f"{sources} sources x {64 // sources} sessions announced 1 MiB frames, sent 8 "
+        f"bytes of each and reconnected every {HOLD + RECONNECT} s ({got})")
     # what they hold is what 64 frames may hold before their bodies arrive
-    assert budget.peak <= 64 * budget.step + 2 * budget.step
+    assert got["held_peak_MiB"] * MIB <= 66 * FRAME_RESERVE_STEP
+    # the same squatters against whole reservations: the attack this test is about
+    before = _squat(sources, 64 // sources, monkeypatch, stepped=False)
+    assert before["honest_arrived"] <= 0.1 * PUSHES, before
 
 
 def test_a_frame_holds_at_most_twice_what_arrived_or_one_step() -> None:
