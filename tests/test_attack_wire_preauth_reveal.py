@@ -42,6 +42,10 @@ from p2p.wire.transport import PeerUnreachable, Transport
 SWARM = b"s" * 32
 OTHER = b"o" * 32
 
+#: Connect and handshake timeout of the initiators here: the tests wait on a close
+#: that comes at once, so no load on the machine may turn it into a timeout.
+PATIENT = 30.0
+
 #: What the initiator's operator reads when a node closes the handshake unanswered.
 CLOSED = ("the peer closed the handshake: a different swarm key, no swarm key where one is "
           "needed, or another protocol version")
@@ -53,9 +57,15 @@ async def _handler(peer: PeerInfo, msg: object) -> None:
 
 async def _serve(nursery: trio.Nursery, swarm_key: bytes | None) -> tuple[Transport, str]:
     server = Transport(Identity.generate(), "127.0.0.1", 0, swarm_key=swarm_key,
-                       read_timeout=2.0, connect_timeout=3.0)
+                       read_timeout=30.0, connect_timeout=30.0)
     address = await nursery.start(server.serve, _handler)
     return server, address
+
+
+async def _probe(address: str, data: bytes) -> bytes:
+    """Send ``data``, half-close (a node waiting for more sees the end at once, no
+    timeout), and return what came back before the node closed."""
+    return await raw_exchange(address, data, close_write=True, timeout=PATIENT)
 
 
 def _hello(swarm_key: bytes | None) -> bytes:
@@ -101,7 +111,7 @@ async def test_a_keyed_node_answers_every_non_member_with_silence(
     with caplog.at_level(logging.WARNING, logger="p2p.wire.transport"):
         for name, (probe, _) in PROBES.items():
             # half-closed: a node waiting for more sees the end at once, no timeout
-            answers[name] = await raw_exchange(address, probe, close_write=True)
+            answers[name] = await _probe(address, probe)
         await wait_until(lambda: server.open_connections == 0)
     # the same answer whatever was sent: nothing at all (so no version, no key hint)
     assert answers == dict.fromkeys(PROBES, b""), answers
@@ -119,7 +129,7 @@ async def test_the_keyed_node_logs_each_refusal_in_its_own_words(
     server, address = await _serve(nursery, SWARM)
     probe, word = PROBES[name]
     with caplog.at_level(logging.WARNING, logger="p2p.wire.transport"):
-        assert await raw_exchange(address, probe, close_write=True) == b""
+        assert await _probe(address, probe) == b""
         await wait_until(lambda: any(word in r.getMessage() for r in caplog.records))
     await server.aclose()
 
@@ -129,12 +139,41 @@ async def test_the_initiator_is_told_the_likely_causes_by_its_own_node(
         nursery: trio.Nursery, client_key: bytes | None) -> None:
     _, address = await _serve(nursery, SWARM)
     client = Transport(Identity.generate(), "127.0.0.1", 0, swarm_key=client_key,
-                       connect_timeout=3.0)
+                       connect_timeout=PATIENT)
     with pytest.raises(PeerUnreachable) as info:
         await client.request(address, Ping(1))
     assert CLOSED in info.value.reason
     assert "--swarm-key-file" in info.value.reason  # what to check
+    # its own version, to compare with the other node's log
+    assert f"this node speaks wire protocol version {codec.PROTOCOL_VERSION};" \
+        in info.value.reason
     await client.aclose()
+
+
+async def test_keyed_members_of_two_versions_can_compare_them_from_their_logs(
+        nursery: trio.Nursery, caplog: pytest.LogCaptureFixture,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Same swarm key, another wire version: the listener closes without a word
+    (no membership proven: the version is not told), and each operator reads
+    the version of their own node; the listener's line names both."""
+    server, address = await _serve(nursery, SWARM)
+    ours, newer = codec.PROTOCOL_VERSION, codec.PROTOCOL_VERSION + 1
+    with monkeypatch.context() as m:  # a member running the next release
+        m.setattr(codec, "PROTOCOL_VERSION", newer)
+        member = Handshake(Identity.generate(), initiator=True, listen_address="10.9.9.9:9",
+                           swarm_key=SWARM)
+        hello = member.start()[0]
+    with caplog.at_level(logging.WARNING, logger="p2p.wire.transport"):
+        assert await _probe(address, encode_frame(hello)) == b""
+        mismatch = f"protocol version mismatch: peer speaks version {newer}, this node " \
+                   f"speaks version {ours}"
+        await wait_until(lambda: any(mismatch in r.getMessage() for r in caplog.records))
+    with monkeypatch.context() as m:
+        m.setattr(codec, "PROTOCOL_VERSION", newer)
+        told = member.explain_close("connection closed by peer")
+    assert CLOSED in told
+    assert f"this node speaks wire protocol version {newer};" in told
+    await server.aclose()
 
 
 def _decode_all(data: bytes) -> list[object]:
@@ -145,12 +184,11 @@ def _decode_all(data: bytes) -> list[object]:
 async def test_an_open_node_explains_a_refusal_in_clear(nursery: trio.Nursery) -> None:
     # No swarm key, no membership to prove: the refusal says what to fix.
     server, address = await _serve(nursery, None)
-    answer = await raw_exchange(address, encode_frame(_hello(SWARM)), close_write=True)
+    answer = await _probe(address, encode_frame(_hello(SWARM)))
     (refusal,) = _decode_all(answer)
     assert isinstance(refusal, Error)
     assert "swarm key" in refusal.reason and "--swarm-key-file" in refusal.reason
-    answer = await raw_exchange(address, encode_frame(_other_version(_hello(None))),
-                                close_write=True)
+    answer = await _probe(address, encode_frame(_other_version(_hello(None))))
     (refusal,) = _decode_all(answer)
     assert isinstance(refusal, Error)
     assert f"version {codec.PROTOCOL_VERSION}" in refusal.reason
@@ -189,7 +227,7 @@ async def test_a_keyed_initiator_does_not_explain_itself_to_a_non_member(
                                                         host="127.0.0.1"))
     port = listeners[0].socket.getsockname()[1]
     client = Transport(Identity.generate(), "127.0.0.1", 0, swarm_key=SWARM,
-                       connect_timeout=3.0)
+                       connect_timeout=PATIENT)
     with pytest.raises(PeerUnreachable, match="handshake failed"):
         await client.request(f"127.0.0.1:{port}", Ping(1))
     await done.wait()

@@ -18,6 +18,7 @@ import trio
 from p2p.cli.render import render_result, render_status, to_text, unclipped
 from p2p.testing import MemoryNetwork, wait_until
 from p2p.testing.nodes import fast_spec, memory_swarm, running, tcp_node
+from p2p.wire import codec
 from p2p.wire.identity import Identity
 from p2p.wire.messages import Ping
 from p2p.wire.transport import PeerUnreachable, Transport
@@ -65,7 +66,8 @@ async def test_failed_shuffles_say_why_from_this_nodes_side(
         private: f"shuffle with {private} failed: unreachable: handshake failed: connection "
                  "closed by peer before answering the first handshake message: the peer "
                  "closed the handshake: a different swarm key, no swarm key where one is "
-                 "needed, or another protocol version (a node with a swarm key does not tell "
+                 "needed, or another protocol version (this node speaks wire protocol "
+                 f"version {codec.PROTOCOL_VERSION}; a node with a swarm key does not tell "
                  "a non-member why; this node has no swarm key: to join a private swarm, pass "
                  "its --swarm-key-file; or it had no room for this connection)",
     }

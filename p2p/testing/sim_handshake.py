@@ -10,8 +10,13 @@ a connection takes as many link delays to open) and every check a peer's
 identity gets there, minus its proof:
 
 - the protocol names say whether each side has a swarm key; a swarm-key
-  mismatch fails silently, as under Noise (the first message carries a tag
-  keyed by the swarm key);
+  mismatch fails silently, as under Noise: the first message carries a tag
+  keyed by the swarm key, and the reply a tag over both sides' nonces, so a
+  keyed initiator neither answers nor accepts a reply written without the key
+  (one keyed BLAKE2b per message; the third message carries no tag, so
+  whether it came from the member that sent the first is not checked: a node
+  without the key that replays a recorded first message can finish the
+  handshake, but cannot open or seal a frame of the session);
 - a connection to oneself, a peer that is not the ``expected_node_id``, a
   cipher this node does not know fail with the same reasons as
   :class:`~p2p.wire.handshake.Handshake` gives;
@@ -27,6 +32,7 @@ peer is a simulated node (:class:`~p2p.testing.simnet.SimNetwork` with
 from __future__ import annotations
 
 import hashlib
+import hmac
 import os
 
 from p2p.wire import codec
@@ -112,11 +118,20 @@ class TrustedHandshake(Handshake):
             self._peer_proven = True  # as Handshake: the peer's tag verified
             self._peer_nonce = nonce
             self._state = _State.WAIT_FINISH
-            return [codec.encode(NoiseMessage(self._nonce + self._own_payload()))]
+            return [codec.encode(NoiseMessage(self._nonce + self._reply_tag()
+                                              + self._own_payload()))]
         if self._state is _State.WAIT_REPLY:
             reply = self._decode(payload, NoiseMessage)
             self._peer_nonce = reply.noise[:_NONCE_SIZE]
-            peer = self._read_payload(reply.noise[_NONCE_SIZE:])
+            rest = reply.noise[_NONCE_SIZE:]
+            if self._swarm_key is not None:
+                # as Noise's message 2, the reply proves the responder's membership
+                # before anything of it is read (else: closed without a word)
+                tag, rest = rest[:_TAG_SIZE], rest[_TAG_SIZE:]
+                if len(self._peer_nonce) != _NONCE_SIZE or not hmac.compare_digest(
+                        tag, self._reply_tag()):
+                    raise self._unauthenticated_trusted(first=False)
+            peer = self._read_payload(rest)
             out = [codec.encode(NoiseMessage(self._own_payload()))]
             self._finish_trusted(peer)
             return out
@@ -152,7 +167,23 @@ class TrustedHandshake(Handshake):
                 "wrong swarm key: the peer's first handshake message does not authenticate "
                 "under this node's key (its key differs, or it is not a member of this "
                 "swarm; every node needs the same --swarm-key-file)", silent=True)
+        if self._swarm_key is not None and self.initiator:
+            return HandshakeError(
+                "the peer's handshake reply does not authenticate (wrong swarm key or "
+                "tampering on the way): simulated handshake", silent=True)
         return HandshakeError("malformed handshake message (simulated handshake)", silent=True)
+
+    def _reply_tag(self) -> bytes:
+        """The responder's tag on message 2: the swarm key over both nonces
+        (empty without a key); fresh per handshake, so a recorded reply does
+        not verify for another initiator."""
+        if self._swarm_key is None:
+            return b""
+        if self.initiator:
+            first, second = self._nonce, self._peer_nonce
+        else:
+            first, second = self._peer_nonce, self._nonce
+        return _mac(self._swarm_key, b"reply", first, second)
 
     def _own_payload(self) -> bytes:
         return codec.encode(HandshakePayload(self.identity.node_id, self.listen_address,
@@ -161,7 +192,9 @@ class TrustedHandshake(Handshake):
     def _read_payload(self, data: bytes) -> HandshakePayload:
         if len(self._peer_nonce) != _NONCE_SIZE:
             raise self._unauthenticated_trusted(first=False)
-        self._peer_proven = True  # stands for the Noise message's authentication
+        # With a key, the reply's tag verified (the initiator) or the hello's
+        # (the responder): the peer proved membership, as a Noise message would.
+        self._peer_proven = True
         try:
             peer = codec.decode(data)
         except codec.DecodeError as exc:

@@ -377,13 +377,22 @@ class SimTransport(MemoryTransport):
         self._connector = connect
 
     def _offence(self, source: str, msg: str, *args: object) -> None:
+        if not self._refusal_counted(msg, args):
+            super()._offence(source, msg, *args)
+
+    def _busy(self, source: str, msg: str, *args: object) -> None:
+        if not self._refusal_counted(msg, args):
+            super()._busy(source, msg, *args)
+
+    def _refusal_counted(self, msg: str, args: tuple[object, ...]) -> bool:
         # The transport logs an admission refusal right after the admission decided (no
-        # checkpoint in between): at once for a handshake slot, as "session refused: ..."
-        # for a session slot. The reason is the line's last argument.
+        # checkpoint in between): at once for a handshake slot or a full node, as
+        # "session refused: ..." for a session slot otherwise. The reason is the line's
+        # last argument.
         refusal = self._sim_admission.last_refusal
         if refusal is not None and args and args[-1] in (refusal, f"session refused: {refusal}"):
             self._sim_admission.last_refusal = None
             self.refusals_not_logged += 1
             logger.debug(msg, *args)
-            return
-        super()._offence(source, msg, *args)
+            return True
+        return False

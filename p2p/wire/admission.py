@@ -265,12 +265,14 @@ class Decision:
 
     ``close`` lists connections that must be closed now (their entries are
     already gone from the table) and ``why_close`` says why, for the log.
+    ``rule`` names the limit that refused (a key of :attr:`Admission.refused`).
     """
 
     admitted: bool
     reason: str = ""
     close: tuple[int, ...] = ()
     why_close: str = ""
+    rule: str = ""
 
 
 @dataclass
@@ -468,7 +470,7 @@ class Admission:
 
     def _refuse(self, rule: str, reason: str) -> Decision:
         self._count(rule)
-        return Decision(False, reason)
+        return Decision(False, reason, rule=rule)
 
     def _count(self, rule: str) -> None:
         self.refused[rule] = self.refused.get(rule, 0) + 1

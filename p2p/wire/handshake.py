@@ -248,7 +248,9 @@ class Handshake:
     def explain_close(self, reason: str) -> str:
         """``reason`` (the connection ended during the handshake) with what it
         most likely means: a keyed node closes without a word on a first
-        message that does not prove membership, whatever was wrong with it."""
+        message that does not prove membership, whatever was wrong with it.
+        The text names this node's wire protocol version, which the other
+        node's log line on a version mismatch names too."""
         if self._state is not _State.WAIT_REPLY:
             return reason
         if self._swarm_key is not None:
@@ -257,7 +259,8 @@ class Handshake:
             fix = "this node has no swarm key: to join a private swarm, pass its --swarm-key-file"
         return (f"{reason} before answering the first handshake message: the peer closed the "
                 "handshake: a different swarm key, no swarm key where one is needed, or "
-                "another protocol version (a node with a swarm key does not tell a "
+                "another protocol version (this node speaks wire protocol version "
+                f"{codec.PROTOCOL_VERSION}; a node with a swarm key does not tell a "
                 f"non-member why; {fix}; or it had no room for this connection)")
 
     # -- internals ----------------------------------------------------------

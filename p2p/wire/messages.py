@@ -18,6 +18,7 @@ __all__ = [
     "ERROR_INTERNAL",
     "ERROR_NO_REPLY",
     "ERROR_REJECTED",
+    "ERROR_SESSION_REFUSED",
     "MESSAGES",
     "Error",
     "NOT_REQUESTS",
@@ -42,6 +43,9 @@ ERROR_NO_REPLY = "no_reply"  # the handler had nothing to answer
 ERROR_HANDSHAKE = "handshake"  # handshake refused; sent in clear before closing (never
 # after a failed authentication, nor by a keyed node to a peer that has not proved
 # membership: then the node closes without a word)
+ERROR_SESSION_REFUSED = "session_refused"  # handshake done, but no session slot for the
+# peer (the node is busy); sent in the session (sealed with a swarm key) as the reply
+# to the peer's first request
 
 
 def _check_len(name: str, value: bytes, size: int) -> None:

@@ -69,6 +69,7 @@ from p2p.wire.messages import (
     ERROR_HANDSHAKE,
     ERROR_INTERNAL,
     ERROR_NO_REPLY,
+    ERROR_SESSION_REFUSED,
     NOT_REQUESTS,
     Error,
     Ping,
@@ -802,6 +803,7 @@ class Transport:
             raise ValueError(f"min_frame_rate must be > 0 bytes per second, got {min_frame_rate}")
         self.min_frame_rate = min_frame_rate
         self._offences = LogLimiter(logger)  # lines a peer causes: per source and interval
+        self._refusals_waiting = 0  # busy refusals reading the peer's first request
         self._conn_ids = itertools.count()
         # incoming connection id -> (its cancel scope, its remote label)
         self._inbound: dict[int, tuple[trio.CancelScope, str]] = {}
@@ -929,6 +931,11 @@ class Transport:
                                          first_frame=lambda: self.admission.first_frame(conn))
             decision = self.admission.finish_handshake(conn, peer.node_id, trio.current_time())
             if not decision.admitted:
+                if decision.rule == "max_sessions":  # this node is full: no offence of the peer's
+                    self._busy(source, "node busy: no free session slot for %s: %s", remote,
+                               decision.reason)
+                    await self._refuse_session(ms, decision.reason)
+                    return
                 raise ConnectionFailure(f"session refused: {decision.reason}", "protocol")
             self._close_inbound(decision)
             logger.debug("accepted %s (node %s)", remote, peer.node_id.hex()[:16])
@@ -962,12 +969,41 @@ class Transport:
             if exc.quiet:
                 logger.debug("connection from %s ended: %s", remote, exc.reason)
             elif exc.kind == "busy":  # this node had no room: no offence of the peer's
-                self._offences.log(trio.current_time(), source, logging.INFO,
-                                   "closing connection from %s: %s", remote, exc.reason)
+                self._busy(source, "closing connection from %s: %s", remote, exc.reason)
             else:
                 self._offence(source, "closing connection from %s: %s", remote, exc.reason)
         except Exception:  # a bug must not take the whole server down
             logger.exception("closing connection from %s: unexpected error", remote)
+
+    async def _refuse_session(self, ms: MessageStream, reason: str) -> None:
+        """Tell a peer whose handshake completed that this node has no session
+        slot for it (the caller then closes the connection).
+
+        The peer proved membership (with a swarm key) and already seals, so the
+        refusal goes sealed, as the reply to its first request. That request is
+        received first, never handled: left unread, it would turn the close into
+        a reset, which can reach the peer before it reads the reply. That wait
+        lasts at most a second and the connection holds no admission slot
+        meanwhile, so at most ``max_handshakes`` refusals wait at once; beyond
+        that the reply goes out at once (the reset may then beat it).
+        """
+        told = f"node busy: no free session slot ({reason}); try again later"
+        wait = self._refusals_waiting < self.admission.limits.max_handshakes
+        self._refusals_waiting += wait
+        try:
+            with trio.move_on_after(min(1.0, self.read_timeout)):
+                if wait:
+                    await ms.receive_payload(self.read_timeout, self.read_timeout)
+                await ms.send(Error(ERROR_SESSION_REFUSED, told))
+        except ConnectionFailure:
+            pass
+        finally:
+            self._refusals_waiting -= wait
+
+    def _busy(self, source: str, msg: str, *args: object) -> None:
+        """One INFO line for a connection this node had no room for: no offence
+        of the peer's, but rate-limited per source all the same."""
+        self._offences.log(trio.current_time(), source, logging.INFO, msg, *args)
 
     def _offence(self, source: str, msg: str, *args: object) -> None:
         """One warning line a peer caused, rate-limited per source; text in
@@ -1108,6 +1144,11 @@ class Transport:
                     await self._drop(conn)
                     raise PeerUnreachable(
                         address, f"handshake failed: peer refused the handshake: {reply.reason}")
+                if reply.code == ERROR_SESSION_REFUSED and fresh:
+                    # handshake done, but the peer had no session slot: it closes,
+                    # and it did not handle the request
+                    await self._drop(conn)
+                    raise PeerUnreachable(address, f"session refused: {printable(reply.reason)}")
                 raise RemoteError(address, reply.code, reply.reason)
             return reply
         raise PeerUnreachable(address, "connection closed repeatedly")
