@@ -1142,8 +1142,8 @@ class Transport:
                     # refused at the end of the handshake (the peer checks our
                     # identity last): a handshake failure, and the peer closes
                     await self._drop(conn)
-                    raise PeerUnreachable(
-                        address, f"handshake failed: peer refused the handshake: {reply.reason}")
+                    raise PeerUnreachable(address, "handshake failed: peer refused the "
+                                                   f"handshake: {printable(reply.reason)}")
                 if reply.code == ERROR_SESSION_REFUSED and fresh:
                     # handshake done, but the peer had no session slot: it closes,
                     # and it did not handle the request
