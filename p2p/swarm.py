@@ -394,6 +394,20 @@ def budget_spent(status: dict[str, Any]) -> bool:
     return isinstance(privacy, dict) and privacy.get("budget_spent") is True
 
 
+#: The directory holding the packages this process imported (p2p, gossip, ...).
+_TREE = str(Path(__file__).resolve().parent.parent)
+
+
+def daemon_environment(base: Mapping[str, str]) -> dict[str, str]:
+    """The environment of a swarm's daemon: ``base`` with one torch thread, and the
+    tree this process runs from first on ``PYTHONPATH``, so the daemons run the
+    code that wrote their configs (not whatever ``python -m p2p`` would find first,
+    e.g. another checkout's editable install when comparing two trees)."""
+    path = base.get("PYTHONPATH")
+    return dict(base, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1",
+                PYTHONPATH=_TREE if not path else _TREE + os.pathsep + path)
+
+
 @dataclass
 class Daemon:
     """One running node process."""
@@ -470,7 +484,7 @@ class Swarm:
                "--data-dir", str(d.data_dir), "--listen", "127.0.0.1:0"]
         if bootstrap:
             cmd += ["--bootstrap", ",".join(bootstrap)]
-        env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+        env = daemon_environment(os.environ)
         with open(d.log_path, "ab") as log:
             d.process = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env,
                                          start_new_session=True)
