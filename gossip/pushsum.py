@@ -501,6 +501,9 @@ class PushSum:
         new = check_vector(z, self._n, "set_values")  # a copy: ours
         step = np.subtract(new, self._z, out=self._buffer())
         self._round_drift = _rms(step) / max(_rms(self._z), 1e-12)
+        if self._guard is not None:
+            # merges may take back our own training without spending the creep budget
+            self._guard.note_training(step, new, float(self._own_pushes))
         if self._noisy:
             # Held apart until the fold, not added to x: a push carries x, and two
             # pushes of one epoch with no merge between them carry the same noise,

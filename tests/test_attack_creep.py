@@ -100,3 +100,15 @@ def test_honest_partners_keep_merging_while_a_creeper_is_refused() -> None:
         h.set_values(h.values + rng.normal(0.0, 1e-3, 100))
         exchange(h, b"honest%d" % i, victim, b"victim", t + i)
     assert victim.counters.guard_refused == refused
+
+
+
+
+def test_own_training_reaches_the_creep_budget() -> None:
+    # merges may take back the node's own training (gossip.drift_budget): set_values
+    # must feed it
+    victim, _, _, _ = among_honest_partners(100)
+    assert victim._guard is not None and victim._guard.drift is not None
+    trained = victim._guard.drift.training(0.0)
+    assert trained is not None and trained.shape == (100,)
+    assert float(np.linalg.norm(trained)) > 0.0
