@@ -56,7 +56,11 @@ A :class:`PushSum` built with ``guard=GuardSettings()`` consults a
   made-up identities at their share).  One-way, the push itself makes the
   partner: a push beyond the receiver's radius is refused with no ack, so
   from independent starts (every push beyond the warm-up radius) no node
-  ever had a partner and every push was refused.  An
+  ever had a partner and every push was refused.  A holder that itself
+  pushes one-way refuses a push-pull request beyond its radius too, rather
+  than clip it: its mixing is too slow to absorb clipped kicks, whose spread
+  raised its partners' norms and so the radius (a poisoner's error grew
+  without bound, see docs/gossip.md).  An
   unsolicited sender's norms are not recorded: otherwise a member with a
   handful of made-up identities (free to mint, each one entry) fills the
   table and sets the radius, wide enough for any poison or narrow enough to

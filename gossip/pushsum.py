@@ -1088,7 +1088,12 @@ class PushSum:
         its reply: the reply's values become ``x + (s / r) (q_A - q_A')``, i.e.
         ``q_A + k (x - q_A)`` with ``k = 1 - (s / r) (1 - tau / |q_A - x|)``,
         so the initiator, removing ``s q_A`` and adding ``r q_B``, keeps the
-        part we did not merge and the sums stay exact.  Updates carrying mask
+        part we did not merge and the sums stay exact.  A core that itself
+        pushes one-way (``exchange="push"``) refuses such a request instead:
+        each clipped merge moves it by about half the radius, its one-way
+        averaging pulls it back slowly, and the spread those kicks leave
+        raises the partners' update norms the radius follows, a loop that
+        grew without bound against a poisoner.  Updates carrying mask
         noise (a flagged push, or this node holding noise apart) are not
         clipped: masks are large by design.
         """
@@ -1106,6 +1111,12 @@ class PushSum:
             return 1.0
         if r <= 0.0:
             raise RefusedByGuard("clip", f"update norm {norm:.3g} exceeds the radius {tau:.3g}")
+        if self.exchange == "push":
+            # a one-way holder clips nothing, a request included: its slow mixing
+            # cannot absorb the kicks, whose spread raises the radius they are
+            # clipped to (docs/gossip.md, "A poisoner against one-way holders")
+            raise RefusedByGuard("clip", f"update norm {norm:.3g} exceeds the radius "
+                                 f"{tau:.3g} (one-way holder: no clipped merges)")
         k = 1.0 - (s / r) * (1.0 - tau / norm)
         # the reply's values q_A + k (x - q_A) must stay within the magnitude bound
         largest = float(np.abs(y).max()) + abs(k) * float(np.abs(diff).max())
