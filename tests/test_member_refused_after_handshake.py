@@ -15,6 +15,7 @@ import pytest
 import trio
 import trio.testing
 
+import p2p.wire.transport as transport_module
 from p2p.testing import MemoryNetwork, SimNetwork, wait_until
 from p2p.wire.admission import AdmissionLimits
 from p2p.wire.codec import Message
@@ -72,7 +73,10 @@ async def test_a_member_refused_a_session_slot_is_told_the_node_is_busy(
     assert not [m for level, m in lines if level >= logging.WARNING], lines
 
 
-async def test_a_member_is_told_over_tcp_too() -> None:
+async def test_a_member_is_told_over_tcp_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    # the member's first request follows its handshake at once; a starved machine
+    # must not turn that into a wait past the refusal's first-request window
+    monkeypatch.setattr(transport_module, "REFUSAL_FIRST_WAIT", 60.0)
     node = Transport(Identity.generate(), "127.0.0.1", 0, swarm_key=SWARM,
                      admission=AdmissionLimits(max_sessions=1), connect_timeout=30.0,
                      read_timeout=30.0)

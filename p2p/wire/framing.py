@@ -294,6 +294,9 @@ class FrameDecoder:
             target = self.get_buffer(end - pos)
             take = len(target)
             target[:] = view[pos : pos + take]
+            # a failure raised below keeps this frame alive in its traceback (the
+            # decoder stores it): the body it viewed must not stay alive with it
+            del target
             pos += take
             frames += self.buffer_updated(take)
             if pos >= end:

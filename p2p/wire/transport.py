@@ -121,6 +121,11 @@ _SEPARATE_HEADER_ABOVE = 64 * 1024
 _HEADER_PACK = struct.Struct(">I").pack  # a frame header (framing.frame_header, unchecked)
 # Frame sizes whose layout a stream remembers (see MessageStream._learn_layout).
 _LAYOUTS_KEPT = 16
+#: Seconds a member refused a session slot after its handshake has to start
+#: sending its first request, which is read (never handled) before the refusal
+#: is sent as its reply (:meth:`Transport._refuse_session`).
+REFUSAL_FIRST_WAIT = 5.0
+
 # Sockets are file descriptors that readv/writev accept (not on Windows).
 _DIRECT_SOCKET_IO = hasattr(os, "readv") and hasattr(os, "writev") and os.name == "posix"
 # Why a step timed out (%-formatted with the step's figures only if it does).
@@ -524,6 +529,9 @@ class MessageStream:
                 raise ConnectionFailure(
                     f"receive failed: {exc or type(exc).__name__}", "broken"
                 ) from None
+            # a frame the decoder cuts below keeps this frame alive in the failure's
+            # traceback (the decoder stores it): not the body this view is of
+            del target
             if not received:
                 if decoder.in_frame:
                     raise ConnectionFailure("connection closed in the middle of a frame", "io")
@@ -982,18 +990,21 @@ class Transport:
         The peer proved membership (with a swarm key) and already seals, so the
         refusal goes sealed, as the reply to its first request. That request is
         received first, never handled: left unread, it would turn the close into
-        a reset, which can reach the peer before it reads the reply. That wait
-        lasts at most a second and the connection holds no admission slot
-        meanwhile, so at most ``max_handshakes`` refusals wait at once; beyond
-        that the reply goes out at once (the reset may then beat it).
+        a reset, which can reach the peer before it reads the reply. It must
+        start within :data:`REFUSAL_FIRST_WAIT` and then arrives under the
+        frame rules of any request (pace, budget): a model push over a slow
+        link takes seconds. The connection holds no admission slot meanwhile,
+        so at most ``max_handshakes`` refusals wait at once; beyond that the
+        reply goes out at once (the reset may then beat it).
         """
         told = f"node busy: no free session slot ({reason}); try again later"
         wait = self._refusals_waiting < self.admission.limits.max_handshakes
         self._refusals_waiting += wait
         try:
+            if wait:
+                await ms.receive_payload(min(REFUSAL_FIRST_WAIT, self.read_timeout),
+                                         self.read_timeout)
             with trio.move_on_after(min(1.0, self.read_timeout)):
-                if wait:
-                    await ms.receive_payload(self.read_timeout, self.read_timeout)
                 await ms.send(Error(ERROR_SESSION_REFUSED, told))
         except ConnectionFailure:
             pass
