@@ -180,3 +180,37 @@ class Creeper(_PlainAcks):
                 out.append((p, Push(core.fingerprint, self.ids.take(), encode(q, "f64"),
                                     self.weight, want_reply=True)))
         return out
+
+
+@dataclass
+class RandomKicker(Creeper):
+    """A :class:`Creeper` that kicks in a fresh random direction with every request:
+    ``per_round`` push-pull requests to every holder each round, each landing
+    ``fraction`` x the receiver's radius away from its estimate.
+
+    Inside the radius, so no clipping and no clip debt; random directions add
+    up like an honest random walk, so the creep budget does not see them
+    either.  What they do: each kick spreads the honest models, the partners'
+    update norms grow with the spread, the radius (their median) follows, and
+    the next kicks are larger (docs/gossip.md, "Random kicks inside the
+    radius").  The defence is the sender's share of the receiver's merges
+    (``GuardSettings.sender_share``).
+    """
+
+    def pushes(self, round: int, core: PushSum, peers: Sequence[int],
+               rng: np.random.Generator) -> list[tuple[int, Push]]:
+        out = []
+        for p in peers:
+            target = self._cores.get(p)
+            if target is None:
+                continue
+            x = target.estimate
+            size = float(np.linalg.norm(x))
+            guard = target._guard
+            tau = guard.clip.radius(size, self._me) if guard is not None else 1e-2 * size
+            for _ in range(self.per_round):
+                u = rng.standard_normal(core.length)
+                q = x + self.fraction * tau * u / np.linalg.norm(u)
+                out.append((p, Push(core.fingerprint, self.ids.take(), encode(q, "f64"),
+                                    self.weight, want_reply=True)))
+        return out

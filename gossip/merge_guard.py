@@ -82,6 +82,13 @@ A :class:`PushSum` built with ``guard=GuardSettings()`` consults a
 - **Weight ceiling.**  No push that leaves weight here may take this node's
   weight over ``weight_ceiling``: the net balance bounds each identity, and
   identities are free (50 made-up ones took a node from weight 1 to 151).
+- **Sender share** (:class:`SenderShares`).  One sender may hold at most
+  ``sender_share`` (3) times a fair share of the pushes this node merged
+  recently (counts decaying with this node's own pushes, at least
+  ``sender_allowance`` merges each): a liar that sent every holder a request
+  0.9 radius away in a fresh random direction every round was a third to a
+  half of each holder's merges and grew the honest spread, and with it the
+  radius, without bound.  Replies to this node's requests are not counted.
 - **Creep budget** (:mod:`gossip.drift_budget`).  The sum of the clipped
   updates each partner merged here (one sum for all non-partners), in radii
   and decaying with this node's own pushes, stays within ``drift_cap``: a
@@ -111,7 +118,7 @@ GUARD_SENDERS = 4096
 
 #: The rules a :class:`RefusedByGuard` names.
 RULES = ("weight_share", "weight_balance", "weight_ceiling", "clip_debt", "flag_mode",
-         "flag_budget", "clip", "drift")
+         "flag_budget", "clip", "drift", "sender_share")
 
 
 class RefusedByGuard(RejectedPush):
@@ -166,18 +173,25 @@ class GuardSettings:
     # 4 is the value measured against the creep
     drift_cap: float = 0.0
     drift_halflife: float = 20.0  # pushes this node makes (not time: its own exchange rate)
+    # one sender (each identity, partner or not) may hold at most this many times
+    # a fair share of the pushes this node merged recently (0: no such bound);
+    # see SenderShares
+    sender_share: float = 3.0
+    sender_allowance: float = 6.0  # merges any sender may hold in any case
+    sender_halflife: float = 20.0  # pushes this node makes, as drift_halflife
 
     def __post_init__(self) -> None:
         positive = ("share_ratio", "weight_floor", "balance_cap", "balance_halflife",
                     "sink_pause", "reply_clip_factor", "clip_debt_cap",
                     "clip_debt_halflife", "clip_debt_decades", "flag_period",
-                    "weight_ceiling", "drift_halflife")
+                    "weight_ceiling", "drift_halflife", "sender_halflife")
         for name in positive:
             value = getattr(self, name)
             if not (isinstance(value, int | float) and math.isfinite(value) and value > 0):
                 raise InvalidValues(f"guard.{name}: expected a positive finite number, "
                                     f"got {value!r}")
-        for name in ("clip_factor", "clip_floor", "clip_start", "drift_cap"):
+        for name in ("clip_factor", "clip_floor", "clip_start", "drift_cap", "sender_share",
+                     "sender_allowance"):
             value = getattr(self, name)
             if not (isinstance(value, int | float) and math.isfinite(value) and value >= 0):
                 raise InvalidValues(f"guard.{name}: expected a finite number >= 0, got {value!r}")
@@ -274,6 +288,108 @@ class _Keyed:
         else:
             self._buckets.move_to_end(sender)
         return b
+
+
+#: Below this many (decayed) merges from the other senders there is no typical
+#: count to compare with, and :class:`SenderShares` sets no bound (4 instead: 42
+#: honest refusals in tests/test_merge_guard_honest.py's grid of 3 to 8 nodes,
+#: 3 with 8).
+SHARE_EVIDENCE = 8.0
+#: Keys whose decayed merge count fell under this are forgotten when the table
+#: passes GUARD_SENDERS keys.
+FORGET_COUNT = 0.05
+
+
+class SenderShares:
+    """How many of the pushes merged here recently came from each sender: a bound
+    on one sender's share.
+
+    The counts decay with this node's own pushes (halving every ``halflife``
+    of them), so a sender cannot raise its allowance by pushing faster.  A
+    push is merged only if its sender's count, with it, stays within
+    ``share`` times the typical count of the other senders, ``sum c_j^2 /
+    sum c_j`` over them (the count of the sender of a typical merge), and in
+    any case up to ``allowance``.  The sender's own count is left out, so
+    it cannot raise its own bar.  An honest sender picks each of its
+    partners at random from its view, so it reaches a given node about once
+    per view size of its rounds, as the others do; a liar that pushed every
+    holder every round was a third to a half of each holder's merges (16
+    holders), which let in-radius random kicks grow the honest models'
+    spread without bound (docs/gossip.md, "Random kicks inside the
+    radius").  With no other sender merged (a swarm of two) there is no
+    bound; with two or three others, an honest sender's count is about
+    theirs.
+
+    Keys are senders, partners or not.  Not Sybil-proof: a liar that makes up
+    a new identity per push is not bounded here.  One key shared by all
+    non-partners (as the creep budget does) refused honest pushes: early on
+    most senders are not yet partners (16 nodes: 80 honest pushes per
+    60-round run, all under the shared key).
+    """
+
+    def __init__(self, share: float, allowance: float, halflife: float) -> None:
+        self._share, self._allowance = share, allowance
+        self._rate = math.log(2.0) / halflife
+        self._counts: dict[bytes, tuple[float, float]] = {}  # key -> (count, at)
+        # sum c and sum c^2 over every key, as of ``_at``: every count decays at
+        # one rate, so the sums decay as a whole (c at the rate, c^2 at twice
+        # it) and a check costs O(1), not a pass over every sender
+        self._s1 = self._s2 = self._at = 0.0
+
+    def _decayed(self, entry: tuple[float, float], now: float) -> float:
+        value, at = entry
+        return value * math.exp(-self._rate * max(0.0, now - at))
+
+    def _sums(self, now: float) -> tuple[float, float]:
+        if now > self._at:
+            f = math.exp(-self._rate * (now - self._at))
+            self._s1, self._s2, self._at = self._s1 * f, self._s2 * f * f, now
+        return self._s1, self._s2
+
+    def count(self, key: bytes, now: float) -> float:
+        """``key``'s decayed merge count at ``now`` (own pushes)."""
+        entry = self._counts.get(key)
+        return 0.0 if entry is None else self._decayed(entry, now)
+
+    def limit(self, key: bytes, now: float) -> float:
+        """The count ``key`` may reach with one more merge at ``now``: ``share``
+        times the typical count of the *other* senders (weighted by their
+        counts: the count of the sender of a typical merge), at least
+        ``allowance``; unbounded while no other sender was merged."""
+        s1, s2 = self._sums(now)
+        c = self.count(key, now)
+        s1, s2 = s1 - c, max(0.0, s2 - c * c)
+        if s1 < SHARE_EVIDENCE:
+            # too few merges from the others to tell a typical count (a new node,
+            # a swarm of three): no bound yet
+            return math.inf
+        return max(self._allowance, self._share * s2 / s1)
+
+    def check(self, key: bytes, now: float) -> None:
+        """Raise :class:`RefusedByGuard` ("sender_share") if one more merge from
+        ``key`` at ``now`` would take its count over :meth:`limit`."""
+        after, limit = self.count(key, now) + 1.0, self.limit(key, now)
+        if after > limit:
+            raise RefusedByGuard(
+                "sender_share", f"this sender would hold {after:.3g} of the pushes merged here "
+                f"recently, over {limit:.3g} ({self._share:g} x a fair share)")
+
+    def add(self, key: bytes, now: float) -> None:
+        """One push from ``key`` was merged at ``now``."""
+        self._sums(now)
+        old = self.count(key, now)
+        self._counts[key] = (old + 1.0, now)
+        self._s1 += 1.0
+        self._s2 += (old + 1.0) ** 2 - old * old
+        if len(self._counts) > GUARD_SENDERS:  # forget the faded counts, or the smallest
+            faded = [k for k in self._counts if self.count(k, now) < FORGET_COUNT]
+            for k in faded or [min(self._counts, key=lambda k: self.count(k, now))]:
+                self._forget(k, now)
+
+    def _forget(self, key: bytes, now: float) -> None:
+        c = self.count(key, now)
+        del self._counts[key]
+        self._s1, self._s2 = max(0.0, self._s1 - c), max(0.0, self._s2 - c * c)
 
 
 class ClipRadius:
@@ -401,6 +517,9 @@ class MergeGuard:
         self._flags = _Keyed(float(settings.flag_budget), settings.flag_period)
         self._shunned: OrderedDict[bytes, float] = OrderedDict()  # peer -> until
         self.clip = ClipRadius(settings)
+        self.shares = (SenderShares(settings.sender_share, settings.sender_allowance,
+                                    settings.sender_halflife)
+                       if settings.sender_share > 0 else None)
         self.held_back = 0  # pushes not sent: the peer's balance was at -balance_cap
 
     def check_push(self, sender: bytes, weight: float, kept: float, own_weight: float,
@@ -449,6 +568,17 @@ class MergeGuard:
         non-partners share (identities are free)."""
         return sender if self.clip.is_partner(sender) else STRANGERS
 
+    def check_share(self, sender: bytes, own_pushes: float) -> None:
+        """Raise :class:`RefusedByGuard` ("sender_share") if merging one more push of
+        ``sender`` would give it more than its share of the pushes merged here
+        recently (:class:`SenderShares`; decaying with ``own_pushes``, how many
+        pushes this node made so far).  Only clear pushes are counted (the
+        caller's business): pushes carrying mask noise are not clipped, so no
+        radius loop runs through them, and masking epochs exchange with a few
+        fixed partners, each a large share by design."""
+        if self.shares is not None:
+            self.shares.check(sender, own_pushes)
+
     def check_drift(self, sender: bytes, sketched: np.ndarray, own_pushes: float) -> None:
         """Raise :class:`RefusedByGuard` ("drift") if merging an update (in radii,
         sketched by ``self.drift.sketch``) would take its key's sum over
@@ -489,11 +619,14 @@ class MergeGuard:
 
     def merged(self, sender: bytes, kept: float, flagged: bool, now: float,
                clipped_away: float = 0.0, sketched: np.ndarray | None = None,
-               own_pushes: float = 0.0) -> None:
+               own_pushes: float = 0.0, shared: bool = False) -> None:
         """A push passed :meth:`check_push` and was merged: ``kept`` joins the balance,
         ``clipped_away`` the sender's clip debt, ``sketched`` (the merged update,
-        see :meth:`check_drift`) its creep budget, at ``own_pushes``."""
+        see :meth:`check_drift`) its creep budget, at ``own_pushes``; ``shared``:
+        it passed :meth:`check_share` and counts towards the sender's share."""
         self.balances.add(sender, kept, now)
+        if shared and self.shares is not None:
+            self.shares.add(sender, own_pushes)
         if sketched is not None and self.drift is not None:
             self.drift.add(self.drift_key(sender), sketched, own_pushes)
         if clipped_away > 0:

@@ -737,6 +737,8 @@ class PushSum:
             if self._guard is not None:
                 self._guard.check_push(sender, push.weight, push.weight - r, self._w, flagged,
                                        self.privacy == "masked", now)
+                if not (flagged or self._noisy):  # what the radius applies to
+                    self._guard.check_share(sender, float(self._own_pushes))
             if push.base:
                 y = self._rebuild_request(sender, push, y, now)
             self._clip_seen = None
@@ -766,7 +768,7 @@ class PushSum:
         self._c["bytes_received"] += push.nbytes
         if self._guard is not None:
             self._guard.merged(sender, kept, flagged, now, clipped_away, sketched,
-                               float(self._own_pushes))
+                               float(self._own_pushes), shared=not (flagged or self._noisy))
             if clip != 1.0:
                 self._c["clipped"] += 1
         if not replying:

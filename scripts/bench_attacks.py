@@ -29,6 +29,7 @@ from gossip.attacks import (
     HeavyPusher,
     MaskLookalike,
     Poisoner,
+    RandomKicker,
     Sink,
     TakingSink,
     WeightInjector,
@@ -50,6 +51,7 @@ ATTACKS: dict[str, Callable[[], Adversary | None]] = {
     "taking sink": lambda: TakingSink(0.01),
     "creep inside the radius": lambda: Creeper(per_round=1),
     "fast creep": lambda: Creeper(per_round=20),
+    "random kicks inside the radius": lambda: RandomKicker(per_round=1),
 }
 
 

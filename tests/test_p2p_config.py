@@ -356,3 +356,12 @@ def test_advertise_address_parses_renders_and_is_checked(tmp_path: Path) -> None
     assert parse_config_text("").node.advertise is None
     with pytest.raises(ConfigError, match="node.advertise"):
         parse_config_text('[node]\nadvertise = "nowhere"\n')
+
+
+def test_sender_share_reaches_the_merge_guard() -> None:
+    guard = parse_config_text("").gossip.guard
+    assert guard is not None and guard.sender_share == 3.0
+    guard = parse_config_text("[gossip]\nsender_share = 0.0").gossip.guard
+    assert guard is not None and guard.sender_share == 0.0
+    with pytest.raises(ConfigError, match="gossip.sender_share"):
+        parse_config_text("[gossip]\nsender_share = -1")

@@ -281,6 +281,11 @@ class GossipConfig:
                                "one partner (all other senders together) may add up to "
                                "(4 stops the creep attack; 0: off, the default: at 1,000 "
                                "nodes 4 refused thousands of honest merges)")
+    sender_share: float = setting(3.0, Number(minimum=0),
+                                  "with merge_guard: one sender may hold at most this many "
+                                  "times a fair share of the pushes merged here recently "
+                                  "(and 6 in any case; replies to this node's requests are "
+                                  "not counted); 0: no such bound")
 
     @property
     def guard(self) -> GuardSettings | None:
@@ -289,7 +294,8 @@ class GossipConfig:
             return None
         return GuardSettings(share_ratio=self.share_ratio, balance_cap=self.balance_cap,
                              balance_halflife=self.balance_halflife, sink_pause=self.sink_pause,
-                             clip_factor=self.clip_factor, drift_cap=self.drift_cap)
+                             clip_factor=self.clip_factor, drift_cap=self.drift_cap,
+                             sender_share=self.sender_share)
 
     @property
     def epochs(self) -> EpochSettings:
