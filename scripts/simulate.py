@@ -110,7 +110,8 @@ def add_simulation_arguments(p: argparse.ArgumentParser) -> None:
                    help="probability that a message is lost (its connection goes dark)")
     g.add_argument("--churn", type=float, default=0.0, metavar="FRACTION",
                    help="this fraction of the nodes crash once and restart from their "
-                        "checkpoint (random times, seeded)")
+                        "checkpoint (random times, seeded, counted from the first "
+                        "finished round: churn while the swarm trains)")
     g.add_argument("--churn-script", type=Path, metavar="FILE",
                    help="churn events, one per line: SECONDS crash|leave|join|restart NODE")
     g.add_argument("--lockstep", choices=LOCKSTEP_MODES, default="auto",

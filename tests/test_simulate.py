@@ -140,6 +140,27 @@ def test_random_churn_crashes_then_restarts_a_fraction() -> None:
         crash, restart = (e.time for e in events if e.node == node)
         assert 0 < crash < restart <= 10.0
     assert events == random_churn(21, 0.5, 10.0, seed=4)
+    assert all(e.from_training for e in events)  # timed from the first round, not the start
+
+
+def test_random_churn_happens_while_the_swarm_trains(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Timed from the start, the whole crash window (the first half of rounds x
+    # (compute + interval)) fell in the start-up wait, before any node trained.
+    out = tmp_path / "out.json"
+    simulate = load_script("simulate", monkeypatch)
+    assert simulate.main(["--nodes", "6", "--rounds", "12", "--quiet", "--json", str(out),
+                          "--churn", "0.5", "--checkpoint-interval", "0.05",
+                          "--seed", "5"]) == 0
+    doc = json.loads(out.read_text())
+    crashes = [e for e in doc["churn"] if e["action"] == "crash"]
+    assert len(crashes) == 2 and all(e["before"] == "up" for e in crashes)
+    # every crashed node had trained, and came back from a checkpoint of its training
+    assert all(e["round"] >= 1 for e in crashes), crashes
+    rows = doc["nodes"]
+    for e in crashes:
+        assert rows[e["node"]]["resumed_at"], rows[e["node"]]
+        assert rows[e["node"]]["round"] == 12
 
 
 async def test_inline_runner_charges_simulated_compute_time(

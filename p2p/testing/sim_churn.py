@@ -9,7 +9,10 @@ A churn script is a text file, one event a line, ``#`` starting a comment::
     20         join     7        # node 7 starts only now (it is absent until then)
 
 Times are simulated seconds from the start. :func:`random_churn` draws a
-crash and a restart for a fraction of the nodes instead.
+crash and a restart for a fraction of the nodes instead, timed from the moment
+training began (the first round any node finished): counted from the start,
+its window fell in the swarm's start-up (peer wait, first contacts), before
+any node had trained or written a checkpoint.
 """
 
 from __future__ import annotations
@@ -25,11 +28,16 @@ CHURN_ACTIONS = ("crash", "leave", "join", "restart")
 
 @dataclass(frozen=True, order=True)
 class ChurnEvent:
-    """At ``time`` (simulated seconds), ``action`` happens to node ``node``."""
+    """At ``time`` (simulated seconds), ``action`` happens to node ``node``.
+
+    ``time`` counts from the start of the run, or with ``from_training`` from
+    the moment training began (the first round any node finished).
+    """
 
     time: float
     node: int
     action: str
+    from_training: bool = False
 
     def __post_init__(self) -> None:
         if self.action not in CHURN_ACTIONS:
@@ -78,7 +86,8 @@ def random_churn(nodes: int, fraction: float, duration: float, *, seed: int,
                  downtime: tuple[float, float] = (0.1, 0.3)) -> list[ChurnEvent]:
     """``fraction`` of the nodes (node 0, the bootstrap, excepted) each crash once at a
     uniform time in the first half of ``duration`` and restart from their checkpoint
-    ``downtime`` (a fraction of ``duration``, uniform between the two) later."""
+    ``downtime`` (a fraction of ``duration``, uniform between the two) later; the
+    times count from the moment training began (``from_training``)."""
     if not 0.0 <= fraction <= 1.0:
         raise ValueError(f"churn fraction must be in [0, 1], got {fraction!r}")
     if not duration > 0:
@@ -89,5 +98,6 @@ def random_churn(nodes: int, fraction: float, duration: float, *, seed: int,
     for node in sorted(rng.sample(range(1, nodes), count)):
         crash = rng.uniform(0.05, 0.5) * duration
         back = crash + rng.uniform(*downtime) * duration
-        events += [ChurnEvent(crash, node, "crash"), ChurnEvent(back, node, "restart")]
+        events += [ChurnEvent(crash, node, "crash", from_training=True),
+                   ChurnEvent(back, node, "restart", from_training=True)]
     return sorted(events)

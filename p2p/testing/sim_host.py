@@ -120,6 +120,11 @@ def _pushes_and_bytes_sent(node: Node) -> tuple[int, int]:
             sum(node.model_counter(name, "bytes_sent") for name in shared))
 
 
+#: Simulated seconds between looks for the first finished round (churn timed
+#: from training waits for it).
+TRAINING_POLL = 0.01
+
+
 class Simulation:
     """N nodes of ``spec`` over ``network``, their data directories under ``root``.
 
@@ -236,6 +241,7 @@ class Simulation:
     async def apply(self, event: ChurnEvent) -> None:
         slot = self.slots[event.node]
         before = slot.state
+        rounds = slot.node.progress.round if slot.node is not None else 0
         if event.action == "crash":
             self.crash(slot)
         elif event.action == "leave":
@@ -248,7 +254,7 @@ class Simulation:
                     event.node, before, slot.state)
         self.events_done.append({"time": trio.current_time(), "node": event.node,
                                  "action": event.action, "before": before,
-                                 "after": slot.state})
+                                 "after": slot.state, "round": rounds})
 
     # ------------------------------------------------------------------ run
 
@@ -279,11 +285,28 @@ class Simulation:
         self._nursery = None
 
     async def _churn_loop(self) -> None:
-        start = self._started_at
-        for event in self.churn:
-            await trio.sleep_until(start + event.time)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._apply_events, [e for e in self.churn if not e.from_training],
+                               False)
+            nursery.start_soon(self._apply_events, [e for e in self.churn if e.from_training],
+                               True)
+
+    async def _apply_events(self, events: list[ChurnEvent], from_training: bool) -> None:
+        if not events:
+            return
+        base = self._started_at
+        if from_training:
+            base = await self._training_began()
+        for event in events:
+            await trio.sleep_until(base + event.time)
             await self.apply(event)
             self._pending_events -= 1
+
+    async def _training_began(self) -> float:
+        """The simulated time at which a node first finished a round."""
+        while not any(s.node is not None and s.node.progress.round >= 1 for s in self.slots):
+            await trio.sleep(TRAINING_POLL)
+        return trio.current_time()
 
     async def _watch(self) -> None:
         while True:
