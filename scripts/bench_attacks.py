@@ -77,12 +77,15 @@ class _Late:
 
 def run(attack: str, defences: bool, n: int, dim: int, rounds: int, seed: int,
         start: int = 0, spread: float = 1.0, drift: float = 0.0,
-        drift_cap: float = 0.0, exchange: str = "push-pull") -> dict[str, float]:
+        drift_cap: float = 0.0, exchange: str = "push-pull",
+        sender_share: float = 0.0) -> dict[str, float]:
     """One run; ``spread``: initial values ``c + spread * N(0, 1)`` around a common
     ``c ~ N(1, 1)`` (1.0: independent starts); ``drift``: each round every honest
     node moves by ``drift * N(0, 1)`` per value, as local training would;
     ``drift_cap``: the guard's creep budget (``GuardSettings.drift_cap``, 0: off);
-    ``exchange``: every core's ``exchange`` ("push": one-way pushes)."""
+    ``exchange``: every core's ``exchange`` ("push": one-way pushes);
+    ``sender_share``: the guard's bound on one sender's share of merges
+    (``GuardSettings.sender_share``, 0: off, as the node's default)."""
     rng = np.random.default_rng(seed)
     common = rng.normal(1.0, 1.0, size=dim)
     initial = common + spread * rng.normal(0.0, 1.0, size=(n + 1, dim))
@@ -94,7 +97,8 @@ def run(attack: str, defences: bool, n: int, dim: int, rounds: int, seed: int,
     m = initial[:holders if start > 0 else n].mean(axis=0)
     sim = Simulation([ModelSpec("G", tuple(range(holders)), initial[:holders])], seed=seed,
                      adversaries={} if liar is None else {n: liar},
-                     guard=GuardSettings(drift_cap=drift_cap) if defences else None,
+                     guard=GuardSettings(drift_cap=drift_cap, sender_share=sender_share)
+                     if defences else None,
                      exchange=exchange)
     if isinstance(inner, Creeper):
         inner.watch({i: sim.cores[(i, "G")] for i in range(n)}, node_id(n))
@@ -136,6 +140,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--drift-cap", type=float, default=0.0,
                     help="the guard's creep budget in radii (GuardSettings.drift_cap; "
                          "default 0: off, as the node's default; 4 stops the creep)")
+    ap.add_argument("--sender-share", type=float, default=0.0,
+                    help="the guard's bound on one sender's share of the merges "
+                         "(GuardSettings.sender_share; default 0: off, as the node's "
+                         "default; 3 stops the one-identity random kicker)")
     ap.add_argument("--exchange", choices=("push-pull", "push"), default="push-pull",
                     help="gossip.exchange of every holder (default push-pull; push: one-way)")
     ap.add_argument("--start", type=int, default=10,
@@ -147,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{args.nodes} honest + 1 liar from round {args.start}, {args.rounds} rounds, "
           f"dim {args.dim}, exchange {args.exchange}, spread {args.spread:g}, "
           f"drift {args.drift:g}, "
-          f"creep budget {args.drift_cap:g} radii, "
+          f"creep budget {args.drift_cap:g} radii, sender share {args.sender_share:g}, "
           f"medians of {args.seeds} seeds; errors relative to ||honest mean||")
     print("| attack | defences | honest weight / N, min-max | consensus error | "
           "error vs honest mean | refused | clipped / merged (honest) |")
@@ -155,7 +163,8 @@ def main(argv: list[str] | None = None) -> int:
     for attack in args.attacks.split(","):
         for defences in (False, True):
             runs = [run(attack, defences, args.nodes, args.dim, args.rounds, s, args.start,
-                        args.spread, args.drift, args.drift_cap, args.exchange)
+                        args.spread, args.drift, args.drift_cap, args.exchange,
+                        args.sender_share)
                     for s in range(args.seeds)]
 
             def med(key: str, runs: list[dict[str, float]] = runs) -> float:

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 
 import numpy as np
 import pytest
-from guard_kit import FP, guarded
+from guard_kit import FP
 
 from gossip import Push, PushAck, PushSum, encode
 from gossip.attacks import RandomKicker
@@ -33,6 +33,9 @@ from gossip.simulator import ModelSpec, Simulation, node_id
 @pytest.fixture(autouse=True)
 def _quiet(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.ERROR, logger="gossip.pushsum")
+
+
+SENDER_SHARE = 3.0  # off by default (GuardSettings); the value that stops the kicker
 
 
 class _Late:
@@ -65,7 +68,8 @@ def run(seed: int, n: int = 12, dim: int = 50, rounds: int = 120,
     m = initial[:n].mean(axis=0)
     liar = RandomKicker(per_round=1)
     sim = Simulation([ModelSpec("G", tuple(range(n + 1)), initial)], seed=seed,
-                     adversaries={n: _Late(liar, start)}, guard=GuardSettings())
+                     adversaries={n: _Late(liar, start)},
+                     guard=GuardSettings(sender_share=SENDER_SHARE))
     liar.watch({i: sim.cores[(i, "G")] for i in range(n)}, node_id(n))
     sim.run(rounds)
     xs = np.array([sim.cores[(i, "G")].estimate for i in range(n)])
@@ -93,7 +97,8 @@ def test_a_sender_over_its_share_is_refused_and_nothing_changes() -> None:
     # the honest senders never, and a refusal leaves weight and values as they were
     rng = np.random.default_rng(0)
     x0 = rng.normal(1.0, 0.01, 20)
-    core = guarded(x0, 1)
+    core = PushSum(FP, x0.copy(), rng=np.random.default_rng(1),
+                   guard=GuardSettings(sender_share=SENDER_SHARE))
     honest = [b"honest%d" % i for i in range(6)]
     refused: list[str] = []
     ids = iter(range(1, 10_000))

@@ -360,8 +360,8 @@ def test_advertise_address_parses_renders_and_is_checked(tmp_path: Path) -> None
 
 def test_sender_share_reaches_the_merge_guard() -> None:
     guard = parse_config_text("").gossip.guard
+    assert guard is not None and guard.sender_share == 0.0  # off by default
+    guard = parse_config_text("[gossip]\nsender_share = 3.0").gossip.guard
     assert guard is not None and guard.sender_share == 3.0
-    guard = parse_config_text("[gossip]\nsender_share = 0.0").gossip.guard
-    assert guard is not None and guard.sender_share == 0.0
     with pytest.raises(ConfigError, match="gossip.sender_share"):
         parse_config_text("[gossip]\nsender_share = -1")

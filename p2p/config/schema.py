@@ -281,11 +281,13 @@ class GossipConfig:
                                "one partner (all other senders together) may add up to "
                                "(4 stops the creep attack; 0: off, the default: at 1,000 "
                                "nodes 4 refused thousands of honest merges)")
-    sender_share: float = setting(3.0, Number(minimum=0),
+    sender_share: float = setting(0.0, Number(minimum=0),
                                   "with merge_guard: one sender may hold at most this many "
                                   "times a fair share of the pushes merged here recently "
                                   "(and 6 in any case; replies to this node's requests are "
-                                  "not counted); 0: no such bound")
+                                  "not counted; 3 stops a one-identity random kicker); 0: "
+                                  "no such bound, the default (8 made-up identities undo it, "
+                                  "and nodes pushing at different rates were refused)")
 
     @property
     def guard(self) -> GuardSettings | None:
