@@ -13,9 +13,32 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from gossip.compression import encode
+from gossip.errors import RejectedPush
 from gossip.messages import Push, PushAck
 from gossip.pushsum import PushSum
+from gossip.simulator import Adversary, node_id
 from gossip.validation import MAX_ABS_VALUE
+
+
+class LateLiar:
+    """``inner`` from round ``start`` on; before, an honest holder that answers pushes
+    and sends nothing: a partner of every holder by then, as a member that turns."""
+
+    def __init__(self, inner: Adversary, start: int) -> None:
+        self.inner, self.start, self.round = inner, start, 0
+
+    def pushes(self, round: int, core: PushSum, peers: Sequence[int],
+               rng: np.random.Generator) -> list[tuple[int, Push]]:
+        self.round = round
+        return self.inner.pushes(round, core, peers, rng) if round >= self.start else []
+
+    def answer(self, core: PushSum, sender: int, push: Push) -> PushAck | None:
+        if self.round >= self.start:
+            return self.inner.answer(core, sender, push)
+        try:
+            return core.on_push(node_id(sender), push, float(self.round))
+        except RejectedPush:
+            return None
 
 
 @dataclass
@@ -161,22 +184,35 @@ class Creeper(_PlainAcks):
         """The honest holders' cores by node index, and the liar's own id."""
         self._cores, self._me = dict(cores), me
 
+    def _aim(self, peer: int) -> tuple[np.ndarray, float] | None:
+        """Holder ``peer``'s estimate and the radius it clips this liar to (None: not
+        watched)."""
+        target = self._cores.get(peer)
+        if target is None:
+            return None
+        x = target.estimate
+        size = float(np.linalg.norm(x))
+        guard = target._guard
+        return x, (guard.clip.radius(size, self._me) if guard is not None else 1e-2 * size)
+
+    def _offset(self, k: int, length: int, rng: np.random.Generator) -> np.ndarray:
+        """Where request ``k`` of a round aims, in radii from the receiver: ever
+        further along one direction."""
+        if self._direction is None:
+            u = rng.standard_normal(length)
+            self._direction = u / np.linalg.norm(u)
+        return (1.0 + 0.5 * k) * self._direction
+
     def pushes(self, round: int, core: PushSum, peers: Sequence[int],
                rng: np.random.Generator) -> list[tuple[int, Push]]:
-        if self._direction is None:
-            u = rng.standard_normal(core.length)
-            self._direction = u / np.linalg.norm(u)
         out = []
         for p in peers:
-            target = self._cores.get(p)
-            if target is None:
+            aim = self._aim(p)
+            if aim is None:
                 continue
-            x = target.estimate
-            size = float(np.linalg.norm(x))
-            guard = target._guard
-            tau = guard.clip.radius(size, self._me) if guard is not None else 1e-2 * size
+            x, tau = aim
             for k in range(self.per_round):
-                q = x + self.fraction * tau * (1.0 + 0.5 * k) * self._direction
+                q = x + self.fraction * tau * self._offset(k, core.length, rng)
                 out.append((p, Push(core.fingerprint, self.ids.take(), encode(q, "f64"),
                                     self.weight, want_reply=True)))
         return out
@@ -197,20 +233,9 @@ class RandomKicker(Creeper):
     (``GuardSettings.sender_share``).
     """
 
-    def pushes(self, round: int, core: PushSum, peers: Sequence[int],
-               rng: np.random.Generator) -> list[tuple[int, Push]]:
-        out = []
-        for p in peers:
-            target = self._cores.get(p)
-            if target is None:
-                continue
-            x = target.estimate
-            size = float(np.linalg.norm(x))
-            guard = target._guard
-            tau = guard.clip.radius(size, self._me) if guard is not None else 1e-2 * size
-            for _ in range(self.per_round):
-                u = rng.standard_normal(core.length)
-                q = x + self.fraction * tau * u / np.linalg.norm(u)
-                out.append((p, Push(core.fingerprint, self.ids.take(), encode(q, "f64"),
-                                    self.weight, want_reply=True)))
+    def _offset(self, k: int, length: int, rng: np.random.Generator) -> np.ndarray:
+        """A fresh random direction for every request, one radius long."""
+        u = rng.standard_normal(length)
+        out: np.ndarray = u / np.linalg.norm(u)
         return out
+

@@ -20,13 +20,14 @@ from __future__ import annotations
 import argparse
 import logging
 import statistics
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 
 import numpy as np
 
 from gossip.attacks import (
     Creeper,
     HeavyPusher,
+    LateLiar,
     MaskLookalike,
     Poisoner,
     RandomKicker,
@@ -34,10 +35,7 @@ from gossip.attacks import (
     TakingSink,
     WeightInjector,
 )
-from gossip.errors import RejectedPush
 from gossip.merge_guard import GuardSettings
-from gossip.messages import Push, PushAck
-from gossip.pushsum import PushSum
 from gossip.simulator import Adversary, ModelSpec, Simulation, node_id
 
 ATTACKS: dict[str, Callable[[], Adversary | None]] = {
@@ -55,26 +53,6 @@ ATTACKS: dict[str, Callable[[], Adversary | None]] = {
 }
 
 
-class _Late:
-    """A liar that answers as an honest holder (and sends nothing) until round ``start``."""
-
-    def __init__(self, inner: Adversary, start: int) -> None:
-        self.inner, self.start, self.round = inner, start, 0
-
-    def pushes(self, round: int, core: PushSum, peers: Sequence[int],
-               rng: np.random.Generator) -> list[tuple[int, Push]]:
-        self.round = round
-        return self.inner.pushes(round, core, peers, rng) if round >= self.start else []
-
-    def answer(self, core: PushSum, sender: int, push: Push) -> PushAck | None:
-        if self.round >= self.start:
-            return self.inner.answer(core, sender, push)
-        try:
-            return core.on_push(node_id(sender), push, float(self.round))
-        except RejectedPush:
-            return None
-
-
 def run(attack: str, defences: bool, n: int, dim: int, rounds: int, seed: int,
         start: int = 0, spread: float = 1.0, drift: float = 0.0,
         drift_cap: float = 0.0, exchange: str = "push-pull",
@@ -90,7 +68,7 @@ def run(attack: str, defences: bool, n: int, dim: int, rounds: int, seed: int,
     common = rng.normal(1.0, 1.0, size=dim)
     initial = common + spread * rng.normal(0.0, 1.0, size=(n + 1, dim))
     inner = ATTACKS[attack]()
-    liar = None if inner is None else _Late(inner, start)
+    liar = None if inner is None else LateLiar(inner, start)
     # without a liar, node n is left out (it would be an honest holder); a liar
     # that starts late took part honestly before: its initial row is in the target
     holders = n if liar is None else n + 1

@@ -17,15 +17,13 @@ share of the pushes a node merged recently (``GuardSettings.sender_share``,
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
 
 import numpy as np
 import pytest
 from guard_kit import FP
 
-from gossip import Push, PushAck, PushSum, encode
-from gossip.attacks import RandomKicker
-from gossip.errors import RejectedPush
+from gossip import Push, PushSum, encode
+from gossip.attacks import LateLiar, RandomKicker
 from gossip.merge_guard import GuardSettings, RefusedByGuard
 from gossip.simulator import ModelSpec, Simulation, node_id
 
@@ -38,27 +36,6 @@ def _quiet(caplog: pytest.LogCaptureFixture) -> None:
 SENDER_SHARE = 3.0  # off by default (GuardSettings); the value that stops the kicker
 
 
-class _Late:
-    """The liar answers as an honest holder (and sends nothing) until round ``start``:
-    a partner of every holder by then, as a member that turns."""
-
-    def __init__(self, inner: RandomKicker, start: int) -> None:
-        self.inner, self.start, self.round = inner, start, 0
-
-    def pushes(self, round: int, core: PushSum, peers: Sequence[int],
-               rng: np.random.Generator) -> list[tuple[int, Push]]:
-        self.round = round
-        return self.inner.pushes(round, core, peers, rng) if round >= self.start else []
-
-    def answer(self, core: PushSum, sender: int, push: Push) -> PushAck | None:
-        if self.round >= self.start:
-            return self.inner.answer(core, sender, push)
-        try:
-            return core.on_push(node_id(sender), push, float(self.round))
-        except RejectedPush:
-            return None
-
-
 def run(seed: int, n: int = 12, dim: int = 50, rounds: int = 120,
         start: int = 10) -> tuple[float, float, int]:
     """The honest error (largest ||x_i - m|| / ||m||, m the honest initial mean),
@@ -68,7 +45,7 @@ def run(seed: int, n: int = 12, dim: int = 50, rounds: int = 120,
     m = initial[:n].mean(axis=0)
     liar = RandomKicker(per_round=1)
     sim = Simulation([ModelSpec("G", tuple(range(n + 1)), initial)], seed=seed,
-                     adversaries={n: _Late(liar, start)},
+                     adversaries={n: LateLiar(liar, start)},
                      guard=GuardSettings(sender_share=SENDER_SHARE))
     liar.watch({i: sim.cores[(i, "G")] for i in range(n)}, node_id(n))
     sim.run(rounds)
