@@ -1004,12 +1004,20 @@ class Transport:
             if wait:
                 await ms.receive_payload(min(REFUSAL_FIRST_WAIT, self.read_timeout),
                                          self.read_timeout)
-            with trio.move_on_after(min(1.0, self.read_timeout)):
-                await ms.send(Error(ERROR_SESSION_REFUSED, told))
         except ConnectionFailure:
-            pass
+            return  # gone, or its request broke a frame rule: nothing to answer
         finally:
             self._refusals_waiting -= wait
+        await self._tell_before_closing(ms, Error(ERROR_SESSION_REFUSED, told))
+
+    async def _tell_before_closing(self, ms: MessageStream, error: Error) -> None:
+        """Send ``error`` as the last message of a connection about to close: within
+        a second at most, and a peer that is gone by then is not an error."""
+        with trio.move_on_after(min(1.0, self.read_timeout)):
+            try:
+                await ms.send(error)
+            except ConnectionFailure:
+                pass
 
     def _busy(self, source: str, msg: str, *args: object) -> None:
         """One INFO line for a connection this node had no room for: no offence
@@ -1297,11 +1305,7 @@ class Transport:
                     # that its operator sees the reason.
                     if exc.seal_with is not None:
                         ms.start_sealing(exc.seal_with)
-                    with trio.move_on_after(min(1.0, self.read_timeout)):
-                        try:
-                            await ms.send(Error(ERROR_HANDSHAKE, exc.peer_reason))
-                        except ConnectionFailure:
-                            pass
+                    await self._tell_before_closing(ms, Error(ERROR_HANDSHAKE, exc.peer_reason))
                 raise ConnectionFailure(f"handshake failed: {exc.reason}", "protocol") from None
             except ConnectionFailure as exc:
                 kind = exc.kind if exc.kind in ("protocol", "busy") else "io"
