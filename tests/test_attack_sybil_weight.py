@@ -14,11 +14,11 @@ import logging
 
 import numpy as np
 import pytest
+from guard_kit import FP
 
 from gossip import GuardSettings, Push, PushSum, RejectedPush, encode
 from gossip.merge_guard import RefusedByGuard
 
-FP = bytes(range(32))
 N = 50
 
 

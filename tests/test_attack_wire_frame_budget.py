@@ -24,18 +24,15 @@ from __future__ import annotations
 
 import logging
 import struct
-from dataclasses import dataclass
 
 import pytest
 import trio
 import trio.testing
+from wire_kit import Blob, handler, honest_pushes, member_session
 
 from p2p.testing import MemoryNetwork, wait_until
-from p2p.wire import codec
 from p2p.wire.admission import FRAME_PACE_GRACE, FrameBudget, frame_pace_allowance
-from p2p.wire.codec import Message
 from p2p.wire.framing import FrameBudgetExceeded, FrameDecoder, encode_frame
-from p2p.wire.handshake import PeerInfo
 from p2p.wire.identity import Identity
 from p2p.wire.messages import Pong
 from p2p.wire.transport import (
@@ -50,18 +47,6 @@ RECONNECT = 5.0  # seconds a squatter refused outright waits before it reconnect
 PUSHES = 30  # honest pushes, one every 5 s
 K = 1024
 RATE = 128 * K  # the default floor rate
-
-
-@dataclass(frozen=True)
-class Blob:
-    data: bytes
-
-
-codec.register(Blob, "attack_frame_budget_blob")
-
-
-async def handler(peer: PeerInfo, msg: Message) -> Message:
-    return Pong(0)
 
 
 # -- the attack ---------------------------------------------------------------
@@ -84,12 +69,9 @@ async def test_sixteen_trickling_sessions_of_one_source_keep_no_honest_push_out(
         nonlocal announced
         me = Transport(Identity.generate(), "127.0.0.1", 0)
         while True:
-            client, server = trio.testing.memory_stream_pair()
-            net_nursery.start_soon(node.serve_stream, server, handler,
-                                   f"198.51.100.1:{5000 + index}")
-            ms = MessageStream(client, write_timeout=5.0)
             try:
-                await me._handshake(ms, initiator=True, expected_node_id=None)
+                client = await member_session(node, net_nursery, me,
+                                              f"198.51.100.1:{5000 + index}")
             except ConnectionFailure:  # 8 handshakes per source at once: try again
                 await trio.sleep(RECONNECT)
                 continue
@@ -110,22 +92,18 @@ async def test_sixteen_trickling_sessions_of_one_source_keep_no_honest_push_out(
             await client.aclose()
             await trio.sleep(0.5 if trio.current_time() - started > 1.0 else RECONNECT)
 
-    ok = refused = 0
+    def held_to_its_share() -> None:
+        # past the share pressure (half) the source is held to its share:
+        # at most half the budget, whatever it announces
+        assert budget.held_by("198.51.100.1") <= budget.share_pressure
+
     async with trio.open_nursery() as net_nursery:
         await net_nursery.start(node.serve, handler)
         for i in range(holders):
             net_nursery.start_soon(squatter, i)
         await wait_until(lambda: announced >= holders)
-        for _ in range(PUSHES):  # one honest 200 KB push every 5 s
-            try:
-                await honest.request("node:1", Blob(b"p" * 200_000), timeout=10)
-                ok += 1
-            except PeerUnreachable:
-                refused += 1
-            await trio.sleep(5)
-            # past the share pressure (half) the source is held to its share:
-            # at most half the budget, whatever it announces
-            assert budget.held_by("198.51.100.1") <= budget.share_pressure
+        # one honest 200 KB push every 5 s
+        ok, refused = await honest_pushes(honest, "node:1", PUSHES, 200_000, held_to_its_share)
         net_nursery.cancel_scope.cancel()
     assert ok == PUSHES, (
         f"honest 200 KB requests: {ok} served, {refused} refused in {PUSHES * 5} s while 16 "

@@ -21,21 +21,17 @@ sources or reconnections.
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass
 
 import pytest
 import trio
 import trio.testing
+from wire_kit import handler, honest_pushes, member_session
 
 from p2p.testing import MemoryNetwork, load_script, wait_until
-from p2p.wire import codec
 from p2p.wire.admission import FRAME_RESERVE_STEP, FrameBudget
-from p2p.wire.codec import Message
 from p2p.wire.framing import FrameBudgetExceeded, FrameDecoder, encode_frame
-from p2p.wire.handshake import PeerInfo
 from p2p.wire.identity import Identity
-from p2p.wire.messages import Pong
-from p2p.wire.transport import ConnectionFailure, MessageStream, PeerUnreachable, Transport
+from p2p.wire.transport import ConnectionFailure, MessageStream, Transport
 
 K = 1024
 MIB = 1 << 20
@@ -98,18 +94,6 @@ def test_a_frame_holds_at_most_twice_what_arrived_or_one_step() -> None:
 # -- the same attack through the transport ------------------------------------
 
 
-@dataclass(frozen=True)
-class Blob:
-    data: bytes
-
-
-codec.register(Blob, "attack_frame_budget_reconnect_blob")
-
-
-async def handler(peer: PeerInfo, msg: Message) -> Message:
-    return Pong(0)
-
-
 async def test_reconnecting_squatters_at_eight_addresses_leave_room_for_honest_pushes(
         autojump_clock: trio.testing.MockClock) -> None:
     # 8 sources x 4 sessions: each handshakes, announces 1 MiB with 8 bytes of
@@ -126,34 +110,26 @@ async def test_reconnecting_squatters_at_eight_addresses_leave_room_for_honest_p
         nonlocal announced, most_held
         me = Transport(Identity.generate(), "127.0.0.1", 0)
         while True:
-            client, server = trio.testing.memory_stream_pair()
-            net_nursery.start_soon(node.serve_stream, server, handler,
-                                   f"198.51.100.{source + 1}:{5000 + index}")
-            ms = MessageStream(client, write_timeout=5.0)
+            client: trio.abc.Stream | None = None
             try:
-                await me._handshake(ms, initiator=True, expected_node_id=None)
+                client = await member_session(node, net_nursery, me,
+                                              f"198.51.100.{source + 1}:{5000 + index}")
                 await client.send_all(struct.pack(">I", FRAME) + b"\x00" * 8)
                 announced += 1
                 await trio.sleep(HOLD)
                 most_held = max(most_held, budget.held)
             except (ConnectionFailure, trio.BrokenResourceError):
                 await trio.sleep(RECONNECT)  # refused (handshake slots, budget): again
-            await client.aclose()
+            if client is not None:
+                await client.aclose()
 
-    ok = refused = 0
     async with trio.open_nursery() as net_nursery:
         await net_nursery.start(node.serve, handler)
         for s in range(sources):
             for i in range(per_source):
                 net_nursery.start_soon(squatter, s, i)
         await wait_until(lambda: announced >= sources * per_source)
-        for _ in range(PUSHES):  # one honest push every 5 s
-            try:
-                await honest.request("node:1", Blob(b"p" * PUSH), timeout=10)
-                ok += 1
-            except PeerUnreachable:
-                refused += 1
-            await trio.sleep(5)
+        ok, refused = await honest_pushes(honest, "node:1", PUSHES, PUSH)  # one every 5 s
         net_nursery.cancel_scope.cancel()
     assert ok >= 0.9 * PUSHES, (
         f"honest {PUSH} B requests: {ok} served, {refused} refused in {PUSHES * 5} s while "
