@@ -6,18 +6,20 @@ STAMP := $(VENV)/.installed
 
 .PHONY: test swarm venv lint pytest slow bench clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml scripts/pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	# the CPU build of torch lies on local disk; asking for it first keeps pip
 	# from resolving the range to a CUDA wheel
 	$(BIN)/pip install -q "torch==2.13.0"
 	$(BIN)/pip install -q -e ".[test]"
+	# the lab (benchmarks, attacks, paper runs): development only, never in the wheel
+	$(BIN)/pip install -q --no-deps -e scripts
 	touch $(STAMP)
 
 venv: $(STAMP)
 
-# ruff on everything; mypy on the packages (not tests or scripts), configured in
+# ruff on everything; mypy on the packages and the lab (not tests), configured in
 # pyproject.toml: strict on gossip, peersampling and p2p.wire
 lint: $(STAMP)
 	$(BIN)/ruff check p2p learner gossip peersampling scripts tests

@@ -2,8 +2,7 @@
 
 Sans-IO: the cores take messages, the current time and a random generator and
 return what to send.  :class:`GossipDriver` (trio) runs them over a
-:class:`PushTransport`; :class:`Simulation` runs many in memory with the same
-rules.  The driver names are imported lazily so that importing this package
+:class:`PushTransport`;  The driver names are imported lazily so that importing this package
 never imports trio.  No torch or p2p imports here.
 """
 
@@ -60,18 +59,6 @@ from gossip.pushsum import (
     UndeliveredOutcome,
 )
 from gossip.references import PairReferences, ReferenceKey
-from gossip.simulator import (
-    Adversary,
-    Faults,
-    LeastRecentSampler,
-    ModelSpec,
-    Sampler,
-    Simulation,
-    model_fingerprint,
-    node_id,
-    random_models,
-    uniform_sampler,
-)
 from gossip.wave_rule import AUTO, Next, WavePlan, WaveRule
 
 #: The wire surface of gossip: push-sum exchanges and masking pairs.
@@ -82,7 +69,6 @@ if TYPE_CHECKING:
 
 __all__ = [
     "AUTO",
-    "Adversary",
     "ENCODINGS",
     "EXCHANGES",
     "FINGERPRINT_BYTES",
@@ -94,14 +80,12 @@ __all__ = [
     "DupWindow",
     "DurationSink",
     "EncodedVector",
-    "Faults",
     "GossipDriver",
     "GossipError",
     "GuardSettings",
     "MASK_MESSAGES",
     "Holders",
     "InvalidValues",
-    "LeastRecentSampler",
     "LogLimiter",
     "MaskSource",
     "MaskEpochs",
@@ -115,7 +99,6 @@ __all__ = [
     "pair_secret",
     "MergeGuard",
     "Next",
-    "ModelSpec",
     "ModelSync",
     "PairReferences",
     "PartnerChoice",
@@ -135,9 +118,7 @@ __all__ = [
     "RejectedAck",
     "RejectedPush",
     "RejectedReply",
-    "Sampler",
     "Seen",
-    "Simulation",
     "UndeliveredOutcome",
     "VectorModel",
     "WavePlan",
@@ -146,10 +127,6 @@ __all__ = [
     "encode",
     "encoded_nbytes",
     "mask_source_from",
-    "model_fingerprint",
-    "node_id",
-    "random_models",
-    "uniform_sampler",
 ]
 
 _DRIVER_NAMES = {"DurationSink", "GossipDriver", "Holders", "PushTransport"}

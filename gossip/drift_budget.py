@@ -2,7 +2,7 @@
 
 Clipping bounds what one merge moves, not where many merges lead.  A liar
 whose requests all land just inside the radius along one direction ``u``
-(:class:`gossip.attacks.Creeper`) is merged unclipped at no cost, and walks a
+(:class:`lab.sim.adversaries.Creeper`) is merged unclipped at no cost, and walks a
 node ``k`` radii in ``~2k`` requests.  Honest updates do not add up like
 that: a sender's ``y - x`` points wherever the two models happen to differ,
 and each merge shrinks that difference, so the sum of the updates one sender

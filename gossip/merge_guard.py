@@ -131,7 +131,7 @@ class RefusedByGuard(RejectedPush):
 
 #: Clip checks of each sender after a masking epoch's fold during which the radius
 #: keeps the fold's floor (GuardSettings.fold_floor_merges; measured:
-#: scripts/bench_privacy.py --real, "clip floor": the honest updates that need the
+#: scripts/bench/privacy.py --real, "clip floor": the honest updates that need the
 #: floor are the first clear pushes after the swarm's folds).
 FOLD_FLOOR_MERGES = 3
 

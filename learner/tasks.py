@@ -1,7 +1,7 @@
 """The task registry: every data task by name, how it loads, its shape and its public split.
 
 The node's config (``data.task``), :mod:`learner.data` (and so the reference
-and the simulator), ``scripts/swarm.py`` and ``scripts/reproduce_paper.py``
+and the simulator), ``scripts/swarm.py`` and ``scripts/paper/reproduce.py``
 all look tasks up here. Nothing is downloaded.
 
 =============  =============================================  ===========  =========================

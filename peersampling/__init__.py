@@ -12,7 +12,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from .address import AddressError, HostPort, parse_host_port
-from .attack import SybilAttack
 from .core import ISLAND_REJOIN_EVERY, PeerEntry, PeerSampler, SamplerStats, SamplerTuning
 from .descriptor import (
     MAX_AGE,
@@ -46,13 +45,16 @@ from .signed import (
     simulated_signer,
     simulated_verify,
 )
-from .simulator import Simulator, SybilReport
+from .simulator import Adversary, Simulator, SybilReport
 from .view import PartialView
 
 if TYPE_CHECKING:
     from .driver import ShuffleTransport, run_peer_sampling
 
 __all__ = [
+    "Adversary",
+    "Simulator",
+    "SybilReport",
     "ISLAND_REJOIN_EVERY",
     "MAX_AGE",
     "MAX_TAGS",
@@ -81,9 +83,6 @@ __all__ = [
     "ShuffleTransport",
     "SignatureCheck",
     "Signer",
-    "Simulator",
-    "SybilAttack",
-    "SybilReport",
     "SybilRules",
     "Verifier",
     "dead_links",

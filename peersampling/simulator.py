@@ -6,7 +6,7 @@ merge), as in PeerSim's cycle-driven mode used by the Cyclon paper. Crashed
 nodes stop answering; lost messages look like timeouts to the initiator.
 Everything is reproducible from ``seed``.
 
-:meth:`Simulator.add_sybils` adds a Sybil adversary (:class:`SybilAttack`).
+:meth:`Simulator.set_adversary` adds a Sybil adversary (:class:`Adversary`).
 With Sybil rules (``sybil=SybilRules()``) the simulated nodes sign their
 descriptors and check every signature they receive, with a keyed-BLAKE2b
 stand-in for Ed25519 (:func:`~peersampling.signed.simulated_signer`), each
@@ -20,20 +20,19 @@ import hashlib
 import random
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Unpack
+from typing import Protocol, Unpack
 
-from .attack import SybilAttack
-from .core import PeerSampler, SamplerTuning
-from .descriptor import Descriptor
-from .graph import (
+from peersampling.core import PeerSampler, SamplerTuning
+from peersampling.descriptor import Descriptor
+from peersampling.graph import (
     DegreeStats,
     dead_links,
     in_degree_stats,
     largest_strong_component,
     largest_weak_component,
 )
-from .messages import ShuffleRequest
-from .signed import SignatureCheck, simulated_signer, simulated_verify
+from peersampling.messages import ShuffleReply, ShuffleRequest
+from peersampling.signed import SignatureCheck, simulated_signer, simulated_verify
 
 
 def sim_address(index: int) -> str:
@@ -43,6 +42,20 @@ def sim_address(index: int) -> str:
 
 def sim_node_id(index: int) -> bytes:
     return hashlib.sha256(b"sim-node-%d" % index).digest()[:16]
+
+
+class Adversary(Protocol):
+    """What the simulator asks of a Sybil adversary (one lives in the lab's attack code)."""
+
+    ids: frozenset[bytes]  # the fakes' node ids
+
+    def injections(self, honest: Sequence[str]) -> list[tuple[str, ShuffleRequest]]:
+        """This period's unsolicited requests, as (target address, request)."""
+
+    def is_fake(self, address: str) -> bool: ...
+
+    def answer(self, address: str, req: ShuffleRequest) -> ShuffleReply:
+        """What the fake at ``address`` answers to ``req``."""
 
 
 @dataclass(frozen=True)
@@ -106,7 +119,7 @@ class Simulator:
         self.failures = 0
         self.signatures = (sampler_options.get("sybil") is not None
                            if signatures is None else signatures)
-        self.attack: SybilAttack | None = None
+        self.attack: Adversary | None = None
         # One cache for all simulated nodes: a check's answer depends only on
         # the descriptor, so each distinct descriptor is checked once per run.
         self.shared_signature_cache = shared_signature_cache
@@ -163,18 +176,9 @@ class Simulator:
                     picks.append(other)
             sampler.restore([self.nodes[a].self_descriptor for a in picks])
 
-    def add_sybils(
-        self, fakes: int, share: float, tags: Iterable[bytes] = ()
-    ) -> SybilAttack:
-        """Add one adversary with ``fakes`` identities injecting at ``share`` of honest traffic.
-
-        With ``tags`` the fakes claim to hold those partial models too.
-        """
-        self.attack = SybilAttack(
-            fakes, share, l=self.l, rng=random.Random(self.rng.getrandbits(64)),
-            signer=simulated_signer if self.signatures else None, tags=frozenset(tags),
-        )
-        return self.attack
+    def set_adversary(self, adversary: Adversary) -> None:
+        """Let ``adversary``'s identities inject requests and answer for themselves."""
+        self.attack = adversary
 
     def crash(self, addresses: Iterable[str]) -> None:
         for address in addresses:

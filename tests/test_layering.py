@@ -1,4 +1,14 @@
-"""The dependency direction of DESIGN section 2, checked on the source."""
+"""The dependency rules of DESIGN section 2, checked on the source.
+
+- Arrows go one way: ``p2p`` uses ``gossip``, ``peersampling`` and
+  ``learner``; those never import ``p2p`` (nor each other, nor torch where it
+  does not belong); trio only in the sans-IO packages' drivers.
+- What ships is apart from what measures: no product module imports the lab
+  (``scripts/lab``), the tests or the scripts, and every product module is
+  reachable from an entry point a user has (the CLI, the node, the simulator,
+  the swarm launcher, the testing kit's public names): a module nothing of
+  the product reaches is measurement code living in the product.
+"""
 
 from __future__ import annotations
 
@@ -6,17 +16,26 @@ import ast
 from pathlib import Path
 
 import pytest
+from import_graph import PRODUCT, ROOT, module_graph, reachable
 
-ROOT = Path(__file__).resolve().parent.parent
-
+NEVER_IN_PRODUCT = {"lab", "tests", "scripts"}
 # package -> top-level modules it must never import
 FORBIDDEN = {
-    "peersampling": {"torch", "p2p", "learner", "gossip"},
-    "gossip": {"torch", "p2p", "learner", "peersampling"},
-    "learner": {"p2p", "gossip", "peersampling", "trio", "socket"},
+    "p2p": NEVER_IN_PRODUCT,
+    "peersampling": {"torch", "p2p", "learner", "gossip"} | NEVER_IN_PRODUCT,
+    "gossip": {"torch", "p2p", "learner", "peersampling"} | NEVER_IN_PRODUCT,
+    "learner": {"p2p", "gossip", "peersampling", "trio", "socket"} | NEVER_IN_PRODUCT,
 }
 # trio only in the thin drivers of the sans-IO packages
 TRIO_ALLOWED = {"driver.py", "drivers.py"}
+#: What a user of the product starts from: the ``p2p`` command, ``python -m p2p``,
+#: the simulator and the swarm launcher (also their ``python -m`` forms), the
+#: node itself and the testing kit's public names.
+ENTRY_POINTS = (
+    "p2p", "p2p.__main__", "p2p.cli.main", "p2p.runtime.node",
+    "p2p.simulation", "p2p.simulation.__main__", "p2p.swarm", "p2p.swarm.__main__",
+    "p2p.testing",
+)
 
 
 def imported_roots(path: Path) -> set[str]:
@@ -47,3 +66,35 @@ def test_imported_roots_sees_both_import_forms(tmp_path: Path) -> None:
     sample = tmp_path / "m.py"
     sample.write_text("import torch.nn\nfrom trio import sleep\nfrom . import x\n")
     assert imported_roots(sample) == {"torch", "trio"}
+
+
+def registry_edges(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    """``graph`` plus an edge for each ``"package.module:name"`` string a module holds:
+    a registry line naming what it loads on demand (strategies, tasks)."""
+    out = {name: set(targets) for name, targets in graph.items()}
+    for name in graph:
+        path = ROOT / Path(*name.split("."))
+        path = path / "__init__.py" if path.is_dir() else path.with_suffix(".py")
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                module, colon, attr = node.value.partition(":")
+                if colon and attr.isidentifier() and module in graph:
+                    out[name].add(module)
+    return out
+
+
+def test_every_product_module_is_reached_from_an_entry_point() -> None:
+    graph = registry_edges(module_graph(ROOT, PRODUCT))
+    assert set(ENTRY_POINTS) <= set(graph), set(ENTRY_POINTS) - set(graph)
+    reached = reachable(graph, ENTRY_POINTS)
+    # the sans-IO packages are reached through the node: a vacuous graph would pass
+    assert {"gossip.pushsum", "peersampling.core", "learner.trainer"} <= reached
+    unreached = sorted(set(graph) - reached)
+    assert not unreached, ("product modules no entry point imports (measurement code "
+                           f"belongs in scripts/lab): {unreached}")
+
+
+def test_the_lab_is_not_in_the_wheel() -> None:
+    text = (ROOT / "pyproject.toml").read_text()
+    assert 'include = ["p2p*", "learner*", "gossip*", "peersampling*"]' in text
+    assert not (ROOT / "lab").exists()  # the lab lives in scripts/lab only

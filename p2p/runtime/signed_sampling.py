@@ -1,7 +1,7 @@
 """The peer sampler a daemon runs: signed descriptors, Sybil rules, limited log lines.
 
 One definition for every process that joins a swarm (the training node and
-:class:`~p2p.runtime.averaging.AveragingPeer`), so that they all follow the
+:class:`~lab.averaging.peers.AveragingPeer`), so that they all follow the
 same rules (docs/peersampling.md, "Signed descriptors and fake identities").
 """
 

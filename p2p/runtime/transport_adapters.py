@@ -6,7 +6,7 @@ The gossip driver delivers pushes through a
 and peer sampling sends shuffles through a request function raising its own
 ``PeerUnreachable``; both run over one :class:`~p2p.runtime.node_transport.Requester`
 (TCP or in-memory).  The daemon (:mod:`p2p.runtime.node`) and the trainer-less
-:class:`~p2p.runtime.averaging.AveragingPeer` use these same adapters; this
+:class:`~lab.averaging.peers.AveragingPeer` use these same adapters; this
 module loads no torch.
 """
 

@@ -745,7 +745,7 @@ class Transport:
     """
 
     #: The sans-IO handshake every connection runs. Only the in-memory simulation
-    #: substitutes another (:mod:`p2p.testing.sim_handshake`: identities it vouches for).
+    #: substitutes another (:mod:`p2p.simulation.handshake`: identities it vouches for).
     handshake_class: type[Handshake] = Handshake
 
     def __init__(
