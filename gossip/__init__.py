@@ -31,7 +31,8 @@ from gossip.errors import (
     RejectedReply,
 )
 from gossip.log_limit import LogLimiter
-from gossip.mask_epochs import (
+from gossip.masking import MaskSource, mask_source_from
+from gossip.masking.epochs import (
     MASK_MESSAGES,
     EpochSettings,
     MaskEpochs,
@@ -43,7 +44,6 @@ from gossip.mask_epochs import (
     pair_secret,
     pair_seed,
 )
-from gossip.masking import MaskSource, mask_source_from
 from gossip.merge_guard import GuardSettings, MergeGuard, RefusedByGuard
 from gossip.messages import FINGERPRINT_BYTES, Push, PushAck
 from gossip.messages import WIRE_MESSAGES as _PUSH_MESSAGES

@@ -61,7 +61,7 @@ class DurationSink(Protocol):
 
 class EpochHook(Protocol):
     """Masking epochs around the exchanges (the node's
-    :class:`~p2p.runtime.mask_runtime.NodeMasking`; None: no epochs)."""
+    :class:`~p2p.runtime.masking.driver.NodeMasking`; None: no epochs)."""
 
     async def prepare(self, name: str, core: PushSum) -> None:
         """After a training round, before the model's pushes: start an epoch if due and

@@ -40,7 +40,7 @@ A :class:`PushSum` built with ``guard=GuardSettings()`` consults a
 - **Flags.**  A push marked ``masked`` or ``noisy`` carries values that are
   large by design and escape clipping; it is refused unless this node itself
   runs a masked mode, and each sender may send at most ``flag_budget`` such
-  pushes per ``flag_period``.  With masking epochs (:mod:`gossip.mask_epochs`)
+  pushes per ``flag_period``.  With masking epochs (:mod:`gossip.masking.epochs`)
   an honest node's pushes are noisy for whole mixing phases, back to back by
   default, at the rate acks come back: the default (a burst of 400, 40 per
   second) is a ceiling far above that, not a tight budget; what bounds a

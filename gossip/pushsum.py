@@ -79,7 +79,7 @@ from gossip.counters import PushSumCounters
 from gossip.dup_window import DUP_SPAN, DupWindow, Seen
 from gossip.errors import InvalidValues, RejectedAck, RejectedPush, RejectedReply
 from gossip.log_limit import LogLimiter
-from gossip.masking import MaskSource, mask_source_from
+from gossip.masking.noise import MaskSource, mask_source_from
 from gossip.merge_guard import GuardSettings, MergeGuard, RefusedByGuard
 from gossip.messages import FINGERPRINT_BYTES, Push, PushAck
 from gossip.references import (
@@ -333,7 +333,7 @@ class PushSum:
             raise InvalidValues(f"max_abs_value: expected a float in (0, {MAX_ABS_VALUE:g}], "
                                 f"got {max_abs_value!r}")
         # a received value beyond it is refused (masked mode: from the mask scale,
-        # gossip.mask_epochs.magnitude_bound)
+        # gossip.masking.epochs.magnitude_bound)
         self.max_abs_value = float(max_abs_value)
         self._masks = mask_source if mask_source is not None else mask_source_from(rng)
         self._masked_left = self.masked_pushes if privacy == "masked" else 0
@@ -519,7 +519,7 @@ class PushSum:
     def add_noise_mass(self, mass: np.ndarray, *, fresh: bool = True) -> None:
         """Add ``mass`` to the held-apart noise (a masking pair's side, or its removal).
 
-        Privacy "masked" only (:mod:`gossip.mask_epochs`).  The trained values
+        Privacy "masked" only (:mod:`gossip.masking.epochs`).  The trained values
         stay untouched; the estimate moves by ``mass / w``.  ``fresh`` (a new
         pair) restarts the noise's age, so the fold waits for it to mix; a
         removal passes False.
@@ -1269,7 +1269,7 @@ class PushSum:
     def fold_noise(self) -> bool:
         """Fold the held noise into the trained values now, whatever its age.
 
-        For a bounded epoch (:mod:`gossip.mask_epochs`: a peer that keeps
+        For a bounded epoch (:mod:`gossip.masking.epochs`: a peer that keeps
         claiming young noise must not hold the fold back for good).  Returns
         False when no noise is held or a masked push's compensation is pending.
         """

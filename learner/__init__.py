@@ -16,11 +16,10 @@ from learner.associative import AssociativeNetwork, AssociativeSettings, associa
 from learner.augment import check_shift, random_shifts
 from learner.data import DataSpec, NodeData, load_node_data
 from learner.data_errors import DataError
-from learner.dp_accounting import PrivacyAccountant, PrivacySpent, noise_multiplier_for
-from learner.dp_config import DPConfig, DPConfigError
+from learner.dp.accounting import PrivacyAccountant, PrivacySpent, noise_multiplier_for
+from learner.dp.config import DPConfig, DPConfigError
 from learner.errors import FieldError
 from learner.grouping import Grouping, GroupingError, GroupingParams, find_groups, join_group
-from learner.idx import read_idx, write_idx
 from learner.layout import ModelLayout
 from learner.model_graph import ModelGraph
 from learner.permutations import (
@@ -32,11 +31,12 @@ from learner.permutations import (
 from learner.schemes import SEMI_LOCAL_SCHEMES, averaging_level, semi_local_scheme
 from learner.spec import NetworkSpec, PartialModelSpec, SpecError
 from learner.tasks import TASKS, Task, TaskData, TaskShape, get_task, load_task, resolve_network
+from learner.tasks.idx import read_idx, write_idx
 from learner.train_config import OPTIMIZERS, TrainConfig, TrainConfigError
 
 if TYPE_CHECKING:
     from learner.batched_training import train_steps_batched
-    from learner.dp import PrivacyBudgetSpent, PrivateSGD
+    from learner.dp.sgd import PrivacyBudgetSpent, PrivateSGD
     from learner.network import PartialMLP, PartialNetwork, assign, extract
     from learner.reference import (
         NodeSetup,
@@ -115,8 +115,8 @@ _TORCH_NAMES = {
     "PartialNetwork": "learner.network",
     "assign": "learner.network",
     "extract": "learner.network",
-    "PrivacyBudgetSpent": "learner.dp",
-    "PrivateSGD": "learner.dp",
+    "PrivacyBudgetSpent": "learner.dp.sgd",
+    "PrivateSGD": "learner.dp.sgd",
     "NodeSetup": "learner.reference",
     "ReferenceResult": "learner.reference",
     "ReferenceSetupError": "learner.reference",

@@ -28,8 +28,8 @@ import numpy as np
 
 from learner.data_errors import DataError
 from learner.permutations import parse_permutation
-from learner.task_data import TaskData
 from learner.tasks import get_task
+from learner.tasks.arrays import TaskData
 
 __all__ = ["SCALINGS", "DataSpec", "NodeData", "TaskSplit", "dirichlet_shards", "load_node_data",
            "split_parts", "split_task"]

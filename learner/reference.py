@@ -6,7 +6,7 @@ by the exact average of the holders' vectors. No networking, no asynchrony:
 this is the yardstick the gossiping daemons are compared with. Deterministic
 for given node seeds and `TrainConfig.seed`.
 
-With `dp`, every node trains with DP-SGD (:class:`learner.dp.PrivateSGD`;
+With `dp`, every node trains with DP-SGD (:class:`learner.dp.sgd.PrivateSGD`;
 its Poisson sampling and noise are seeded from the node's training seed, so
 runs stay reproducible); a node whose next round would go past
 `dp.epsilon_budget` stops training and keeps averaging, as a daemon does.
@@ -23,7 +23,7 @@ import numpy as np
 
 from learner.batched_training import batch_key, train_steps_batched
 from learner.data import NodeData
-from learner.dp_config import DPConfig
+from learner.dp.config import DPConfig
 from learner.layout import ModelLayout
 from learner.network import PartialNetwork
 from learner.spec import NetworkSpec, PartialModelSpec

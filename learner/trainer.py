@@ -19,9 +19,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from learner.augment import check_shift, random_shifts
-from learner.dp import PrivacyBudgetSpent, PrivateSGD
-from learner.dp_accounting import PrivacySpent
-from learner.dp_config import DPConfig
+from learner.dp.accounting import PrivacySpent
+from learner.dp.config import DPConfig
+from learner.dp.sgd import PrivacyBudgetSpent, PrivateSGD
 from learner.train_config import OPTIMIZERS, TrainConfig, TrainConfigError
 
 __all__ = [
@@ -73,7 +73,7 @@ class Trainer:
     shard, reshuffled after each pass, so a run is reproducible from
     `config.seed` (and the model's initial values).
 
-    With `dp`, every step is a DP-SGD step instead (:class:`learner.dp.PrivateSGD`:
+    With `dp`, every step is a DP-SGD step instead (:class:`learner.dp.sgd.PrivateSGD`:
     Poisson batches of expected size `config.batch_size`, per-sample clipping,
     Gaussian noise) and `privacy` counts the epsilon spent; `noise_seed` seeds its
     sampling and noise (None: the operating system's randomness), `privacy_history`

@@ -20,13 +20,13 @@ from pathlib import Path
 from typing import Any
 
 from gossip.compression import ENCODINGS
-from gossip.mask_epochs import EpochSettings
+from gossip.masking.epochs import EpochSettings
 from gossip.merge_guard import GuardSettings
 from gossip.pushsum import EXCHANGES, PRIVACY_MODES
 from gossip.wave_rule import AUTO
 from learner.augment import check_shift
 from learner.data import SCALINGS, DataSpec
-from learner.dp_config import DEFAULT_CLIP_NORM, DEFAULT_DELTA, DPConfig
+from learner.dp.config import DEFAULT_CLIP_NORM, DEFAULT_DELTA, DPConfig
 from learner.errors import FieldError
 from learner.layout import ModelLayout
 from learner.permutations import Cycles, format_cycles, parse_permutation
@@ -321,7 +321,7 @@ class GossipConfig:
 
 @dataclass(frozen=True)
 class DPSection:
-    """``[dp]``: DP-SGD settings (a :class:`learner.dp_config.DPConfig`), used when
+    """``[dp]``: DP-SGD settings (a :class:`learner.dp.config.DPConfig`), used when
     ``gossip.privacy`` is ``"dp"`` or ``"masked+dp"``."""
 
     clip_norm: float = setting(DEFAULT_CLIP_NORM, Number(above=0),

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 import torch
 
 from learner import ModelLayout, NetworkSpec, NodeData, PartialModelSpec, load_node_data
-from learner.dp_accounting import noise_multiplier_for
-from learner.dp_config import DPConfig
+from learner.dp.accounting import noise_multiplier_for
+from learner.dp.config import DPConfig
 from learner.network import PartialMLP
 from learner.tasks import TaskShape
 from learner.trainer import Trainer

@@ -5,9 +5,9 @@ worker thread, merges folded in between rounds by :class:`ModelSync`), the
 gossip sender, the admin server, the checkpointer, the signal watcher, and the
 tasks of the parts that plug in from modules of their own: the collaboration
 watcher (:mod:`~p2p.runtime.collaboration_watch`), automatic grouping
-(:mod:`~p2p.runtime.grouping_host`) and the strategy
+(:mod:`~p2p.runtime.grouping.host`) and the strategy
 (:class:`~p2p.runtime.strategy_host.StrategySupervisor`). Masking epochs
-(:mod:`~p2p.runtime.masking_host`) serve their own requests; the peers gossip
+(:mod:`~p2p.runtime.masking.host`) serve their own requests; the peers gossip
 talks to and their addresses are the :class:`~p2p.runtime.peer_book.PeerBook`.
 The node builds and wires them; what they do lives there.
 
@@ -45,13 +45,14 @@ from gossip import (
     PushSum,
     RejectedPush,
 )
-from gossip.mask_epochs import magnitude_bound
+from gossip.masking.epochs import magnitude_bound
 from gossip.validation import MAX_ABS_VALUE
-from learner.dp_accounting import PrivacySpent
+from learner.dp.accounting import PrivacySpent
 from learner.layout import ModelLayout
 from learner.spec import PartialModelSpec
 from learner.trainer import Evaluation
 from p2p.config import ConfigError, NodeConfig, load_swarm_key
+from p2p.runtime.admin_commands import NodeAdmin
 from p2p.runtime.admin_server import serve_admin
 from p2p.runtime.assembly import LearningSetup, build_learning
 from p2p.runtime.checkpoint import (
@@ -62,13 +63,12 @@ from p2p.runtime.checkpoint import (
 )
 from p2p.runtime.collaboration import CollaborationStatus
 from p2p.runtime.collaboration_watch import CollaborationWatch
-from p2p.runtime.grouping_agreement import FindGroups, JoinGroup
-from p2p.runtime.grouping_host import NodeGroupingHost
-from p2p.runtime.grouping_runtime import NodeGrouping
-from p2p.runtime.grouping_status import GroupsStatus
-from p2p.runtime.mask_runtime import NodeMasking
-from p2p.runtime.masking_host import NodeMaskingHost
-from p2p.runtime.node_admin import NodeAdmin
+from p2p.runtime.grouping.agreement import FindGroups, JoinGroup
+from p2p.runtime.grouping.driver import NodeGrouping
+from p2p.runtime.grouping.host import NodeGroupingHost
+from p2p.runtime.grouping.status import GroupsStatus
+from p2p.runtime.masking.driver import NodeMasking
+from p2p.runtime.masking.host import NodeMaskingHost
 from p2p.runtime.node_transport import NodeTransport, node_admission, node_frame_limit
 from p2p.runtime.peer_book import PeerBook, peer_label
 from p2p.runtime.protocol import register_node_messages

@@ -9,7 +9,7 @@ subsystem means adding its surface here, not editing the codec.
 from __future__ import annotations
 
 from gossip import WIRE_MESSAGES as GOSSIP_MESSAGES
-from p2p.runtime.grouping_messages import GROUPING_MESSAGES
+from p2p.runtime.grouping.messages import GROUPING_MESSAGES
 from p2p.strategy.fedlinked_messages import FEDLINKED_MESSAGES
 from p2p.strategy.graph_messages import GRAPH_MESSAGES
 from p2p.wire import codec

@@ -10,7 +10,7 @@ A churn script is a text file, one event a line, ``#`` starting a comment::
 
 Times are simulated seconds from the start. :func:`random_churn` draws a
 crash and a restart for a fraction of the nodes instead, timed from the moment
-training began (the first round any node finished): counted from the start,
+training began (every node that is up had finished a round): counted from the start,
 its window fell in the swarm's start-up (peer wait, first contacts), before
 any node had trained or written a checkpoint.
 """
@@ -31,7 +31,7 @@ class ChurnEvent:
     """At ``time`` (simulated seconds), ``action`` happens to node ``node``.
 
     ``time`` counts from the start of the run, or with ``from_training`` from
-    the moment training began (the first round any node finished).
+    the moment training began (every node that is up had finished a round).
     """
 
     time: float

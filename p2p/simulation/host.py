@@ -12,6 +12,7 @@ runs; a crashed node restarted on its data directory resumes its checkpoint.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import random
 import time
@@ -30,7 +31,7 @@ from p2p.simulation.churn import ChurnEvent
 from p2p.simulation.network import SimNetwork, SimTransport
 from p2p.swarm import SwarmSpec, node_config
 from p2p.testing.nodes import memory_addresses
-from p2p.wire.identity import Identity
+from p2p.wire.identity import IDENTITY_FILE, Identity
 
 __all__ = ["NodeSlot", "SimProgress", "Simulation"]
 
@@ -184,7 +185,7 @@ class Simulation:
         # the transport's limits as a daemon sets them from its config (p2p.runtime.node)
         limits = config.limits
         transport = self.network.transport(
-            Identity.load_or_create(slot.data_dir), slot.address,
+            self.identity(slot), slot.address,
             max_connections=limits.max_connections, connect_timeout=limits.connect_timeout,
             read_timeout=limits.read_timeout, max_frame_size=node_frame_limit(config),
             max_messages_per_second=limits.max_messages_per_second,
@@ -237,6 +238,16 @@ class Simulation:
             return
         slot.state = "left"
         slot.node.request_stop()
+
+    def identity(self, slot: NodeSlot) -> Identity:
+        """Node ``slot``'s identity: drawn from the swarm's seed, so that a run repeats
+        (its key is saved in the data directory, where a restart finds it)."""
+        path = slot.data_dir / IDENTITY_FILE
+        if not path.exists():
+            seed = hashlib.sha256(f"{self.spec.seed}|identity|{slot.index}".encode()).digest()
+            slot.data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+            Identity.from_seed(seed).save(path)
+        return Identity.load_or_create(slot.data_dir)
 
     async def apply(self, event: ChurnEvent) -> None:
         slot = self.slots[event.node]
@@ -303,8 +314,17 @@ class Simulation:
             self._pending_events -= 1
 
     async def _training_began(self) -> float:
-        """The simulated time at which a node first finished a round."""
-        while not any(s.node is not None and s.node.progress.round >= 1 for s in self.slots):
+        """The simulated time at which every node that is up had finished a round.
+
+        Every node, not the first: a node that joins the overlay late may start
+        its rounds seconds after the first one, and a crash before its first
+        round is start-up churn, not churn while training."""
+        def began() -> bool:
+            up = [s for s in self.slots if s.state == "up"]
+            return bool(up) and all(s.node is not None and s.node.progress.round >= 1
+                                    for s in up)
+
+        while not began():
             await trio.sleep(TRAINING_POLL)
         return trio.current_time()
 

@@ -17,7 +17,7 @@ import numpy as np
 
 from learner.data_errors import DataError
 from learner.errors import FieldError
-from learner.grouping_metrics import differentiation_rate, identification_rate
+from learner.grouping.metrics import differentiation_rate, identification_rate
 from learner.permutations import parse_cycles
 from learner.schemes import averaging_level, semi_local_scheme
 from learner.spec import NetworkSpec, PartialModelSpec

@@ -12,7 +12,7 @@ more than :func:`container_limit` ``(n)`` of them.
 
 The limit follows the payload's size, because the honest need does too: the
 densest honest message is a grouping announcement whose groups hold one node
-each (``agreed`` of :class:`~p2p.runtime.grouping_messages.GroupsReply`:
+each (``agreed`` of :class:`~p2p.runtime.grouping.messages.GroupsReply`:
 35 bytes per tuple, a 32-byte id, its bin8 header and the fixarray byte);
 every other container of the protocol (a message, a nested dataclass, an
 array map, a descriptor and its tag set) spends more bytes on field names and

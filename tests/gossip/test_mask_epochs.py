@@ -1,4 +1,4 @@
-"""Masking epochs (gossip/mask_epochs.py) driving real push-sum cores.
+"""Masking epochs (gossip/masking/epochs.py) driving real push-sum cores.
 
 Exact sums once pair exchanges complete, exact removal of a lost partner's
 pair before its noise mixed, determinism of the pair noise, the noise bound
@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from gossip.compression import decode
 from gossip.errors import InvalidValues
-from gossip.mask_epochs import (
+from gossip.masking.epochs import (
     EpochSettings,
     MaskEpochs,
     PairOffer,

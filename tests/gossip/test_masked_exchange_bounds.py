@@ -121,7 +121,7 @@ def test_after_a_fold_a_clear_push_carrying_an_epoch_of_training_is_merged() -> 
     # the clear rounds before; one-way, the push could only be refused whole.  After
     # its own fold the receiver's radius is at least clip_factor times the training it
     # folded itself; a poisoner's update stays far beyond it.
-    from gossip.mask_epochs import EpochSettings, magnitude_bound
+    from gossip.masking.epochs import EpochSettings, magnitude_bound
     from gossip.merge_guard import GuardSettings, RefusedByGuard
 
     rng = np.random.default_rng(5)
@@ -169,7 +169,7 @@ def test_the_fold_floor_ends_after_fold_floor_merges_clip_checks() -> None:
     # a poisoner's too: it lasts fold_floor_merges clip checks (the honest pushes that
     # need it come right after the swarm's folds), then the radius follows the recent
     # senders' updates again and the same push is refused.
-    from gossip.mask_epochs import EpochSettings, magnitude_bound
+    from gossip.masking.epochs import EpochSettings, magnitude_bound
     from gossip.merge_guard import GuardSettings, RefusedByGuard
 
     rng = np.random.default_rng(6)

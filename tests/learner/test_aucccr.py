@@ -1,11 +1,12 @@
-"""AUCCCR (learner.aucccr): the algorithm's properties on synthetic points."""
+"""AUCCCR (learner.grouping.aucccr): the algorithm's properties on synthetic points."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from learner.aucccr import (
+from learner.grouping import GroupingParams
+from learner.grouping.aucccr import (
     aucccr,
     canonical_labels,
     cluster_conv,
@@ -13,7 +14,6 @@ from learner.aucccr import (
     move_utilities,
     pairwise_distances,
 )
-from learner.grouping import GroupingParams
 
 
 def clusters(sizes: list[int], *, spread: float = 0.05, separation: float = 4.0,

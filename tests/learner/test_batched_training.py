@@ -13,7 +13,7 @@ from torch import nn
 
 from learner import ModelLayout, NetworkSpec, PartialModelSpec, PartialNetwork
 from learner.batched_training import batch_key, train_steps_batched
-from learner.dp_config import DPConfig
+from learner.dp.config import DPConfig
 from learner.trainer import TrainConfig, Trainer
 
 # float tolerance; on this CPU build the two paths agree bit for bit

@@ -10,7 +10,6 @@ import pytest
 
 from learner.data import DataSpec, load_node_data, split_task
 from learner.data_errors import DataError
-from learner.idx import read_idx, write_idx
 from learner.permutations import (
     format_cycles,
     format_permutation,
@@ -19,6 +18,7 @@ from learner.permutations import (
     parse_permutation,
 )
 from learner.tasks import digits_task, idx_task, load_task, npz_task, synthetic_task
+from learner.tasks.idx import read_idx, write_idx
 
 # ---------------------------------------------------------------- permutations
 

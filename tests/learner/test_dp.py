@@ -13,15 +13,15 @@ from opacus.accountants import RDPAccountant
 from torch import nn
 
 from learner import DataSpec, ModelLayout, NetworkSpec, load_node_data
-from learner.dp import (
+from learner.dp.accounting import PrivacyAccountant, noise_multiplier_for
+from learner.dp.config import DPConfig, DPConfigError
+from learner.dp.sgd import (
     PrivacyBudgetSpent,
     PrivateSGD,
     clip_and_sum,
     per_sample_gradients,
     private_gradient,
 )
-from learner.dp_accounting import PrivacyAccountant, noise_multiplier_for
-from learner.dp_config import DPConfig, DPConfigError
 from learner.network import PartialNetwork
 from learner.reference import NodeSetup, run_reference
 from learner.schemes import averaging_level

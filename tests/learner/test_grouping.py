@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from learner.grouping import Grouping, GroupingError, GroupingParams, find_groups, join_group
-from learner.grouping_calibration import calibrate
-from learner.grouping_metrics import (
+from learner.grouping.calibration import calibrate
+from learner.grouping.metrics import (
     differentiation_rate,
     global_utility,
     identification_rate,
@@ -158,8 +158,8 @@ def test_losing_share_and_global_utility_by_hand() -> None:
 
 
 def test_the_grouping_modules_do_not_import_torch() -> None:
-    code = ("import sys, learner, learner.grouping, learner.aucccr, learner.grouping_calibration, "
-            "learner.grouping_metrics, learner.projection; "
+    code = ("import sys, learner, learner.grouping, learner.grouping.aucccr, learner.grouping.calibration, "
+            "learner.grouping.metrics, learner.grouping.projection; "
             "sys.exit('torch' in sys.modules or 'sklearn' in sys.modules)")
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
 
@@ -169,7 +169,7 @@ def test_each_node_caps_the_size_it_values() -> None:
     # with one cap for all (4, seen in the data), the pair and the two lone nodes merge
     # into a group of 4 because the pair's members gain more size than they lose in
     # distance; with each node's own cap they stay apart
-    from learner.aucccr import aucccr
+    from learner.grouping.aucccr import aucccr
 
     projections, truth = clustered([4, 4, 2, 1, 1], spread=0.06, separation=1.0, seed=0)
     assert as_sets(find_groups(projections, seed=0).groups) == as_sets(truth)

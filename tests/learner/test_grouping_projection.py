@@ -1,11 +1,11 @@
-"""The projection of a node for automatic groups (learner.projection)."""
+"""The projection of a node for automatic groups (learner.grouping.projection)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from learner.projection import ProjectionError, class_mean_outputs, project_network
+from learner.grouping.projection import ProjectionError, class_mean_outputs, project_network
 
 
 def test_class_mean_outputs_by_hand() -> None:

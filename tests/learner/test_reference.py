@@ -179,7 +179,7 @@ def test_batched_reference_matches_the_plain_loop() -> None:
 
 
 def test_batched_reference_refuses_dp() -> None:
-    from learner.dp_config import DPConfig
+    from learner.dp.config import DPConfig
 
     nodes = _nodes(lambda i: [], num_nodes=2)
     with pytest.raises(ReferenceSetupError, match="batched=True cannot train DP-SGD"):

@@ -44,11 +44,11 @@ from typing import Any
 
 import numpy as np
 
-from learner.aucccr import aucccr
 from learner.data import DataSpec, load_node_data
 from learner.grouping import Grouping, GroupingParams, find_groups, grouping_from_labels
-from learner.grouping_calibration import calibrate
-from learner.grouping_metrics import global_utility, losing_share, pair_rates
+from learner.grouping.aucccr import aucccr
+from learner.grouping.calibration import calibrate
+from learner.grouping.metrics import global_utility, losing_share, pair_rates
 from learner.schemes import averaging_level
 from learner.spec import NetworkSpec
 from learner.train_config import TrainConfig
@@ -79,9 +79,9 @@ def pretrain(job: Job) -> tuple[np.ndarray, list[float]]:
     """Each node's projection after `job.rounds` rounds, and its test accuracy."""
     import torch
 
+    from learner.grouping.projection import project_network
     from learner.layout import ModelLayout
     from learner.network import PartialNetwork
-    from learner.projection import project_network
     from learner.reference import average_shared_models
     from learner.trainer import Trainer, evaluate_model
 

@@ -1,13 +1,13 @@
 """What an honest-but-curious neighbour learns from the pushes it receives.
 
 The push-sum cores (gossip/pushsum.py) with the node's settings and its
-masking epochs (gossip/mask_epochs.py, the driver's steps: an epoch agreed
+masking epochs (gossip/masking/epochs.py, the driver's steps: an epoch agreed
 after a round when due, the noisy loop's extra waves while noise is held, the
 fold) run a whole training run of ``--rounds`` rounds.  Local training is a
 stand-in with the shape that matters: each node pulls its values towards a
 private target, plus mini-batch noise (DP modes: each step's update clipped
 and Gaussian noise added, as DP-SGD does, and the accountant of
-learner/dp_accounting.py counts the steps).  Node 0 is the observer: it
+learner/dp/accounting.py counts the steps).  Node 0 is the observer: it
 records every push it receives.  For each mode (none, masked, dp, masked+dp),
 per phase (pushes sent inside a masking epoch, flagged ``noisy``, and outside):
 
@@ -99,9 +99,9 @@ from typing import Any
 import numpy as np
 
 from gossip.compression import decode
-from gossip.mask_epochs import EpochSettings, MaskEpochs
+from gossip.masking.epochs import EpochSettings, MaskEpochs
 from gossip.pushsum import PushSum
-from learner.dp_accounting import PrivacyAccountant, noise_multiplier_for
+from learner.dp.accounting import PrivacyAccountant, noise_multiplier_for
 from p2p.config.schema import DPSection, GossipConfig
 
 FP = bytes(range(32))

@@ -33,8 +33,8 @@ from typing import Any
 import numpy as np
 
 from learner.data import DataSpec, load_node_data
-from learner.dp_accounting import noise_multiplier_for
-from learner.dp_config import DEFAULT_DELTA, DPConfig
+from learner.dp.accounting import noise_multiplier_for
+from learner.dp.config import DEFAULT_DELTA, DPConfig
 from learner.reference import NodeSetup, run_reference
 from learner.schemes import averaging_level
 from learner.spec import NetworkSpec

@@ -5,7 +5,7 @@ Prints the figures listed in docs/gossip.md; ``--json PATH`` also writes them,
 only the exchange figures (push vs push-pull, wire encodings, requests as
 deltas against the pair's reference or not, bytes per node, and the 4-peer,
 1M-float averaging case).  ``--epochs`` prints only the masking-epoch figures
-(gossip/mask_epochs.py): one crash during an epoch, survivors' error with and
+(gossip/masking/epochs.py): one crash during an epoch, survivors' error with and
 without the removal of their pair sides next to the same crash in clear, per
 mask scale; hiding (also against a receiver that is a pair partner); extra
 rounds to 1e-6.
@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from gossip.compression import decode
-from gossip.mask_epochs import EpochSettings, MaskEpochs
+from gossip.masking.epochs import EpochSettings, MaskEpochs
 from gossip.messages import Push
 from gossip.pushsum import PushSum
 from lab.sim.pushsum import Faults, LeastRecentSampler, Simulation, random_models
@@ -170,7 +170,7 @@ def masked(seeds: list[int], n: int = 64, rounds: int = 200) -> dict[str, object
 
 
 class _EpochRun:
-    """N cores with masking epochs (gossip/mask_epochs.py), pushes delivered at once.
+    """N cores with masking epochs (gossip/masking/epochs.py), pushes delivered at once.
 
     ``privacy="none"`` runs the same push schedule in clear (no epoch).  One
     model, weights 1, one-way pushes to a uniformly drawn other node.

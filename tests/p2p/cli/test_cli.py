@@ -21,7 +21,7 @@ import trio
 from p2p.cli.main import JsonLogFormatter, main, setup_logging
 from p2p.config import HostPort, NodeConfig, load_config, load_swarm_key
 from p2p.runtime.admin_server import admin_socket_path, serve_admin
-from p2p.runtime.grouping_status import GroupsStatus
+from p2p.runtime.grouping.status import GroupsStatus
 
 ROOT = Path(__file__).resolve().parents[3]
 EXAMPLES = ROOT / "examples"

@@ -14,9 +14,9 @@ import trio
 from p2p.cli.admin_client import AdminClient
 from p2p.cli.main import main
 from p2p.cli.render import fmt_groups, render_groups, render_status, to_text
+from p2p.runtime.admin_commands import groups_report, groups_summary
 from p2p.runtime.admin_server import admin_socket_path, serve_admin, to_jsonable
-from p2p.runtime.grouping_status import GroupsStatus, GroupView
-from p2p.runtime.node_admin import groups_report, groups_summary
+from p2p.runtime.grouping.status import GroupsStatus, GroupView
 
 NAN = float("nan")
 ME = b"\x9f" * 32

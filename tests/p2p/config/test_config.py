@@ -340,7 +340,7 @@ def test_swarm_key_round_trip_and_errors(tmp_path: Path) -> None:
 def test_operations_doc_documents_every_key() -> None:
     from p2p.config import SECTION_KEYS
 
-    doc = (EXAMPLES.parent / "docs" / "operations.md").read_text()
+    doc = (EXAMPLES.parent / "docs" / "guide" / "configuration.md").read_text()
     for section, keys in SECTION_KEYS.items():
         for key in keys:
             dotted = f"models[i].{key}" if section == "models" else f"{section}.{key}"

@@ -47,7 +47,7 @@ from p2p.runtime.admin_server import (
     to_jsonable,
 )
 from p2p.runtime.collaboration import CollaborationStatus, assess
-from p2p.runtime.grouping_status import GroupsStatus
+from p2p.runtime.grouping.status import GroupsStatus
 
 NODE_ID = "9f" * 32
 
@@ -431,7 +431,7 @@ class _Source:
         return None  # no masking epochs
 
     def groups_status(self) -> Any:
-        from p2p.runtime.grouping_status import GroupsStatus
+        from p2p.runtime.grouping.status import GroupsStatus
 
         return GroupsStatus.off()  # no automatic grouping
 
@@ -446,7 +446,7 @@ class _Source:
 
 
 async def test_node_admin_needs_only_its_narrow_source(tmp_path: Path) -> None:
-    from p2p.runtime.node_admin import NodeAdmin
+    from p2p.runtime.admin_commands import NodeAdmin
 
     source = _Source(tmp_path)
     admin = NodeAdmin(source)  # type: ignore[arg-type]

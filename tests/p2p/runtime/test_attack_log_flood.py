@@ -16,8 +16,8 @@ import numpy as np
 from gossip import Push, encode
 from gossip.pushsum import PushSum, RejectedPush
 from p2p.config.schema import GossipConfig
-from p2p.runtime.grouping_agreement import GroupingAgreement
-from p2p.runtime.grouping_messages import GroupsPull, ProjectionRecord, record_payload
+from p2p.runtime.grouping.agreement import GroupingAgreement
+from p2p.runtime.grouping.messages import GroupsPull, ProjectionRecord, record_payload
 from p2p.wire.identity import Identity
 
 PUSHES = 500
@@ -105,7 +105,7 @@ def test_alternating_grouping_fingerprints_are_rate_limited_per_peer() -> None:
     agreement.on_pull(other.node_id, GroupsPull(epoch, (), (_record(other, epoch),), "", 2), 0.0)
     agreement.step(5.0)
     assert agreement.fingerprint  # this node has a candidate grouping
-    with _Lines("p2p.runtime.grouping_agreement") as lines:
+    with _Lines("p2p.runtime.grouping.agreement") as lines:
         for i in range(PUSHES):
             agreement.on_pull(liar.node_id, GroupsPull(epoch, (), (), "ab"[i % 2] * 12, 0),
                               6.0 + i * 0.02)

@@ -10,7 +10,7 @@ from types import ModuleType
 import pytest
 import torch
 
-from learner.dp_accounting import PrivacyAccountant
+from learner.dp.accounting import PrivacyAccountant
 from p2p.cli.render import render_status, to_text
 from p2p.config import (
     NODE_PRIVACY_MODES,

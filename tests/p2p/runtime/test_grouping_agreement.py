@@ -10,14 +10,14 @@ from dataclasses import dataclass, replace
 import numpy as np
 import pytest
 
-from p2p.runtime.grouping_agreement import (
+from p2p.runtime.grouping.agreement import (
     RECORDS_PER_MESSAGE,
     GroupingAgreement,
     attempt_epoch,
     grouping_seed,
     model_name,
 )
-from p2p.runtime.grouping_messages import (
+from p2p.runtime.grouping.messages import (
     GroupsPull,
     GroupsReply,
     ProjectionRecord,

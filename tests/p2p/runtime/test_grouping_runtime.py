@@ -24,8 +24,8 @@ from learner.layout import ModelLayout
 from learner.spec import PartialModelSpec
 from p2p.config import ClusteringConfig, ConfigError, NodeConfig
 from p2p.runtime.checkpoint import CheckpointStore
-from p2p.runtime.grouping_agreement import attempt_epoch, grouping_seed, model_name
-from p2p.runtime.grouping_messages import GroupsPull, GroupsReply
+from p2p.runtime.grouping.agreement import attempt_epoch, grouping_seed, model_name
+from p2p.runtime.grouping.messages import GroupsPull, GroupsReply
 from p2p.runtime.node import Node
 from p2p.runtime.train_runner import InlineRunner
 from p2p.swarm import node_config
@@ -468,7 +468,7 @@ async def test_a_finished_attempt_still_answers_a_lagging_peer(
 
 
 def test_a_retry_needs_retries_left_and_rounds_left_to_train() -> None:
-    from p2p.runtime.grouping_runtime import NodeGrouping
+    from p2p.runtime.grouping.driver import NodeGrouping
 
     def grouping(rounds: int, retries: int) -> NodeGrouping:
         config = grouping_config(0, Path("unused"), rounds=rounds, retries=retries)
@@ -492,7 +492,7 @@ async def test_a_peer_that_cannot_be_pulled_back_does_not_stall_the_agreement(
         autojump_clock: trio.testing.MockClock) -> None:
     """A peer pulled this node (holding more records) but this node cannot reach it
     (it never sampled its address): the node pulls sampled peers instead of only it."""
-    from p2p.runtime.grouping_runtime import NodeGrouping
+    from p2p.runtime.grouping.driver import NodeGrouping
 
     config = ClusteringConfig(mode="auto", pretrain_rounds=1, expected_nodes=3,
                               quiet_period=1.0, pull_period=0.2)

@@ -1,4 +1,4 @@
-"""The node's masking-epoch glue (p2p/runtime/mask_runtime.py) over fake offers.
+"""The node's masking-epoch glue (p2p/runtime/masking/driver.py) over fake offers.
 
 Noise first, then data: ``prepare`` returns once every offer is answered; an
 offer whose delivery is unsure is sent again with the same key and the
@@ -13,8 +13,8 @@ import pytest
 
 from gossip import PushSum
 from gossip.errors import InvalidValues, PushRefused, PushUndelivered
-from gossip.mask_epochs import EpochSettings, PairAccept, PairOffer
-from p2p.runtime.mask_runtime import OFFER_ATTEMPTS, NodeMasking
+from gossip.masking.epochs import EpochSettings, PairAccept, PairOffer
+from p2p.runtime.masking.driver import OFFER_ATTEMPTS, NodeMasking
 
 FP = bytes(range(32))
 DIM = 16

@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 
 from p2p.config import NodeConfig, render_config_toml
+from p2p.runtime.admin_commands import training_summary
 from p2p.runtime.checkpoint import CheckpointConflict, CheckpointStore
 from p2p.runtime.node import Node
-from p2p.runtime.node_admin import training_summary
 from p2p.runtime.training_record import (
     RecordChange,
     conflict_message,

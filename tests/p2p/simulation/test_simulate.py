@@ -156,7 +156,7 @@ def test_random_churn_happens_while_the_swarm_trains(
     crashes = [e for e in doc["churn"] if e["action"] == "crash"]
     assert len(crashes) == 2 and all(e["before"] == "up" for e in crashes)
     # every crashed node had trained, and came back from a checkpoint of its training
-    assert all(e["round"] >= 1 for e in crashes), (crashes, [(r["node"], r["history"][:3]) for r in doc["nodes"]])
+    assert all(e["round"] >= 1 for e in crashes), crashes
     rows = doc["nodes"]
     for e in crashes:
         assert rows[e["node"]]["resumed_at"], rows[e["node"]]

@@ -18,8 +18,8 @@ import msgpack
 import numpy as np
 import pytest
 
-from p2p.runtime.grouping_agreement import RECORDS_PER_MESSAGE
-from p2p.runtime.grouping_messages import GroupsReply, ProjectionRecord
+from p2p.runtime.grouping.agreement import RECORDS_PER_MESSAGE
+from p2p.runtime.grouping.messages import GroupsReply, ProjectionRecord
 from p2p.runtime.protocol import register_node_messages
 from p2p.wire import codec
 from p2p.wire.admission import MIN_FRAME_LIMIT

@@ -1,6 +1,6 @@
 """The node's masking epochs: pair agreements over its sessions (trio glue).
 
-One :class:`~gossip.mask_epochs.MaskEpochs` per shared model runs the protocol
+One :class:`~gossip.masking.epochs.MaskEpochs` per shared model runs the protocol
 (sans-IO); this module moves its messages and applies the mass vectors it
 returns to the model's push-sum core.  The gossip driver calls it through the
 :class:`~gossip.driver.EpochHook` steps:
@@ -17,9 +17,9 @@ returns to the model's push-sum core.  The gossip driver calls it through the
   pair with it is removed.
 
 The server side (:meth:`NodeMasking.on_offer`) answers a peer's
-:class:`~gossip.mask_epochs.PairOffer` with the accept, applying its side; a
+:class:`~gossip.masking.epochs.PairOffer` with the accept, applying its side; a
 node builds its :class:`NodeMasking` and serves offers through
-:class:`~p2p.runtime.masking_host.NodeMaskingHost`.
+:class:`~p2p.runtime.masking.host.NodeMaskingHost`.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ import trio
 from gossip import PushSum
 from gossip.driver import Holders
 from gossip.errors import InvalidValues, PushRefused, PushUndelivered
-from gossip.mask_epochs import EpochSettings, MaskEpochs, PairAccept, PairOffer, hiding_warning
+from gossip.masking.epochs import EpochSettings, MaskEpochs, PairAccept, PairOffer, hiding_warning
 from p2p.runtime.node_transport import Requester
 from p2p.runtime.transport_adapters import request_as_gossip
 

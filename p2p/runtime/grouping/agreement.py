@@ -65,7 +65,7 @@ from typing import Protocol
 import numpy as np
 
 from gossip.log_limit import LogLimiter
-from p2p.runtime.grouping_messages import (
+from p2p.runtime.grouping.messages import (
     GroupsPull,
     GroupsReply,
     ProjectionRecord,

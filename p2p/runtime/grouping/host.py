@@ -3,10 +3,10 @@
 :class:`NodeGroupingHost` is everything ``clustering.mode = "auto"`` adds to a
 :class:`~p2p.runtime.node.Node`, built by the node with itself as ``node``:
 
-- it builds the node's :class:`~p2p.runtime.grouping_runtime.NodeGrouping`
+- it builds the node's :class:`~p2p.runtime.grouping.driver.NodeGrouping`
   (None with ``clustering.mode = "off"``) and registers its ``GroupsPull``
   handler with the node's request dispatcher;
-- it is the :class:`~p2p.runtime.grouping_runtime.GroupingHost` that grouping
+- it is the :class:`~p2p.runtime.grouping.driver.GroupingHost` that grouping
   runs against (pulls over the node's transport, sampled peers, the projection
   under the model lock, the semi-local model added through the node);
 - :meth:`run` is the node's grouping task, :meth:`hold` the trainer's wait at the
@@ -28,9 +28,9 @@ import numpy as np
 import trio
 
 from p2p.config import ConfigError
-from p2p.runtime.grouping_messages import GroupsPull, GroupsReply
-from p2p.runtime.grouping_runtime import NodeGrouping
-from p2p.runtime.grouping_status import GroupsStatus
+from p2p.runtime.grouping.driver import NodeGrouping
+from p2p.runtime.grouping.messages import GroupsPull, GroupsReply
+from p2p.runtime.grouping.status import GroupsStatus
 from p2p.wire.messages import ERROR_BAD_REQUEST, Error
 from p2p.wire.transport import TransportError
 
@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from p2p.config import NodeConfig
     from p2p.runtime.assembly import LearningSetup
     from p2p.runtime.checkpoint import GroupsRecord
-    from p2p.runtime.grouping_agreement import FindGroups, JoinGroup
+    from p2p.runtime.grouping.agreement import FindGroups, JoinGroup
     from p2p.runtime.node_transport import NodeTransport
     from p2p.runtime.peer_book import PeerBook
     from p2p.runtime.train_runner import TrainRunner
@@ -210,7 +210,7 @@ class NodeGroupingHost:
 
     async def project(self) -> np.ndarray:
         """The node's projection on the task's public split (between rounds)."""
-        from learner.projection import project_network
+        from learner.grouping.projection import project_network
         node = self._node
         async with node.model_lock:
             data = node.learning.data

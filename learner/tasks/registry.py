@@ -38,10 +38,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from learner.data_errors import DataError
-from learner.mnist1d import mnist1d_task
-from learner.task_builtin import digits_task, mnist5k_task, synthetic_task
-from learner.task_data import TaskData, TaskShape
-from learner.task_files import idx_shape, idx_task, npz_shape, npz_task
+from learner.tasks.arrays import TaskData, TaskShape
+from learner.tasks.builtin import digits_task, mnist5k_task, synthetic_task
+from learner.tasks.files import idx_shape, idx_task, npz_shape, npz_task
+from learner.tasks.mnist1d import mnist1d_task
 
 __all__ = [
     "TASKS",

@@ -1,9 +1,9 @@
 """Automatic semi-local groups: the public API (issue 16).
 
-:func:`find_groups` takes every node's projection (see :mod:`learner.projection`),
+:func:`find_groups` takes every node's projection (see :mod:`learner.grouping.projection`),
 chooses the utility's distance scale and size term from the data
-(:mod:`learner.grouping_calibration`) and runs AUCCCR's always-terminating
-variant (:mod:`learner.aucccr`). The result is deterministic for the same
+(:mod:`learner.grouping.calibration`) and runs AUCCCR's always-terminating
+variant (:mod:`learner.grouping.aucccr`). The result is deterministic for the same
 projections and seed, so every node that holds the same table computes the
 same :class:`Grouping` and the same :meth:`Grouping.fingerprint`.
 
@@ -21,9 +21,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from learner.aucccr import aucccr
-from learner.grouping_calibration import calibrate
-from learner.grouping_params import GroupingError, GroupingParams
+from learner.grouping.aucccr import aucccr
+from learner.grouping.calibration import calibrate
+from learner.grouping.params import GroupingError, GroupingParams
 
 __all__ = [
     "Grouping",

@@ -39,8 +39,8 @@ import torch.nn.functional as F
 from torch import nn
 from torch.func import functional_call, grad_and_value, vmap
 
-from learner.dp_accounting import HistoryEntry, PrivacyAccountant, PrivacySpent
-from learner.dp_config import DPConfig
+from learner.dp.accounting import HistoryEntry, PrivacyAccountant, PrivacySpent
+from learner.dp.config import DPConfig
 
 __all__ = [
     "CHUNK",

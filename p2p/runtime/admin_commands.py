@@ -30,12 +30,12 @@ from p2p.wire.transport import ByteCount
 
 if TYPE_CHECKING:
     from gossip import PushSum
-    from learner.dp_accounting import PrivacySpent
+    from learner.dp.accounting import PrivacySpent
     from p2p.config import NodeConfig
     from p2p.runtime.assembly import LearningSetup
     from p2p.runtime.checkpoint import CheckpointStore
     from p2p.runtime.collaboration import CollaborationStatus
-    from p2p.runtime.grouping_status import GroupsStatus
+    from p2p.runtime.grouping.status import GroupsStatus
     from p2p.runtime.timing import TimingStats
     from p2p.wire.identity import Identity
     from peersampling import PeerSampler

@@ -1,7 +1,7 @@
 """The built-in tasks that need no path: digits, synthetic clusters and mnist5k.
 
 Nothing is downloaded: digits come with scikit-learn, mnist5k with this
-package (``learner/datasets/``, see its ATTRIBUTION.md), synthetic clusters
+package (``learner/tasks/datasets/``, see its ATTRIBUTION.md), synthetic clusters
 are drawn from a seed.
 """
 
@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from learner.data_errors import DataError
-from learner.task_data import TaskData
+from learner.tasks.arrays import TaskData
 
 __all__ = ["MNIST5K_FILE", "digits_task", "mnist5k_task", "synthetic_task"]
 

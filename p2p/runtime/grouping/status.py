@@ -2,7 +2,7 @@
 
 Plain frozen dataclasses, no torch, no trio: the admin command ``groups``,
 ``p2p groups`` and ``p2p status`` render them; the node builds one with
-:meth:`p2p.runtime.grouping_host.NodeGroupingHost.status`.
+:meth:`p2p.runtime.grouping.host.NodeGroupingHost.status`.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Tasks read from the user's files: an `.npz` archive or MNIST-style IDX files.
 
-Each loader returns a :class:`learner.task_data.TaskData`; the shape readers
-give a :class:`learner.task_data.TaskShape` from array headers and labels
+Each loader returns a :class:`learner.tasks.arrays.TaskData`; the shape readers
+give a :class:`learner.tasks.arrays.TaskShape` from array headers and labels
 without reading the feature arrays.
 """
 
@@ -14,8 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from learner.data_errors import DataError
-from learner.idx import read_idx
-from learner.task_data import (
+from learner.tasks.arrays import (
     TaskData,
     TaskShape,
     check_classes,
@@ -23,6 +22,7 @@ from learner.task_data import (
     integer_labels,
     sample_shape_of,
 )
+from learner.tasks.idx import read_idx
 
 __all__ = ["idx_shape", "idx_task", "npz_shape", "npz_task"]
 

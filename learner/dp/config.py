@@ -1,8 +1,8 @@
 """Differential-privacy settings of DP-SGD as a validated value object (no torch).
 
 The node's config (``[dp]``) and the synchronous reference build one; the
-trainer (:mod:`learner.dp`) runs DP-SGD with it and the accountant
-(:mod:`learner.dp_accounting`) turns its noise into an epsilon.
+trainer (:mod:`learner.dp.sgd`) runs DP-SGD with it and the accountant
+(:mod:`learner.dp.accounting`) turns its noise into an epsilon.
 """
 
 from __future__ import annotations

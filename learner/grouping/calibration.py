@@ -42,8 +42,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from learner.aucccr import pairwise_distances
-from learner.grouping_params import GroupingError, GroupingParams
+from learner.grouping.aucccr import pairwise_distances
+from learner.grouping.params import GroupingError, GroupingParams
 
 __all__ = [
     "MIN_GAP_SCORE",

@@ -4,7 +4,7 @@
 :class:`~p2p.runtime.node.Node`, built by the node with itself as ``node`` once
 its push-sum cores are:
 
-- it builds the node's :class:`~p2p.runtime.mask_runtime.NodeMasking` (None
+- it builds the node's :class:`~p2p.runtime.masking.driver.NodeMasking` (None
   unless masked), which the node hands to its gossip driver as the epoch hook,
   with pair offers sent over the node's transport to the addresses of its
   :class:`~p2p.runtime.peer_book.PeerBook`;
@@ -19,7 +19,7 @@ import logging
 from typing import TYPE_CHECKING, Protocol
 
 from gossip import InvalidValues, PairAccept, PairOffer
-from p2p.runtime.mask_runtime import NodeMasking, OfferOverTransport
+from p2p.runtime.masking.driver import NodeMasking, OfferOverTransport
 from p2p.runtime.peer_book import peer_label
 from p2p.wire.messages import ERROR_REJECTED, Error
 

@@ -1,6 +1,6 @@
 """Automatic semi-local groups inside a running node: the trio side of the agreement.
 
-:class:`NodeGrouping` holds one node's :class:`~p2p.runtime.grouping_agreement.GroupingAgreement`
+:class:`NodeGrouping` holds one node's :class:`~p2p.runtime.grouping.agreement.GroupingAgreement`
 and everything around it: the projection once pre-training is done (on the
 task's public split, never the test part), signing the node's record, the
 periodic pulls from sampled peers, the status shown to operators and what a
@@ -18,7 +18,7 @@ apart from "not trained enough yet" (12 digits daemons, seed 2: no gap after
 has no group of two or more and ``clustering.retries`` allows, the node starts
 attempt ``k + 1`` after another ``pretrain_rounds`` rounds (its projection
 at ``(k + 2) * pretrain_rounds`` rounds): new record, table, agreement and
-seed, all bound to the attempt (:func:`~p2p.runtime.grouping_agreement.attempt_epoch`).
+seed, all bound to the attempt (:func:`~p2p.runtime.grouping.agreement.attempt_epoch`).
 Every node agreed on the same all-alone grouping, so they all move on. The
 finished attempts' agreements keep answering pulls of their attempt, so a
 node still on one adopts its applied grouping (first applied wins) instead of
@@ -39,7 +39,7 @@ import trio
 from learner.spec import PartialModelSpec
 from p2p.config import ClusteringConfig
 from p2p.runtime.checkpoint import GroupsRecord
-from p2p.runtime.grouping_agreement import (
+from p2p.runtime.grouping.agreement import (
     AppliedGroups,
     FindGroups,
     GroupingAgreement,
@@ -49,13 +49,13 @@ from p2p.runtime.grouping_agreement import (
     grouping_seed,
     model_name,
 )
-from p2p.runtime.grouping_messages import (
+from p2p.runtime.grouping.messages import (
     GroupsPull,
     GroupsReply,
     ProjectionRecord,
     record_payload,
 )
-from p2p.runtime.grouping_status import GroupsStatus, GroupView
+from p2p.runtime.grouping.status import GroupsStatus, GroupView
 
 if TYPE_CHECKING:
     from p2p.wire.identity import Identity

@@ -8,7 +8,7 @@ lacks (capped). Both carry the grouping fingerprint the sender computed (""
 before) and, once the sender applied a grouping, its groups, so that a peer
 can verify it (by recomputing on the members' records) and late joiners can
 join. Everything a peer sends is checked by
-:class:`p2p.runtime.grouping_agreement.GroupingAgreement`.
+:class:`p2p.runtime.grouping.agreement.GroupingAgreement`.
 """
 
 from __future__ import annotations

@@ -68,7 +68,7 @@ from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from gossip.errors import InvalidValues
-from gossip.masking import KEY_BYTES, MaskSource
+from gossip.masking.noise import KEY_BYTES, MaskSource
 from gossip.messages import FINGERPRINT_BYTES
 
 log = logging.getLogger(__name__)

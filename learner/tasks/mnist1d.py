@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from learner.data_errors import DataError
-from learner.task_data import TaskData
+from learner.tasks.arrays import TaskData
 
 __all__ = ["MNIST1D_LENGTH", "make_mnist1d", "mnist1d_task"]
 

@@ -22,8 +22,8 @@ from typing import TypeVar
 
 import numpy as np
 
-from learner.aucccr import member_utilities, move_utilities
 from learner.grouping import Grouping, GroupingError, NodeId, check_projections
+from learner.grouping.aucccr import member_utilities, move_utilities
 
 __all__ = [
     "differentiation_rate",

@@ -5,7 +5,7 @@ group ``g`` is ``U(a, g) = n(d(p(a), bary(g))) * v(#g)``; the caller gives the
 product as one function ``utility(distance, size, cap)``, with
 ``utility(0, 1, cap) == 1`` (alone). ``cap`` is the agent's own size cap
 (``caps[a]``, infinite unless given): the size beyond which a bigger group is
-worth no more *to that agent* (see :mod:`learner.grouping_calibration`). Distances are Euclidean, computed element-wise (no BLAS), so that two
+worth no more *to that agent* (see :mod:`learner.grouping.calibration`). Distances are Euclidean, computed element-wise (no BLAS), so that two
 machines given the same points compute bit-identical utilities and so the same
 grouping.
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from learner.aucccr import pairwise_distances
+from learner.grouping.aucccr import pairwise_distances
 
 __all__ = ["GroupingError", "GroupingParams"]
 
@@ -29,7 +29,7 @@ class GroupingParams:
     v_a(s) = min(s, cap_a) ** size_exponent: the thesis' size-capped value, with
     each agent's own cap cap_a = min(size_cap, 1 + the number of other agents
     within `near_distance` of it): a group bigger than the set of agents the data
-    shows as alike to a is worth no more to a (see :mod:`learner.grouping_calibration`).
+    shows as alike to a is worth no more to a (see :mod:`learner.grouping.calibration`).
     With an infinite `near_distance` every agent's cap is `size_cap` (the thesis' form).
     `size_cap` 1 means no group can pay: everyone stays alone.
     """
