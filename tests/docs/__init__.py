@@ -1,0 +1,1 @@
+"""Tests of the documentation: what the README tells a newcomer to run."""
