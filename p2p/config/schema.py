@@ -29,12 +29,15 @@ from learner.data import SCALINGS, DataSpec
 from learner.dp.config import DEFAULT_CLIP_NORM, DEFAULT_DELTA, DPConfig
 from learner.errors import FieldError
 from learner.layout import ModelLayout
+from learner.module_spec import BUFFER_RULES, ModuleModelSpec
 from learner.permutations import Cycles, format_cycles, parse_permutation
 from learner.spec import ACTIVATIONS, DECLARED_KINDS, NetworkSpec, PartialModelSpec, SpecError
 from learner.strategies.collab_graph import GraphParams
 from learner.tasks import TASKS
 from learner.train_config import OPTIMIZERS, TrainConfig
+from learner.user_code import FactoryRef
 from p2p.config.errors import ConfigError
+from p2p.config.factories import check_factory_config
 from p2p.config.kinds import (
     COUNTS,
     LAYERS,
@@ -43,6 +46,7 @@ from p2p.config.kinds import (
     Boolean,
     Choice,
     Context,
+    Factory,
     FilePath,
     Integer,
     IntegerList,
@@ -53,6 +57,7 @@ from p2p.config.kinds import (
     Setting,
     StringList,
     Text,
+    Units,
     setting,
     settings_of,
 )
@@ -136,9 +141,19 @@ class NetworkConfig:
                               "activation after every hidden layer")
     cross_models: bool = setting(False, Boolean(), "average the weights between unrelated "
                                  "models among the nodes holding both")
+    factory: FactoryRef | None = setting(
+        None, Factory(), 'your own model instead of layers: "package.module:function" or '
+        '"path/to/file.py:function" returning a torch.nn.Module (docs/guide/own-model.md)')
 
     def __post_init__(self) -> None:
         self.spec  # noqa: B018 - validates
+        if self.factory is None:
+            return
+        defaults = NetworkConfig()
+        for key in ("layers", "activation", "cross_models"):
+            if getattr(self, key) != getattr(defaults, key):
+                raise ConfigError(f"network.{key}: not used with network.factory (the module "
+                                  "decides its layers); remove it", key=f"network.{key}")
 
     @property
     def spec(self) -> NetworkSpec:
@@ -157,8 +172,34 @@ MODEL_KEYS: dict[str, Setting] = {
     "neurons": Setting(COUNTS, 'neurons per layer, e.g. "64-40-24-10"', "counts"),
     "depends_on": Setting(StringList(), "declared models this one depends on", "depends_on"),
     "kind": Setting(Choice(DECLARED_KINDS), "shown by `p2p models`", "kind"),
+    "params": Setting(StringList(), 'with network.factory: globs over parameter and buffer '
+                      'names, e.g. ["features.*"] (* crosses dots)', "params"),
+    "units": Setting(Units(), "with network.factory: a share of every Linear/Conv layer's "
+                     'output units (0.8), or per layer {"features.*" = 0.8}', "units"),
+    "buffers": Setting(Choice(BUFFER_RULES), 'with network.factory: "follow" (BatchNorm '
+                       'statistics go with their module) or "local"', "buffers"),
 }
 _MODEL_REQUIRED = ("name", "neurons")
+#: The keys of a [[models]] entry over a network.factory module (one of the two is needed).
+MODULE_MODEL_KEYS = ("params", "units", "buffers")
+
+
+#: ``training.precision``: float32, or autocast to bfloat16 / float16.
+PRECISIONS = ("fp32", "bf16", "fp16")
+_DEVICE_FORM = '"cpu", "auto", "cuda", "cuda:N" (N a device number) or "mps"'
+
+
+def check_device(device: str, precision: str) -> None:
+    """The form of ``training.device`` and whether ``training.precision`` fits it (whether
+    the device exists is checked when the node is built)."""
+    kind, _, number = device.partition(":")
+    if (kind not in ("cpu", "auto", "cuda", "mps") or (number and kind != "cuda")
+            or (device.endswith(":") or (number and not number.isdigit()))):
+        raise ConfigError(f"training.device: expected {_DEVICE_FORM}, got {device!r}",
+                          key="training.device")
+    if precision == "fp16" and kind in ("cpu", "mps"):
+        raise ConfigError(f'training.precision: "fp16" needs CUDA (training.device is '
+                          f'{device!r}); use "bf16" on the CPU', key="training.precision")
 
 
 @dataclass(frozen=True)
@@ -182,9 +223,30 @@ class TrainingConfig:
     round_interval: float = setting(0.0, Number(minimum=0), "seconds between rounds")
     min_peers: int = setting(0, Integer(minimum=0), "peers to wait for before the first round")
     peer_wait: float = setting(60.0, Number(minimum=0), "longest wait for min_peers (s)")
+    optimizer_factory: FactoryRef | None = setting(
+        None, Factory(), 'your own optimizer: called with params and lr, e.g. '
+        '"torch.optim:AdamW" (replaces optimizer)')
+    schedule: FactoryRef | None = setting(
+        None, Factory(), "a learning-rate schedule: called with the optimizer, returns a "
+        "torch LRScheduler, stepped after every SGD step")
+    loss: FactoryRef | None = setting(
+        None, Factory(), "loss(outputs, targets) -> scalar tensor (default: cross-entropy)")
+    metrics: FactoryRef | None = setting(
+        None, Factory(), "metrics(outputs, targets) -> {name: value} per test batch, or a "
+        "class with update() and compute() (default: accuracy)")
+    device: str = setting("cpu", Text(nonempty=True),
+                          '"cpu", "auto" (CUDA when present), "cuda", "cuda:N" or "mps" '
+                          "(untested)")
+    precision: str = setting("fp32", Choice(PRECISIONS),
+                             '"fp32", or mixed precision "bf16" (CPU and CUDA) or "fp16" '
+                             "(CUDA only)")
 
     def __post_init__(self) -> None:
         self.train_config()
+        check_device(self.device, self.precision)
+        if self.optimizer_factory is not None and self.optimizer != TrainConfig.optimizer:
+            raise ConfigError("training.optimizer: not used with training.optimizer_factory; "
+                              "remove one", key="training.optimizer")
 
     def train_config(self, seed: int = 0) -> TrainConfig:
         """The learner's training settings (``seed`` drives the mini-batch order)."""
@@ -379,6 +441,13 @@ class PeerSamplingConfig:
                 "view_size", key="peer_sampling.shuffle_length")
 
 
+#: ``data.worker_start``: multiprocessing start methods that are safe with threads.
+WORKER_STARTS = ("forkserver", "spawn")
+#: ``[data]`` keys of the built-in tasks that a data factory does not use.
+FACTORY_DATA_UNUSED = ("task", "test_fraction", "scale", "num_samples", "public_size",
+                       "classes", "label_skew")
+
+
 @dataclass(frozen=True)
 class DataConfig:
     """``[data]``: where this node's training and test data come from (a :class:`learner.DataSpec`)."""
@@ -416,9 +485,24 @@ class DataConfig:
                                        "Dirichlet alpha of each node's class proportions "
                                        "(absent: every class alike; 0.3: a few classes per "
                                        "node mostly); the same on every node")
+    factory: FactoryRef | None = setting(
+        None, Factory(), 'your own data instead of task: "package.module:function" returning '
+        "torch Datasets (train, test[, public]); called with path, node_index, num_nodes, "
+        "seed (docs/guide/own-data.md)")
+    num_workers: int = setting(0, Integer(minimum=0, maximum=64),
+                               "DataLoader worker processes reading a factory's dataset (0: "
+                               "read in the training thread)")
+    worker_start: str = setting("forkserver", Choice(WORKER_STARTS),
+                                "how loader workers start (the daemon has threads: never fork)")
 
     def __post_init__(self) -> None:
         self.spec()
+        if self.factory is not None:
+            defaults = DataConfig()
+            for key in FACTORY_DATA_UNUSED:
+                if getattr(self, key) != getattr(defaults, key):
+                    raise ConfigError(f"data.{key}: not used with data.factory (your code "
+                                      "makes the datasets); remove it", key=f"data.{key}")
 
     def spec(self) -> DataSpec:
         """The learner's data spec for this node."""
@@ -687,7 +771,7 @@ class NodeConfig:
 
     node: NodeSection = field(default_factory=NodeSection)
     network: NetworkConfig = field(default_factory=NetworkConfig)
-    models: tuple[PartialModelSpec, ...] = ()
+    models: tuple[PartialModelSpec | ModuleModelSpec, ...] = ()
     training: TrainingConfig = field(default_factory=TrainingConfig)
     gossip: GossipConfig = field(default_factory=GossipConfig)
     dp: DPSection = field(default_factory=DPSection)
@@ -702,10 +786,12 @@ class NodeConfig:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "models", tuple(self.models))
-        self._check_frame_size(self.layout())
-        self.data.label_map(self.network.layers[-1])
+        check_factory_config(self, model_error)
+        if self.network.factory is None:
+            self._check_frame_size(self.layout())
+            self.data.label_map(self.network.layers[-1])
+            self._check_shift()
         self._check_dp_plan()
-        self._check_shift()
         self._check_clustering()
         self._check_strategy()
 
@@ -798,34 +884,29 @@ class NodeConfig:
                 key="dp.target_epsilon")
 
     def _check_frame_size(self, layout: ModelLayout) -> None:
-        """Every shared model's push must fit in one frame, or the node can never share it."""
-        sizes = {name: layout.vector_length(name) for name in layout.shared_models}
-        if not sizes:
-            return
-        largest = max(sizes, key=lambda name: sizes[name])
-        need = push_frame_bytes(sizes[largest])
-        if self.limits.max_frame_size < need:
-            raise ConfigError(
-                f"limits.max_frame_size: {self.limits.max_frame_size} bytes cannot carry a push "
-                f"of model {largest!r} ({sizes[largest]:,} parameters x 8 bytes + "
-                f"{PUSH_OVERHEAD_BYTES} bytes of message overhead = {need:,} bytes); expected "
-                f"at least {need} (or leave the key out: the default is "
-                f"{DEFAULT_MAX_FRAME_SIZE})", key="limits.max_frame_size")
+        check_frame_size(self.limits.max_frame_size, layout)
 
     def layout(self) -> ModelLayout:
-        """The node's network cut into its declared models (the learner's layout)."""
+        """The node's network cut into its declared models (the learner's layout; a
+        network.factory module's is known once the module is built)."""
+        if self.network.factory is not None:
+            raise ConfigError("network.factory: the layout of your module is known once it is "
+                              "built (p2p.runtime.assembly.build_learning)",
+                              key="network.factory")
         try:
             return ModelLayout(self.network.spec, list(self.models),
                                cross_models=self.network.cross_models)
         except SpecError as exc:
             raise model_error(exc, self.models) from None
 
-    def model(self, name: str) -> PartialModelSpec:
+    def model(self, name: str) -> PartialModelSpec | ModuleModelSpec:
         """The declared model called ``name`` (``KeyError`` if none)."""
         for spec in self.models:
             if spec.name == name:
                 return spec
         raise KeyError(name)
+
+
 
     def with_overrides(self, **options: object) -> NodeConfig:
         """Return a copy with command-line values replacing the file's.
@@ -863,6 +944,23 @@ class NodeConfig:
                               source=None if self.source is None else str(self.source)) from None
 
 
+def check_frame_size(max_frame_size: int, layout: Any) -> None:
+    """Every shared model's push must fit in one frame, or the node can never share it
+    (``layout``: a notation network's or a module's)."""
+    sizes = {name: layout.vector_length(name) for name in layout.shared_models}
+    if not sizes:
+        return
+    largest = max(sizes, key=lambda name: sizes[name])
+    need = push_frame_bytes(sizes[largest])
+    if max_frame_size < need:
+        raise ConfigError(
+            f"limits.max_frame_size: {max_frame_size} bytes cannot carry a push "
+            f"of model {largest!r} ({sizes[largest]:,} parameters x 8 bytes + "
+            f"{PUSH_OVERHEAD_BYTES} bytes of message overhead = {need:,} bytes); expected "
+            f"at least {need} (or leave the key out: the default is "
+            f"{DEFAULT_MAX_FRAME_SIZE})", key="limits.max_frame_size")
+
+
 def option_setting(option: str) -> Setting:
     """The declaration (kind, help) of the key that command-line ``option`` overrides."""
     section, key = CLI_OPTIONS[option].split(".")
@@ -872,11 +970,12 @@ def option_setting(option: str) -> Setting:
     return settings_of(section_type)[key]  # type: ignore[arg-type]
 
 
-def model_error(exc: SpecError, models: Sequence[PartialModelSpec]) -> ConfigError:
+def model_error(exc: SpecError, models: Sequence[object]) -> ConfigError:
     """A learner error about the declared models, under ``models[i].key``."""
     index = exc.index
     if index is None and exc.model is not None:
-        index = next((i for i, m in enumerate(models) if m.name == exc.model), None)
+        index = next((i for i, m in enumerate(models) if getattr(m, "name", None) == exc.model),
+                     None)
     key = "models"
     if index is not None:
         key = f"models[{index}]"

@@ -172,6 +172,9 @@ class StatusReport:
     groups: dict[str, Any] | None = None  # clustering on: summary of the ``groups`` command
     # the collaboration strategy ([strategy]): its name and what it reports
     strategy: dict[str, Any] | None = None
+    # the test set's metrics at the last evaluation: accuracy, or training.metrics' values
+    metrics: dict[str, float] | None = None
+    test_loss: float | None = None
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from learner.spec import PartialModelSpec
 from p2p.config import DataConfig, NetworkConfig, NodeConfig
 from p2p.config.kinds import Setting, settings_of
 
@@ -45,18 +46,30 @@ def _text(setting: Setting, value: object) -> str:
     return str(dumped)
 
 
+#: Keys of the recorded sections that change how data is read, not what it is.
+NOT_RECORDED = frozenset({"data.num_workers", "data.worker_start"})
+
+
 def _section(name: str, cls: type, obj: object) -> TrainingRecord:
     return {f"{name}.{key}": _text(s, getattr(obj, s.attr))
-            for key, s in settings_of(cls).items()}
+            for key, s in settings_of(cls).items() if f"{name}.{key}" not in NOT_RECORDED}
 
 
-def training_record(config: NodeConfig) -> TrainingRecord:
-    """The settings that decide a checkpoint's layout and data, as text."""
+def training_record(config: NodeConfig,
+                    fingerprints: Mapping[str, bytes] | None = None) -> TrainingRecord:
+    """The settings that decide a checkpoint's layout and data, as text.
+
+    ``fingerprints``: the shared models' (a network.factory module's are known once
+    it is built; a notation network's are computed from the config when not given).
+    """
     record = _section("network", NetworkConfig, config.network)
-    layout = config.layout()
+    if fingerprints is None:
+        layout = config.layout()
+        fingerprints = {name: layout.fingerprint(name) for name in layout.shared_models}
     for spec in config.models:
-        neurons = "-".join(str(n) for n in spec.counts)
-        text = f"{neurons} (fingerprint {layout.fingerprint(spec.name).hex()[:8]})"
+        held = (spec.notation() if isinstance(spec, PartialModelSpec)
+                else str(spec).partition(" ")[2])
+        text = f"{held} (fingerprint {fingerprints[spec.name].hex()[:8]})"
         if spec.depends_on:
             text += f", depends on {', '.join(spec.depends_on)}"
         record[f"{MODEL_PREFIX}{spec.name}"] = text

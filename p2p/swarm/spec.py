@@ -18,6 +18,7 @@ import numpy as np
 from learner.data_errors import DataError
 from learner.errors import FieldError
 from learner.grouping.metrics import differentiation_rate, identification_rate
+from learner.module_spec import ModuleModelSpec
 from learner.permutations import parse_cycles
 from learner.schemes import averaging_level, semi_local_scheme
 from learner.spec import NetworkSpec, PartialModelSpec
@@ -129,11 +130,29 @@ def default_permutations(nodes: int, every: int = 2, swap: str = "8:9") -> tuple
     return tuple(swap if i % every == every - 1 else None for i in range(nodes))
 
 
-def node_models(spec: SwarmSpec, index: int) -> tuple[PartialModelSpec, ...]:
-    """The partial models node ``index`` declares under the spec's scheme."""
+def factory_models(spec: SwarmSpec, template: NodeConfig
+                   ) -> tuple[PartialModelSpec | ModuleModelSpec, ...]:
+    """The models of a node running the template's network.factory module: none
+    ("local"), the whole module ("full") or the template's own ("partial")."""
+    if spec.semi_local:
+        raise SwarmError("--semi-local declares models by neurons, which a network.factory "
+                         "module has not; declare the groups' models in the config")
+    if spec.scheme == "local":
+        return ()
+    if spec.scheme == "full":
+        return (ModuleModelSpec("global", params=("*",)),)
+    return tuple(template.models)
+
+
+def node_models(spec: SwarmSpec, index: int, template: NodeConfig | None = None
+                ) -> tuple[PartialModelSpec | ModuleModelSpec, ...]:
+    """The partial models node ``index`` declares under the spec's scheme (with a
+    template naming a network.factory: :func:`factory_models`)."""
     if spec.scheme not in SCHEME_LEVELS:
         raise SwarmError(f"--scheme: expected one of {', '.join(SCHEME_LEVELS)}, "
                          f"got {spec.scheme!r}")
+    if template is not None and template.network.factory is not None:
+        return factory_models(spec, template)
     network = spec.network()
     if spec.grouping not in GROUPINGS:
         raise SwarmError(f"--semi-local: expected one of {', '.join(GROUPINGS)}, "
@@ -206,7 +225,7 @@ def node_config(spec: SwarmSpec, index: int, data_dir: Path,
             node=dataclasses.replace(base.node, name=f"node{index}", data_dir=data_dir,
                                      seed=spec.seed * 1000 + index),
             network=dataclasses.replace(base.network, layers=layer_sizes(spec.network())),
-            models=node_models(spec, index),
+            models=node_models(spec, index, base),
             training=dataclasses.replace(base.training, **training),
             gossip=gossip_config(spec, base.gossip),
             dp=dp_section(spec, base.dp),
