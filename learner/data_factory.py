@@ -23,7 +23,14 @@ from torch.utils.data import Dataset, IterableDataset, TensorDataset
 
 from learner.data_errors import DataError
 from learner.permutations import parse_permutation
-from learner.user_code import FactoryError, FactoryRef, call_with, describe_type
+from learner.user_code import (
+    FactoryError,
+    FactoryRef,
+    Portable,
+    call_with,
+    describe_type,
+    file_modules,
+)
 
 __all__ = ["DatasetData", "Relabelled", "load_factory_data", "node_path"]
 
@@ -202,4 +209,7 @@ def load_factory_data(ref: FactoryRef, *, path: str | None, node_index: int, num
                 train_tensors = (train_tensors[0], table[train_tensors[1].long()])
             if test_tensors is not None:
                 test_tensors = (test_tensors[0], table[test_tensors[1].long()])
+    modules = file_modules()
+    if modules:  # DataLoader workers must import the files that define these datasets
+        train, test = Portable(train, modules), Portable(test, modules)  # type: ignore[assignment]
     return DatasetData(train, test, public, shape, num_classes, train_tensors, test_tensors)

@@ -231,6 +231,24 @@ class Trainer:
         if self.schedule is not None:
             self.schedule.step()  # type: ignore[attr-defined]
 
+    #: Key of the schedule's state inside :meth:`optimizer_state` (the optimizer ignores it).
+    SCHEDULE_KEY = "p2p_schedule"
+
+    def optimizer_state(self) -> dict[str, object]:
+        """The optimizer's ``state_dict``, with the learning-rate schedule's when there is one."""
+        state: dict[str, object] = dict(self.optimizer.state_dict())
+        if self.schedule is not None:
+            state[self.SCHEDULE_KEY] = self.schedule.state_dict()  # type: ignore[attr-defined]
+        return state
+
+    def load_optimizer_state(self, state: dict[str, object]) -> None:
+        """Resume :meth:`optimizer_state` (a schedule's part is applied if both have one)."""
+        state = dict(state)
+        schedule = state.pop(self.SCHEDULE_KEY, None)
+        self.optimizer.load_state_dict(state)
+        if self.schedule is not None and schedule is not None:
+            self.schedule.load_state_dict(schedule)  # type: ignore[attr-defined]
+
     def first_batch_loss(self) -> torch.Tensor:
         """The loss of one forward pass on a first mini-batch (no step is taken): what
         the node checks before it starts, so that bad items fail in one line then."""

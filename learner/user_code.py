@@ -3,18 +3,24 @@
 A :class:`FactoryRef` is read without importing anything (``p2p config`` checks
 its form first); :meth:`FactoryRef.resolve` imports the module and returns the
 callable, and :func:`call_with` passes it only the keyword arguments its
-signature takes. A file is imported under its own name with its directory on
-``sys.path``, so that DataLoader workers started by spawn or forkserver can
-unpickle what it defines. Every failure is one :class:`FactoryError` line
-naming the key, the reference and what to fix (docs/guide/own-model.md).
+signature takes. A file is imported on its own (its siblings are not on the
+path: a package of files is named ``"package.module:function"``) under a name
+derived from its path; :class:`Portable` carries what such a file defines into
+DataLoader workers started by spawn or forkserver. Every failure is one
+:class:`FactoryError` line naming the key, the reference and what to fix
+(docs/guide/own-model.md).
 """
 
 from __future__ import annotations
 
+import hashlib
 import importlib
+import importlib.util
 import inspect
 import keyword
 import os
+import pickle
+import re
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -23,7 +29,8 @@ from typing import Any
 
 from learner.errors import FieldError
 
-__all__ = ["FactoryError", "FactoryRef", "call_with", "describe_type"]
+__all__ = ["FactoryError", "FactoryRef", "Portable", "call_with", "describe_type",
+           "file_modules"]
 
 _FORM = ('"package.module:function" (importable from the working directory or PYTHONPATH) '
          'or "path/to/file.py:function"')
@@ -151,30 +158,68 @@ def _import_failed(text: str, key: str, exc: BaseException) -> FactoryError:
     return FactoryError(f"{text}: importing it raised {type(exc).__name__}: {first}", field=key)
 
 
+#: Modules imported from files, by module name: what a worker process must import too.
+_FILE_MODULES: dict[str, Path] = {}
+
+
+def file_modules() -> dict[str, Path]:
+    """The modules imported from ``"file.py:function"`` references so far (name -> file)."""
+    return dict(_FILE_MODULES)
+
+
+def _load_file(name: str, path: Path) -> Any:
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load {path} as a module")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # pickling by reference looks classes up here
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        sys.modules.pop(name, None)
+        raise
+    _FILE_MODULES[name] = path
+    return module
+
+
 def _import_file(path: Path, text: str, key: str) -> Any:
-    """Import ``path`` as module ``path.stem`` with its directory first on ``sys.path``."""
+    """Import the file ``path`` as a module of its own (the same file: the same module)."""
     path = path.resolve()
     if not path.is_file():
         raise FactoryError(f"{text}: no file {path}", field=key)
-    name = path.stem
-    if not name.isidentifier():
-        raise FactoryError(f"{text}: {path.name} is not an importable module name; rename it "
-                           "(letters, digits, '_')", field=key)
-    loaded = sys.modules.get(name)
-    if loaded is not None:
-        where = getattr(loaded, "__file__", None)
-        if where is not None and Path(where).resolve() == path:
-            return loaded
-        raise FactoryError(f"{text}: a module named {name!r} is already imported from "
-                           f"{where or 'a built-in'}; rename {path.name}", field=key)
-    directory = str(path.parent)
-    if directory not in sys.path:
-        sys.path.insert(0, directory)
+    stem = re.sub(r"\W", "_", path.stem)
+    name = f"_p2p_file_{stem}_{hashlib.sha256(str(path).encode()).hexdigest()[:10]}"
+    if name in sys.modules:
+        return sys.modules[name]
     try:
-        return importlib.import_module(name)
+        return _load_file(name, path)
     except Exception as exc:
-        sys.modules.pop(name, None)
         raise _import_failed(text, key, exc) from None
+
+
+class Portable:
+    """A dataset defined by a file's module, made loadable in a worker process: pickling
+    carries the files' paths, and unpickling imports them before the dataset itself."""
+
+    def __init__(self, dataset: Any, modules: dict[str, Path]) -> None:
+        self.dataset = dataset
+        self.modules = modules
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, index: int) -> Any:
+        return self.dataset[index]
+
+    def __getstate__(self) -> dict[str, object]:
+        return {"modules": self.modules, "dataset": pickle.dumps(self.dataset)}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.modules = state["modules"]
+        for name, path in self.modules.items():
+            if name not in sys.modules:
+                _load_file(name, path)
+        self.dataset = pickle.loads(state["dataset"])
 
 
 def call_with(function: Callable[..., Any], offered: Mapping[str, object], *, key: str,

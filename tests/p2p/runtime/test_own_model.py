@@ -146,3 +146,43 @@ def test_mixed_precision_on_the_cpu_trains(tmp_path: Path, precision: str) -> No
         last = trainer.train_steps(3)
     assert last < first
     assert node.learning.network.module[1].weight.dtype == torch.float32  # type: ignore[index]
+
+
+def halving(optimizer: torch.optim.Optimizer) -> object:
+    return torch.optim.lr_scheduler.StepLR(optimizer, step_size=5, gamma=0.5)
+
+
+async def test_the_optimizer_and_schedule_are_the_users_and_resume(tmp_path: Path) -> None:
+    sections: dict[str, Any] = {"training": {"optimizer_factory": torch.optim.AdamW,
+                                             "schedule": halving, "lr": 0.01}}
+    node = factory_node(MemoryNetwork(), tmp_path, 0, **sections)
+    trainer = node.learning.trainer
+    assert isinstance(trainer.optimizer, torch.optim.AdamW)
+    trainer.train_steps(12)
+    assert trainer.optimizer.param_groups[0]["lr"] == pytest.approx(0.01 / 4)
+    await node.save_checkpoint()
+    again = factory_node(MemoryNetwork(), tmp_path / "again", 0, **sections)
+    from p2p.runtime.state import restore_state
+
+    state = node.store.load()
+    assert state is not None
+    restore_state(again, state)  # as a restart on the first node's directory would
+    resumed = again.learning.trainer
+    assert resumed.schedule.last_epoch == 12  # type: ignore[union-attr]
+    assert resumed.optimizer.param_groups[0]["lr"] == pytest.approx(0.01 / 4)
+
+
+def test_a_round_moves_each_shared_model_once_each_way(tmp_path: Path) -> None:
+    """The node's round as the trainer task runs it: SGD steps on the module's device,
+    then ModelSync folds them into the push-sum core and loads the merged values back.
+    On the CPU the copies are counted all the same: one each way per model and round."""
+    node = factory_node(MemoryNetwork(), tmp_path, 0, training={"device": "auto"},
+                        models=[{"name": "global", "params": ["1.*"]},
+                                {"name": "head", "units": {"3": 2}, "depends_on": ["global"]}])
+    network = node.learning.network
+    before = dict(network.transfers)  # type: ignore[union-attr]
+    for _ in range(4):
+        node.learning.trainer.train_round()
+        node.sync.sync()
+    moved = {k: v - before[k] for k, v in network.transfers.items()}  # type: ignore[union-attr]
+    assert moved == {"to_host": 4 * 2, "to_device": 4 * 2}  # 2 shared models, 4 rounds
