@@ -3,6 +3,8 @@ created; `p2p export` writes a state_dict a fresh module loads."""
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -54,6 +56,22 @@ def odd_rows():  # the test set's inputs have another shape
 '''
 
 DIGITS = '[data]\ntask = "digits"\n'
+
+
+@pytest.fixture(autouse=True)
+def fresh_logging() -> Iterator[None]:
+    """The root logger as a new `p2p` process has it: no handler (another test's `p2p
+    run` may have left one writing to a stream that is closed by now)."""
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    for handler in handlers:
+        root.removeHandler(handler)
+    yield
+    for handler in list(root.handlers):
+        root.removeHandler(handler)
+    for handler in handlers:
+        root.addHandler(handler)
+    root.setLevel(level)
 
 
 @pytest.mark.parametrize(("config", "fragment"), [
