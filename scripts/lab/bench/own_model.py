@@ -140,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
                if not args.schemes or k in args.schemes.split(",")}
     results: dict[str, dict[str, Any]] = {name: {"reference": [], "daemons": []}
                                           for name in schemes}
-    for name, (config, models) in schemes.items():
+    for name, (_, models) in schemes.items():
         if args.no_reference:
             break
         for seed in range(args.seeds):
