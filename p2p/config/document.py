@@ -21,6 +21,7 @@ from p2p.config.errors import ConfigError, did_you_mean, show
 from p2p.config.kinds import Context, Setting, dump_table, parse_table, settings_of
 from p2p.config.schema import (
     _MODEL_REQUIRED,
+    FACTORY_DATA_UNUSED,
     MODEL_KEYS,
     MODULE_MODEL_KEYS,
     NodeConfig,
@@ -183,6 +184,13 @@ def config_to_dict(config: NodeConfig) -> dict[str, Any]:
                                     m) for m in config.models]
         else:
             out[name] = dump_table(_keys(name), getattr(config, name))
+    # keys the user's code replaces are not written (their defaults are all they may hold)
+    if config.network.factory is not None:
+        for key in ("layers", "activation", "cross_models"):
+            out["network"].pop(key, None)
+    if config.data.factory is not None:
+        for key in FACTORY_DATA_UNUSED:
+            out["data"].pop(key, None)
     return out
 
 
