@@ -75,9 +75,16 @@ def _as_tensors(x: np.ndarray | torch.Tensor, y: np.ndarray | torch.Tensor, wher
             f"{tuple(xt.shape)} and {tuple(yt.shape)}")
     xt = xt.to(torch.float32).contiguous()
     yt = yt.to(torch.float32 if yt.is_floating_point() else torch.int64).contiguous()
-    if shape is not None and tuple(xt.shape[1:]) != shape:
+    if shape is None:
+        xt = xt.flatten(1)  # a notation network reads flat rows
+    elif tuple(xt.shape[1:]) != shape:
         xt = xt.reshape(xt.shape[0], *shape)
     return xt, yt
+
+
+def _rows(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """``x`` as ``model`` reads it: flat rows for a notation network, else as given."""
+    return x.flatten(1) if model_shape(model) is None and x.dim() > 2 else x
 
 
 def model_shape(model: nn.Module) -> tuple[int, ...] | None:
@@ -197,6 +204,7 @@ class Trainer:
             x, y = self._inputs(index), self._y[index]
         else:
             x, y = self.batches.next()
+            x = _rows(self.model, x)
             if self.config.shift and self._image is not None:
                 x = random_shifts(x.reshape(x.shape[0], -1).float(), self._image,
                                   self.config.shift, self._shift_rng).view_as(x)
@@ -343,7 +351,7 @@ def evaluate_batches(model: nn.Module, batches: Iterable[tuple[torch.Tensor, tor
         if device is not None and device.type != "cpu":
             x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
         with precision.autocast() if precision is not None else _no_context():
-            outputs = model(x)
+            outputs = model(_rows(model, x))
             value = loss(outputs, y)
         n = int(y.shape[0]) if y.dim() else 1
         total += float(value) * n

@@ -212,6 +212,8 @@ def _network(config: NodeConfig, overrides: Overrides, data: NodeData | DatasetD
              classes: bool) -> PartialMLP | PartialModule:
     given = overrides.model
     if given is None and config.network.factory is None:
+        if isinstance(data, DatasetData):
+            _check_notation_fit(config, data)
         torch.manual_seed(config.node.seed)
         return PartialMLP(config.layout(), seed=config.node.seed)
     if isinstance(given, nn.Module):
@@ -231,6 +233,23 @@ def _network(config: NodeConfig, overrides: Overrides, data: NodeData | DatasetD
     module = build_partial_module(recipe, config.node.seed)
     check_frame_size(config.limits.max_frame_size, module.layout)
     return module
+
+
+def _check_notation_fit(config: NodeConfig, data: DatasetData) -> None:
+    """A notation network reads the datasets' inputs as flat rows: its first layer must
+    have one neuron per value (a convolutional one: their shape), its last one per class."""
+    network = config.network.spec
+    values = int(np.prod(data.sample_shape))
+    fits = (network.input_image == tuple(data.sample_shape) if network.input_image is not None
+            else network.input_features == values)
+    if fits and (data.num_classes is None or network.sizes[-1] == data.num_classes):
+        return
+    shape = "x".join(map(str, data.sample_shape))
+    raise ConfigError(f"network.layers: the datasets of data.factory have inputs of shape "
+                      f"{shape} ({values} values) and {data.num_classes} classes; the network "
+                      f"must start with {values if network.input_image is None else shape} and "
+                      f"end with {data.num_classes}; got {network.notation()}",
+                      key="network.layers")
 
 
 def _check_private(config: NodeConfig, network: nn.Module) -> None:

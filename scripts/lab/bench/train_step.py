@@ -12,8 +12,8 @@ averaging. For the user's modules (``--modules``: the default MLP as an
 ``nn.Sequential`` and examples/own-model's ResNet, both 80 % units global) it
 times the trainer on the node's :class:`~learner.modules.partial.PartialModule`
 against a plain torch loop on the same module, data and batch size: the
-trainer's overhead. ``--devices`` adds steps/s on each device present (cpu,
-cuda, mps). torch runs on one thread; both runs of a pair alternate, and the
+trainer's overhead, and the trainer's steps/s on each device present (cpu,
+cuda, mps; ``--cpu-only``: the CPU alone). torch runs on one thread; both runs of a pair alternate, and the
 medians of wall and thread CPU time are reported (on a busy machine the CPU
 time is the steadier figure).
 
@@ -199,8 +199,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--modules", default="mlp,resnet",
                         help=f"user modules against a plain loop ({', '.join(MODULES)}; "
                              "\"none\": none)")
-    parser.add_argument("--devices", action="store_true",
-                        help="the modules on every device present, not the CPU alone")
+    parser.add_argument("--cpu-only", action="store_true",
+                        help="the modules on the CPU alone, not on every device present")
     parser.add_argument("--batch-sizes", default=str(TrainConfig().batch_size))
     parser.add_argument("--inner", type=int, default=20)
     parser.add_argument("--repeats", type=int, default=7)
@@ -219,7 +219,7 @@ def main(argv: list[str] | None = None) -> int:
     print("one torch thread; medians over repeats; x/a: extract + assign of the 80 % global "
           "model; torch: the same step on nn.Sequential")
     modules = [] if args.modules == "none" else args.modules.split(",")
-    devices = devices_present() if args.devices else ["cpu"]
+    devices = ["cpu"] if args.cpu_only else devices_present()
     module_rows = [bench_module(name.strip(), int(b), args.inner, args.repeats, device)
                    for name in modules for b in args.batch_sizes.split(",")
                    for device in devices]

@@ -30,8 +30,11 @@ def factory_node(net: MemoryNetwork, root: Path, index: int, **sections: Any) ->
         "training": {"rounds": 6, "eval_every": 2, "steps_per_round": 3, "lr": 0.1},
         "peer_sampling": {"period": 0.05},
     }
-    for key, value in sections.items():
-        defaults[key] = {**defaults.get(key, {}), **value} if isinstance(value, dict) else value
+    for key, value in sections.items():  # merged into the defaults; None removes a key
+        if isinstance(value, dict):
+            merged = {**defaults.get(key, {}), **value}
+            value = {k: v for k, v in merged.items() if v is not None}
+        defaults[key] = value
     config = node_config(**defaults)
     transport = net.transport(Identity.load_or_create(data_dir), ADDRESSES[index])
     node = Node(config, transport=transport)
@@ -186,3 +189,37 @@ def test_a_round_moves_each_shared_model_once_each_way(tmp_path: Path) -> None:
         node.sync.sync()
     moved = {k: v - before[k] for k, v in network.transfers.items()}  # type: ignore[union-attr]
     assert moved == {"to_host": 4 * 2, "to_device": 4 * 2}  # 2 shared models, 4 rounds
+
+
+@pytest.mark.parametrize("factory", [tensor_data, item_data])
+def test_a_notation_network_trains_on_the_users_datasets(tmp_path: Path, factory: Any) -> None:
+    node = factory_node(MemoryNetwork(), tmp_path, 0,
+                        network={"factory": None, "layers": "16=12=5"},
+                        models=[{"name": "global", "neurons": "16-8-5"}],
+                        data={"factory": factory})
+    trainer = node.learning.trainer
+    first = trainer.train_steps(1)
+    for _ in range(20):
+        last = trainer.train_steps(3)
+    assert last < first
+    assert node.learning.evaluate().samples == 100
+
+
+def test_a_notation_network_that_does_not_fit_the_datasets_is_one_line(tmp_path: Path) -> None:
+    from p2p.config import ConfigError
+
+    with pytest.raises(ConfigError, match="inputs of shape 16 .* end with 5; got 16=12=10"):
+        factory_node(MemoryNetwork(), tmp_path, 0, network={"factory": None, "layers": "16=12=10"},
+                     models=[], data={"factory": tensor_data})
+
+
+def test_dp_refuses_batch_norm_in_one_line(tmp_path: Path) -> None:
+    from module_kit import resnet
+
+    from p2p.config import ConfigError
+
+    with pytest.raises(ConfigError, match="DP-SGD cannot train a module with BatchNorm"):
+        factory_node(MemoryNetwork(), tmp_path, 0, network={"factory": resnet},
+                     models=[{"name": "global", "params": ["features.*"]}],
+                     data={"factory": None, "task": "digits"},
+                     gossip={"privacy": "dp"})
