@@ -11,7 +11,7 @@ import dataclasses
 import json
 import os
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -44,8 +44,24 @@ def _keys(section: str) -> dict[str, Setting]:
     return MODEL_KEYS if section == "models" else settings_of(_SECTIONS[section])
 
 
+class _SectionKeys(Mapping[str, tuple[str, ...]]):
+    """Section -> its known keys, read when asked: ``[strategy]``'s come from the
+    plug-ins registered at that moment (:mod:`p2p.config.plugins`)."""
+
+    def __getitem__(self, section: str) -> tuple[str, ...]:
+        if section not in _TOP:
+            raise KeyError(section)
+        return tuple(_keys(section))
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(_TOP)
+
+    def __len__(self) -> int:
+        return len(_TOP)
+
+
 #: Section -> its known keys (``models`` for one ``[[models]]`` entry), in order.
-SECTION_KEYS: dict[str, tuple[str, ...]] = {name: tuple(_keys(name)) for name in _TOP}
+SECTION_KEYS: Mapping[str, tuple[str, ...]] = _SectionKeys()
 
 
 def _other_section_hint(key: str, section: str) -> str:

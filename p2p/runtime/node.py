@@ -79,7 +79,7 @@ from p2p.runtime.timing import TimingStats
 from p2p.runtime.train_runner import ThreadRunner, TrainRunner
 from p2p.runtime.training_record import training_record
 from p2p.runtime.transport_adapters import PushOverTransport, ShuffleOverTransport
-from p2p.strategy import Strategy
+from p2p.strategies import Strategy
 from p2p.wire.codec import Message
 from p2p.wire.dispatch import RequestDispatcher
 from p2p.wire.handshake import PeerInfo
