@@ -27,6 +27,7 @@ __all__ = [
     "load_config",
     "parse_config_text",
     "render_config_toml",
+    "toml_value",
 ]
 
 #: Section name -> the dataclass holding it (every field of NodeConfig but ``models``).
@@ -185,7 +186,8 @@ def config_to_dict(config: NodeConfig) -> dict[str, Any]:
     return out
 
 
-def _toml_value(value: object) -> str:
+def toml_value(value: object) -> str:
+    """``value`` (a plain value of :func:`config_to_dict`) written as TOML."""
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, int):
@@ -196,7 +198,7 @@ def _toml_value(value: object) -> str:
         # JSON string escapes (backslash-quote, -backslash, -n, -uXXXX) are valid in TOML strings.
         return json.dumps(value)
     if isinstance(value, list):
-        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+        return "[" + ", ".join(toml_value(v) for v in value) + "]"
     raise TypeError(f"cannot write {type(value).__name__} as TOML")
 
 
@@ -209,6 +211,6 @@ def render_config_toml(config: NodeConfig) -> str:
     tables += [("[[models]]", model) for model in d["models"]]
     for header, table in tables:
         lines.append(header)
-        lines.extend(f"{key} = {_toml_value(value)}" for key, value in table.items())
+        lines.extend(f"{key} = {toml_value(value)}" for key, value in table.items())
         lines.append("")
     return "\n".join(lines)

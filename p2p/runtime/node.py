@@ -218,7 +218,7 @@ class Node:
         self._save_lock = trio.Lock()  # checkpoints land in the order they were taken
         self._gossip_scope = trio.CancelScope()
         self.admin = NodeAdmin(self)
-        # The collaboration strategy ([strategy]; p2p/strategy): built last, it sees the
+        # The collaboration strategy ([strategy]; p2p/strategies): built last, it sees the
         # whole node through NodeStrategyHost. Its auxiliary push-sum cores (gossiped
         # vectors) are not models: kept apart from ``cores`` and not checkpointed.
         self.gossiped: dict[str, PushSum] = {}
