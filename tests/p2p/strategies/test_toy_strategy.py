@@ -1,8 +1,8 @@
 """Adding a strategy touches its folder and one registry line, nothing else (issue 29).
 
-The fixture folder ``tests/p2p/strategies/toy/`` is a whole strategy (settings,
-messages, maths, node side); the one line registering it is the fixture's
-``monkeypatch.setitem``. From that line alone the config knows its keys, their
+The fixture folder ``tests/toy_strategy/`` (beside the shared kits: tests import no
+``tests.`` package) is a whole strategy (settings, messages, maths, node side); the
+one line registering it is the fixture's ``monkeypatch.setitem``. From that line alone the config knows its keys, their
 errors and its check, the reference generates its rows, the nodes speak its
 messages and run it end to end.
 """
@@ -14,19 +14,19 @@ from pathlib import Path
 
 import pytest
 from lab import config_reference
+from toy_strategy.messages import ToyAsk, ToyTell
 
 from p2p.config import SECTION_KEYS, ConfigError, parse_config_text, render_config_toml
 from p2p.strategies import STRATEGIES
 from p2p.testing import MemoryNetwork, fast_spec, memory_swarm, running, wait_until
 from p2p.wire import codec
-from tests.p2p.strategies.toy.messages import ToyAsk, ToyTell
 
-TOY = Path(__file__).parent / "toy"
+TOY = Path(__file__).parents[2] / "toy_strategy"
 
 
 @pytest.fixture
 def toy(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    monkeypatch.setitem(STRATEGIES, "toy", "tests.p2p.strategies.toy:PLUGIN")  # the line
+    monkeypatch.setitem(STRATEGIES, "toy", "toy_strategy:PLUGIN")  # the line
     yield
 
 

@@ -5,13 +5,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 import trio
+from toy_strategy.maths import running_mean
+from toy_strategy.messages import ToyAsk, ToyTell
+from toy_strategy.settings import ToyKeys
 
 from p2p.config import NodeConfig
 from p2p.strategies.base import LossTerm, StrategyHost
 from p2p.wire.handshake import PeerInfo
-from tests.p2p.strategies.toy.maths import running_mean
-from tests.p2p.strategies.toy.messages import ToyAsk, ToyTell
-from tests.p2p.strategies.toy.settings import ToyKeys
 
 
 class ToyStrategy:

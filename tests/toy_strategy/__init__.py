@@ -1,15 +1,16 @@
 """``toy``: a strategy added the way any is, one folder and one registry line (the
 acceptance test of issue 29, tests/p2p/strategies/test_toy_strategy.py, registers it
-as ``"toy": "tests.p2p.strategies.toy:PLUGIN"``).
+as ``"toy": "toy_strategy:PLUGIN"``).
 
 Each node asks sampled peers how many rounds they trained and keeps the running
 mean of the answers: a key of its own (``toy_period``, ``toy_peers``), a check
 across sections, two wire messages, a maths function and a node side.
 """
 
+from toy_strategy.messages import TOY_MESSAGES
+from toy_strategy.settings import ToyKeys, check
+
 from p2p.strategies.base import StrategyPlugin
-from tests.p2p.strategies.toy.messages import TOY_MESSAGES
-from tests.p2p.strategies.toy.settings import ToyKeys, check
 
 __all__ = ["PLUGIN", "ToyKeys"]
 
@@ -20,5 +21,5 @@ PLUGIN = StrategyPlugin(
     check=check,
     with_dp=False,
     messages=TOY_MESSAGES,
-    build="tests.p2p.strategies.toy.node:build",
+    build="toy_strategy.node:build",
 )
