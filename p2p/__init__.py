@@ -6,6 +6,9 @@ Subpackages: :mod:`p2p.wire` (framing, codec, handshake, sealing, transport),
 (the configuration schema) and :mod:`p2p.swarm` (the local swarm launcher).
 """
 
+# --- the plug-in families, injected into the config before anything reads one ---
+import p2p.plugins  # noqa: F401
+
 # --- wire protocol and transport ----------------------------------------------
 from p2p.runtime.protocol import register_node_messages
 from p2p.wire import (

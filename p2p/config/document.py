@@ -11,7 +11,7 @@ import dataclasses
 import json
 import os
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -19,14 +19,13 @@ from learner.module_spec import ModuleModelSpec
 from learner.spec import PartialModelSpec, SpecError
 from p2p.config.errors import ConfigError, did_you_mean, show
 from p2p.config.kinds import Context, Setting, dump_table, parse_table, settings_of
-from p2p.config.schema import (
+from p2p.config.learning import (
     _MODEL_REQUIRED,
     FACTORY_DATA_UNUSED,
     MODEL_KEYS,
     MODULE_MODEL_KEYS,
-    NodeConfig,
-    model_error,
 )
+from p2p.config.schema import NodeConfig, model_error
 
 __all__ = [
     "SECTION_KEYS",
@@ -35,6 +34,7 @@ __all__ = [
     "load_config",
     "parse_config_text",
     "render_config_toml",
+    "toml_value",
 ]
 
 #: Section name -> the dataclass holding it (every field of NodeConfig but ``models``).
@@ -52,8 +52,24 @@ def _keys(section: str) -> dict[str, Setting]:
     return MODEL_KEYS if section == "models" else settings_of(_SECTIONS[section])
 
 
+class _SectionKeys(Mapping[str, tuple[str, ...]]):
+    """Section -> its known keys, read when asked: ``[strategy]``'s come from the
+    plug-ins registered at that moment (:mod:`p2p.config.plugins`)."""
+
+    def __getitem__(self, section: str) -> tuple[str, ...]:
+        if section not in _TOP:
+            raise KeyError(section)
+        return tuple(_keys(section))
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(_TOP)
+
+    def __len__(self) -> int:
+        return len(_TOP)
+
+
 #: Section -> its known keys (``models`` for one ``[[models]]`` entry), in order.
-SECTION_KEYS: dict[str, tuple[str, ...]] = {name: tuple(_keys(name)) for name in _TOP}
+SECTION_KEYS: Mapping[str, tuple[str, ...]] = _SectionKeys()
 
 
 def _other_section_hint(key: str, section: str) -> str:
@@ -194,7 +210,8 @@ def config_to_dict(config: NodeConfig) -> dict[str, Any]:
     return out
 
 
-def _toml_value(value: object) -> str:
+def toml_value(value: object) -> str:
+    """``value`` (a plain value of :func:`config_to_dict`) written as TOML."""
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, int):
@@ -205,9 +222,9 @@ def _toml_value(value: object) -> str:
         # JSON string escapes (backslash-quote, -backslash, -n, -uXXXX) are valid in TOML strings.
         return json.dumps(value)
     if isinstance(value, list):
-        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+        return "[" + ", ".join(toml_value(v) for v in value) + "]"
     if isinstance(value, dict):  # an inline table (a model's units per layer)
-        return "{" + ", ".join(f"{json.dumps(k)} = {_toml_value(v)}"
+        return "{" + ", ".join(f"{json.dumps(k)} = {toml_value(v)}"
                                for k, v in value.items()) + "}"
     raise TypeError(f"cannot write {type(value).__name__} as TOML")
 
@@ -221,6 +238,6 @@ def render_config_toml(config: NodeConfig) -> str:
     tables += [("[[models]]", model) for model in d["models"]]
     for header, table in tables:
         lines.append(header)
-        lines.extend(f"{key} = {_toml_value(value)}" for key, value in table.items())
+        lines.extend(f"{key} = {toml_value(value)}" for key, value in table.items())
         lines.append("")
     return "\n".join(lines)

@@ -3,9 +3,10 @@
 
 What needs the code itself (importing it, the module's parameter names, the
 datasets' first batch, the device) is checked when the node is built
-(:func:`p2p.runtime.assembly.check_learning`), which ``p2p config`` and
-``p2p run`` both call before anything is created. Which strategies work with
-the user's code is listed here (docs/guide/own-model.md).
+(:func:`p2p.runtime.assembly.build_learning`), which ``p2p config`` and
+``p2p run`` both call before anything is created. Which strategies run with
+the user's code each strategy's plug-in says (``with_user_code``;
+docs/guide/own-model.md).
 """
 
 from __future__ import annotations
@@ -17,14 +18,16 @@ from learner.model_graph import ModelGraph
 from learner.module_spec import ModuleModelSpec
 from learner.spec import PartialModelSpec, SpecError
 from p2p.config.errors import ConfigError
+from p2p.config.plugins import strategy_plugins
 
-__all__ = ["FACTORY_STRATEGIES", "check_factory_config", "uses_user_code"]
+__all__ = ["check_factory_config", "user_code_strategies", "uses_user_code"]
 
-#: Strategies that run on a network.factory module or a data.factory dataset: only
-#: push-sum averaging of the partial models. fedcurv reads a notation network's flat
-#: parameters and the shard's arrays, fedlinked and graph a notation network and the
-#: task's public split.
-FACTORY_STRATEGIES = ("partial",)
+
+def user_code_strategies() -> tuple[str, ...]:
+    """The strategies that run on the user's module or datasets (today "partial": fedcurv
+    reads a notation network's flat parameters and the shard's arrays, fedlinked and
+    graph a notation network and the task's public split)."""
+    return tuple(name for name, plugin in strategy_plugins().items() if plugin.with_user_code)
 
 
 def uses_user_code(config: Any) -> bool:
@@ -61,10 +64,11 @@ def check_factory_config(config: Any, model_error: Any) -> None:
         return
     what = _what(config)
     name = config.strategy.name
-    if name not in FACTORY_STRATEGIES:
+    plugin = strategy_plugins().get(name)
+    if plugin is not None and not plugin.with_user_code:
+        able = " or ".join(repr(s) for s in user_code_strategies()) or "none"
         raise ConfigError(f"strategy.name: {name!r} does not run with {what} (it needs a "
-                          "notation network and the task's arrays); use "
-                          f"{' or '.join(repr(s) for s in FACTORY_STRATEGIES)}",
+                          f"notation network and the task's arrays); use {able}",
                           key="strategy.name")
     if config.clustering.auto:
         raise ConfigError(f'clustering.mode: "auto" does not run with {what} (it projects a '

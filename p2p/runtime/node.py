@@ -80,7 +80,7 @@ from p2p.runtime.timing import TimingStats
 from p2p.runtime.train_runner import ThreadRunner, TrainRunner
 from p2p.runtime.training_record import training_record
 from p2p.runtime.transport_adapters import PushOverTransport, ShuffleOverTransport
-from p2p.strategy import Strategy
+from p2p.strategies import Strategy
 from p2p.wire.codec import Message
 from p2p.wire.dispatch import RequestDispatcher
 from p2p.wire.handshake import PeerInfo
@@ -230,7 +230,7 @@ class Node:
         self._save_lock = trio.Lock()  # checkpoints land in the order they were taken
         self._gossip_scope = trio.CancelScope()
         self.admin = NodeAdmin(self)
-        # The collaboration strategy ([strategy]; p2p/strategy): built last, it sees the
+        # The collaboration strategy ([strategy]; p2p/strategies): built last, it sees the
         # whole node through NodeStrategyHost. Its auxiliary push-sum cores (gossiped
         # vectors) are not models: kept apart from ``cores`` and not checkpointed.
         self.gossiped: dict[str, PushSum] = {}

@@ -52,7 +52,7 @@ from p2p.config import (
     check_task_fit,
     load_config,
 )
-from p2p.strategy import STRATEGY_NAMES
+from p2p.strategies import STRATEGIES
 from p2p.swarm.launcher import Swarm
 from p2p.swarm.spec import (
     AUTO_ROUNDS,
@@ -101,7 +101,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "--semi-local auto: give the same to a run it is compared with)")
     p.add_argument("--scheme", choices=["local", "full", "partial"], default="partial",
                    help="averaging level 0, 100 or 80 %% of each hidden layer (default partial)")
-    p.add_argument("--strategy", choices=STRATEGY_NAMES,
+    p.add_argument("--strategy", choices=tuple(STRATEGIES),
                    help="strategy.name of every node (default: the config's, else "
                         "\"partial\"; docs/strategies.md)")
     p.add_argument("--semi-local", nargs="?", const="manual", choices=GROUPINGS,

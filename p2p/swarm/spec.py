@@ -105,7 +105,7 @@ class SwarmSpec:
     checkpoint_interval: float = 30.0
     # a node config every daemon's config starts from (see node_config)
     template: str | None = None
-    # strategy.name of every node ([strategy]; p2p/strategy); None: the template's
+    # strategy.name of every node ([strategy]; p2p/strategies); None: the template's
     strategy: str | None = None
 
     def network(self) -> NetworkSpec:

@@ -53,7 +53,7 @@ class Study:
 
 
 RESNET = Study(
-    "own-model", "mnist5k", 8, 60, True,
+    "own-model", "mnist5k", 8, 40, True,
     {"local": ("node.toml", ()),
      "global": ("node.toml", (ModuleModelSpec("global", params=("*",)),)),
      "units 80%": ("node-units.toml", (ModuleModelSpec("global", units=0.8),)),

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from p2p.runtime.protocol import register_node_messages
-from p2p.strategy.graph_messages import (
+from p2p.strategies.graph.messages import (
     GRAPH_MESSAGES,
     GraphAck,
     GraphMessageError,

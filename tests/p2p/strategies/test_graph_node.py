@@ -13,8 +13,8 @@ import trio.testing
 
 from p2p.config import ConfigError, NodeConfig, StrategyConfig
 from p2p.runtime.train_runner import InlineRunner
-from p2p.strategy.graph import GraphStrategy, build
-from p2p.strategy.graph_messages import GraphAck, GraphPull, GraphReply, GraphWeight
+from p2p.strategies.graph.messages import GraphAck, GraphPull, GraphReply, GraphWeight
+from p2p.strategies.graph.node import GraphStrategy, build
 from p2p.testing import MemoryNetwork, fast_spec, memory_addresses, memory_node, running, wait_until
 from p2p.wire.handshake import PeerInfo
 from p2p.wire.messages import Error
@@ -45,8 +45,8 @@ def _peer(n: int) -> PeerInfo:
 
 
 async def test_weights_come_only_from_known_peers_clamped_and_edges_stay_bounded() -> None:
-    from learner.strategies.collab_graph import GraphParams
-    from p2p.strategy.graph import GraphSettings
+    from p2p.strategies.graph.maths import GraphParams
+    from p2p.strategies.graph.node import GraphSettings
 
     g = GraphStrategy(GraphSettings(GraphParams(max_neighbours=2, max_edges=3)))
     bound = g.params.max_edge_weight

@@ -1,7 +1,7 @@
 """FedCurv on a node: partial averaging plus an elastic penalty from gossiped sums.
 
 For each shared model the node gossips, by push-sum among that model's holders
-(:meth:`~p2p.strategy.base.StrategyHost.add_gossiped`), one vector
+(:meth:`~p2p.strategies.base.StrategyHost.add_gossiped`), one vector
 ``fedcurv.<model>``: its diagonal Fisher ``F_i`` on the model's parameters, then
 ``F_i * w_i`` (``w_i`` the model's values when ``F_i`` was estimated), then one
 count slot (1 on the node with ``data.node_index`` 0, 0 elsewhere, so the slot's
@@ -15,7 +15,7 @@ new Fisher estimate), or as soon as a push of a newer generation reaches it (wit
 its latest estimate): it restarts the vector at ``[F_i, F_i w_i, count, g + 1]``
 with push-sum weight 1 (:func:`start_generation`). Pushes and replies of an older
 generation are refused (:func:`check_pushed`, quietly:
-:class:`~p2p.runtime.strategy_host.OutOfStep`), so each generation is a plain
+:class:`~p2p.strategies.base.OutOfStep`), so each generation is a plain
 push-sum of fixed, non-negative contributions, its estimates at every node and
 every moment non-negative mixes of them, and the target ``est(F w) / est(F)`` a
 *convex* mean of the anchors. The newest generation spreads as gossip does, so
@@ -39,9 +39,9 @@ freshest anchors; its target and mean Fisher are convex mixes of this generation
 contributions from its first moment, the node's own among them until it has mixed)
 with ``N`` from the larger usable count share of the current and the previous
 generation; ``A = mean F * (N - 1)`` and ``B = A * t`` come from
-:func:`~learner.strategies.fedcurv.estimated_pull` (ratios of one vector's
+:func:`~p2p.strategies.fedcurv.maths.estimated_pull` (ratios of one vector's
 estimates, in which push-sum's weights cancel) and the stiffness cap of
-:func:`~learner.strategies.fedcurv.capped`. The trainer adds
+:func:`~p2p.strategies.fedcurv.maths.capped`. The trainer adds
 ``lambda * (w' diag(A) w - 2 B' w)`` to every mini-batch loss.
 
 Sums are renewed, never edited, because push-sum can add to a node's mass but not
@@ -86,7 +86,8 @@ import torch
 import trio
 
 from gossip import PushSumSnapshot
-from learner.strategies.fedcurv import (
+from p2p.strategies.base import LossTerm, OutOfStep, StrategyHost
+from p2p.strategies.fedcurv.maths import (
     capped,
     contribute,
     estimated_pull,
@@ -94,8 +95,7 @@ from learner.strategies.fedcurv import (
     penalty,
     totals,
 )
-from p2p.runtime.strategy_host import OutOfStep
-from p2p.strategy.base import LossTerm, StrategyHost
+from p2p.strategies.fedcurv.settings import FedCurvKeys
 
 if TYPE_CHECKING:
     from gossip import PushSum
@@ -203,7 +203,7 @@ class FedCurvStrategy:
         self.every = every
         self.samples = samples
         self.counter = counter
-        self.lr = lr  # the stiffness cap (learner.strategies.fedcurv.capped)
+        self.lr = lr  # the stiffness cap (p2p.strategies.fedcurv.maths.capped)
         # A generation a peer announces restarts this node's sums: at most once per
         # this many rounds (besides its own boundaries), so a liar announcing ever
         # newer generations cannot keep every honest node's sums from mixing.
@@ -482,7 +482,7 @@ class FedCurvStrategy:
 def build(config: NodeConfig) -> FedCurvStrategy:
     """The registry's factory: ``[strategy]`` fedcurv keys; node 0 counts; the sums wait
     until the count is within 4 x ``data.num_nodes``."""
-    s = config.strategy
+    s = config.strategy.of(FedCurvKeys)
     return FedCurvStrategy(s.fedcurv_lambda, s.fedcurv_every, s.fedcurv_samples,
                            counter=config.data.node_index == 0, seed=config.node.seed,
                            lr=config.training.lr, max_nodes=4.0 * max(config.data.num_nodes, 2))

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from p2p.strategy.base import LossTerm, StrategyHost
+from p2p.strategies.base import LossTerm, StrategyHost
 
 if TYPE_CHECKING:
     from p2p.config import NodeConfig

@@ -6,12 +6,12 @@ After the FedLinked report (paper 002), without its server: every
 1. computes its own representation of the public split (last hidden layer, the
    public inputs without their labels) through the node's runner;
 2. pulls the representations of ``fedlinked_peers`` peers drawn from the
-   peer-sampling view (:class:`~p2p.strategy.fedlinked_messages.FedLinkedPull`),
+   peer-sampling view (:class:`~p2p.strategies.fedlinked.messages.FedLinkedPull`),
    checks each reply (public-split digest, shape, bounds, finite values) and keeps
    the newest representation of up to ``fedlinked_cache`` peers;
 3. computes, as the report's server would have for it, each known peer's
    alignment, its utility and the weighted distillation target
-   (:func:`learner.strategies.fedlinked.distillation_target`).
+   (:func:`p2p.strategies.fedlinked.maths.distillation_target`).
 
 The trainer then adds ``fedlinked_weight`` times the distillation loss on a
 random batch of ``fedlinked_public_batch`` public samples to every mini-batch.
@@ -34,14 +34,14 @@ import numpy as np
 import torch
 import trio
 
-from learner.strategies.fedlinked import (
+from p2p.strategies.base import LossTerm, StrategyHost
+from p2p.strategies.fedlinked.maths import (
     distillation_loss,
     distillation_target,
     public_representation,
     representation_tensor,
 )
-from p2p.strategy.base import LossTerm, StrategyHost
-from p2p.strategy.fedlinked_messages import (
+from p2p.strategies.fedlinked.messages import (
     MAX_FEATURES,
     MAX_ROWS,
     MAX_VALUES,
@@ -51,6 +51,7 @@ from p2p.strategy.fedlinked_messages import (
     public_digest,
     representation_of,
 )
+from p2p.strategies.fedlinked.settings import FedLinkedKeys
 from p2p.wire.messages import Error
 
 if TYPE_CHECKING:
@@ -229,7 +230,7 @@ class FedLinkedStrategy:
 
 def build(config: NodeConfig) -> FedLinkedStrategy:
     """The registry's factory: the ``strategy.fedlinked_*`` keys."""
-    s = config.strategy
+    s = config.strategy.of(FedLinkedKeys)
     return FedLinkedStrategy(weight=s.fedlinked_weight, eta=s.fedlinked_eta,
                              sharpness=s.fedlinked_sharpness, peers=s.fedlinked_peers,
                              every=s.fedlinked_every, warmup=s.fedlinked_warmup,

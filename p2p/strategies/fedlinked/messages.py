@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
-from p2p.strategy.public_split import public_digest
+from p2p.strategies.public_split import public_digest
 
 __all__ = [
     "FEDLINKED_MESSAGES",
@@ -90,7 +90,8 @@ def representation_of(reply: FedLinkedReply, digest: bytes, rows: int) -> np.nda
     return values.astype(np.float32).reshape(reply.rows, reply.features)
 
 
-#: The wire surface of FedLinked, registered by :mod:`p2p.runtime.protocol`.
+#: The wire surface of FedLinked, declared by its plug-in (a node registers every
+#: strategy's).
 FEDLINKED_MESSAGES: tuple[tuple[type, str], ...] = (
     (FedLinkedPull, "fedlinked.pull"),
     (FedLinkedReply, "fedlinked.reply"),

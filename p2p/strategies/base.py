@@ -1,31 +1,29 @@
 """The strategy seam: what a node trains and what it exchanges, chosen by ``[strategy]``.
 
 A node always runs peer sampling, its transport and its trainer. A *strategy*
-decides what collaboration adds on top of local SGD:
+decides what collaboration adds on top of local SGD: ``partial`` (the default:
+push-sum averaging of the partial models, nothing added), ``fedcurv`` (plus an
+elastic penalty from gossiped Fisher sums), ``graph`` (personalised models mixed
+along a learned collaboration graph), ``fedlinked`` (distillation towards peers'
+representations of the public split; no parameter leaves the node).
 
-- ``partial`` (the default): push-sum averaging of the partial models, as the
-  node has always done; the strategy itself adds nothing.
-- ``fedcurv``: partial averaging plus an elastic penalty built from two
-  push-summed sums per shared model (the peers' Fisher diagonals and Fisher-weighted
-  parameters).
-- ``graph``: a personalised model per node, mixed with sampled peers' models under
-  weights the node learns (a collaboration graph), with per-node privacy noise.
-- ``fedlinked``: no parameter leaves the node; peers exchange representations of
-  the public split and each node distils towards a utility-weighted target.
-
-Each strategy is a small module implementing :class:`Strategy`; the node is its
-:class:`StrategyHost`. A strategy registers its own typed request handlers (its
-wire messages are part of the node's protocol, ``p2p/runtime/protocol.py``), may
-add a term to the training loss, is called after every training round under the
-model lock, and may run one background task in the node's nursery. The maths of
-each scheme lives in ``learner/strategies/`` (torch and numpy, no trio, no p2p),
-so it is tested and simulated without a node.
+Each strategy is one folder, ``p2p/strategies/<name>/``: ``settings.py`` (its
+``[strategy]`` keys and checks; no torch), ``messages.py`` (its wire messages, if
+any), ``maths.py`` (torch and numpy only: what the lab's references reuse) and
+``node.py`` (a :class:`Strategy` over the node's :class:`StrategyHost`, the only
+part of the node it sees); its ``__init__.py`` declares a :class:`StrategyPlugin`,
+named by one line of :mod:`p2p.strategies.registry`. docs/design/architecture.md.
 """
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, TypeVar
+
+from p2p.config import NodeConfig
+from p2p.config.plugins import PluginSection
 
 if TYPE_CHECKING:
     import numpy as np
@@ -33,12 +31,14 @@ if TYPE_CHECKING:
     import trio
 
     from gossip.pushsum import PushSum
+    from p2p.config import NodeConfig
     from p2p.runtime.assembly import LearningSetup
     from p2p.runtime.train_runner import TrainRunner
-    from p2p.wire.codec import Message
+    from p2p.wire.codec import Message, WireMessage
     from p2p.wire.dispatch import RequestDispatcher
 
-__all__ = ["LossTerm", "Strategy", "StrategyHost"]
+__all__ = ["LossTerm", "OutOfStep", "Strategy", "StrategyFactory", "StrategyHost",
+           "StrategyPlugin", "ValueCheck"]
 
 R = TypeVar("R")
 
@@ -46,6 +46,14 @@ R = TypeVar("R")
 #: through a closure (a penalty on the parameters, a distillation loss on the
 #: public split). Called inside the training step, in the trainer's thread.
 LossTerm = Callable[[], "torch.Tensor"]
+
+#: Why a gossiped vector's pushed values are impossible for an honest holder, or None.
+ValueCheck = Callable[["np.ndarray"], "str | None"]
+
+
+class OutOfStep(str):
+    """A :data:`ValueCheck` reason that is no offence: the values are an honest holder's,
+    only not mergeable here now (another generation of a renewed sum)."""
 
 
 class StrategyHost(Protocol):
@@ -100,7 +108,7 @@ class StrategyHost(Protocol):
         ...
 
     def add_gossiped(self, name: str, fingerprint: bytes, values: np.ndarray,
-                     check: Callable[[np.ndarray], str | None] | None = None) -> PushSum:
+                     check: ValueCheck | None = None) -> PushSum:
         """Gossip an auxiliary vector by push-sum among the nodes that add the same
         ``fingerprint`` (same rules, guard and transport as a shared model); returns
         its core. The strategy changes its contribution with ``core.set_values``
@@ -140,3 +148,26 @@ class Strategy(Protocol):
         """What ``p2p status``, ``p2p metrics`` and the swarm's JSON show of it
         (JSON-able values)."""
         ...
+
+
+#: Builds a strategy from the node's whole configuration.
+StrategyFactory = Callable[[NodeConfig], Strategy]
+
+
+@dataclass(frozen=True, kw_only=True)
+class StrategyPlugin(PluginSection[NodeConfig]):
+    """One strategy as the registry knows it: its config part (:class:`PluginSection`:
+    name, summary, settings, checks), its wire messages, and where its node side is
+    built: ``"module:factory"`` (imported only when a node runs it, with torch) or
+    the factory itself."""
+
+    build: str | StrategyFactory
+    messages: tuple[WireMessage, ...] = ()
+
+    def factory(self) -> StrategyFactory:
+        """The node side's factory (imports it)."""
+        if not isinstance(self.build, str):
+            return self.build
+        module, _, attr = self.build.partition(":")
+        factory: StrategyFactory = getattr(importlib.import_module(module), attr)
+        return factory

@@ -39,10 +39,10 @@ contribution has mostly left the node, and taking it out there leaves a mix with
 negative coefficient, whose ratio extrapolates beyond every anchor (the cause of the
 node's divergence at lambda >= 1). The node therefore only ever *adds* with
 :func:`contribute` and renews its sums by generations instead
-(:mod:`p2p.strategy.fedcurv`).
+(:mod:`p2p.strategies.fedcurv.node`).
 
 Torch and numpy only: no trio, no p2p (the node's runtime is
-:mod:`p2p.strategy.fedcurv`).
+:mod:`p2p.strategies.fedcurv.node`).
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ import trio.testing
 
 from p2p.config import StrategyConfig
 from p2p.runtime.train_runner import InlineRunner
-from p2p.strategy.fedlinked import FedLinkedStrategy
+from p2p.strategies.fedlinked.node import FedLinkedStrategy
 from p2p.testing import MemoryNetwork, fast_spec, memory_addresses, memory_node, running, wait_until
 
 LIMIT = 300.0  # virtual seconds: generous (rounds take 1 s), free under the autojump clock

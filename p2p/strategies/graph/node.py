@@ -7,11 +7,11 @@ seconds); at each wake-up the node
 
 1. samples ``graph_kappa`` peers from the peer-sampling view and pulls from them,
    and from its ``graph_neighbours`` heaviest neighbours, their last released
-   model, loss, confidence and degree (:class:`~p2p.strategy.graph_messages.GraphPull`);
+   model, loss, confidence and degree (:class:`~p2p.strategies.graph.messages.GraphPull`);
 2. under the model lock: measures the distance between its outputs and each
    sampled peer's on the public split, takes one step of the graph objective on
    those edges, mixes its model with its heaviest neighbours' and adds the Laplace
-   noise of one release (the maths: :mod:`learner.strategies.collab_graph`); the
+   noise of one release (the maths: :mod:`p2p.strategies.graph.maths`); the
    result is both its model (training goes on from it) and its released model,
    which it serves to pulls until its next wake-up;
 3. tells each sampled peer the new weight of their edge (:class:`GraphWeight`). A node
@@ -48,7 +48,8 @@ import torch
 import torch.nn.functional as F
 import trio
 
-from learner.strategies.collab_graph import (
+from p2p.strategies.base import LossTerm, StrategyHost
+from p2p.strategies.graph.maths import (
     CollabGraph,
     GraphError,
     GraphParams,
@@ -61,8 +62,7 @@ from learner.strategies.collab_graph import (
     release_noise,
     softmax,
 )
-from p2p.strategy.base import LossTerm, StrategyHost
-from p2p.strategy.graph_messages import (
+from p2p.strategies.graph.messages import (
     GraphAck,
     GraphMessageError,
     GraphPull,
@@ -73,6 +73,7 @@ from p2p.strategy.graph_messages import (
     peer_state_of,
     weight_of,
 )
+from p2p.strategies.graph.settings import GraphKeys
 from p2p.wire.messages import Error
 
 if TYPE_CHECKING:
@@ -373,7 +374,7 @@ class GraphStrategy:
 
 def build(config: NodeConfig) -> GraphStrategy:
     """The registry's factory: the ``strategy.graph_*`` keys."""
-    s = config.strategy
+    s = config.strategy.of(GraphKeys)
     params = GraphParams(mu=s.graph_mu, beta=s.graph_beta, delta=s.graph_delta,
                          kappa=s.graph_kappa, local_lipschitz=s.graph_local_lipschitz,
                          max_neighbours=s.graph_neighbours, max_edges=s.graph_max_edges)

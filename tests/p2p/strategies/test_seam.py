@@ -17,8 +17,8 @@ from gossip import PushSum
 from p2p.config import ConfigError, NodeConfig, StrategyConfig, load_config
 from p2p.runtime.checkpoint import CheckpointStore
 from p2p.runtime.train_runner import InlineRunner
-from p2p.strategy import STRATEGIES, LossTerm, StrategyHost, build_strategy
-from p2p.strategy.partial import PartialStrategy
+from p2p.strategies import STRATEGIES, LossTerm, StrategyHost, StrategyPlugin, build_strategy
+from p2p.strategies.partial.node import PartialStrategy
 from p2p.testing import MemoryNetwork, fast_spec, memory_addresses, memory_node, running, wait_until
 from p2p.wire import codec
 from p2p.wire.handshake import PeerInfo
@@ -116,7 +116,8 @@ def test_strategies_other_than_partial_refuse_dp() -> None:
 async def test_a_strategy_reaches_handlers_loss_rounds_gossip_and_status(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         autojump_clock: trio.testing.MockClock) -> None:
-    monkeypatch.setitem(STRATEGIES, "fake", FakeStrategy)
+    monkeypatch.setitem(STRATEGIES, "fake", StrategyPlugin(name="fake", summary="a test's",
+                                                          build=FakeStrategy))
     spec = fast_spec(rounds=4, steps_per_round=3)
     net = MemoryNetwork()
     addresses = memory_addresses(2)
@@ -164,7 +165,8 @@ class BrokenStrategy(FakeStrategy):
 async def test_a_failing_strategy_is_switched_off_and_the_node_runs_on(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         autojump_clock: trio.testing.MockClock) -> None:
-    monkeypatch.setitem(STRATEGIES, "broken", BrokenStrategy)
+    monkeypatch.setitem(STRATEGIES, "broken", StrategyPlugin(name="broken", summary="a test's",
+                                                            build=BrokenStrategy))
     spec = fast_spec(rounds=4, steps_per_round=3)
     net = MemoryNetwork()
     addresses = memory_addresses(2)

@@ -23,7 +23,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from gossip.validation import MAX_ABS_VALUE
-from p2p.strategy.public_split import DIGEST_BYTES, public_digest
+from p2p.strategies.public_split import DIGEST_BYTES, public_digest
 
 __all__ = [
     "DIGEST_BYTES",
@@ -151,7 +151,8 @@ def weight_of(msg: GraphWeight, digest: bytes) -> float:
     return _number(msg.weight, "weight", 0.0, MAX_WEIGHT)
 
 
-#: The wire surface of the graph strategy, registered by :mod:`p2p.runtime.protocol`.
+#: The wire surface of the graph strategy, declared by its plug-in (a node registers
+#: every strategy's).
 GRAPH_MESSAGES: tuple[tuple[type, str], ...] = (
     (GraphPull, "graph.pull"),
     (GraphReply, "graph.reply"),

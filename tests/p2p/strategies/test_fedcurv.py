@@ -14,7 +14,10 @@ import trio.testing
 from lab.sim.pushsum import ModelSpec, Simulation
 
 from gossip import Push
-from learner.strategies.fedcurv import (
+from p2p.config import NodeConfig, StrategyConfig
+from p2p.runtime.assembly import build_learning
+from p2p.runtime.train_runner import InlineRunner
+from p2p.strategies.fedcurv.maths import (
     capped,
     contribute,
     estimated_pull,
@@ -25,10 +28,7 @@ from learner.strategies.fedcurv import (
     penalty_gradient,
     totals,
 )
-from p2p.config import NodeConfig, StrategyConfig
-from p2p.runtime.assembly import build_learning
-from p2p.runtime.train_runner import InlineRunner
-from p2p.strategy.fedcurv import (
+from p2p.strategies.fedcurv.node import (
     GENERATION_MODULUS,
     FedCurvStrategy,
     check_pushed,
@@ -246,7 +246,8 @@ def test_estimated_pull_keeps_stiffness_non_negative_and_target_convex_after_a_c
 def test_pushed_values_an_honest_holder_cannot_have_are_refused() -> None:
     from gossip import Push, RejectedPush
     from gossip.compression import encode
-    from p2p.runtime.strategy_host import CheckedPushSum, OutOfStep
+    from p2p.runtime.strategy_host import CheckedPushSum
+    from p2p.strategies import OutOfStep
 
     n = 3
     fp = b"f" * 32
@@ -292,7 +293,7 @@ def test_fedcurv_warns_once_when_no_node_count_arrives(caplog: pytest.LogCapture
     import torch as _torch
 
     from gossip import PushSum
-    from p2p.strategy import fedcurv as runtime
+    from p2p.strategies.fedcurv import node as runtime
 
     n = 4
     s = FedCurvStrategy(1.0, 5, 8, counter=False, seed=0, lr=0.1, max_nodes=8.0)
@@ -300,7 +301,7 @@ def test_fedcurv_warns_once_when_no_node_count_arrives(caplog: pytest.LogCapture
     s._models["m"] = runtime._ModelSums(
         _torch.arange(n), PushSum(b"c" * 32, np.zeros(2 * n + 2)), np.zeros(n), np.zeros(n),
         np.zeros(n), _torch.zeros(n), _torch.zeros(n))
-    with caplog.at_level("WARNING", logger="p2p.strategy.fedcurv"):
+    with caplog.at_level("WARNING", logger="p2p.strategies.fedcurv.node"):
         for _ in range(runtime.COUNT_WAIT_ROUNDS - 1):
             s.after_round()
         assert not s.count_missing and not caplog.records

@@ -1,4 +1,4 @@
-"""The collaboration-graph maths (learner/strategies/collab_graph.py): objective, step,
+"""The collaboration-graph maths (p2p/strategies/graph/maths.py): objective, step,
 mixing, Laplace noise and its accounting."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from learner.strategies.collab_graph import (
+from p2p.strategies.graph.maths import (
     CollabGraph,
     GraphError,
     GraphParams,

@@ -11,7 +11,9 @@ import torch
 from learner.data import DataSpec, load_node_data
 from learner.data_errors import DataError
 from learner.schemes import averaging_level
-from learner.strategies.fedlinked import (
+from p2p.config import ConfigError, NodeConfig, StrategyConfig, load_config
+from p2p.runtime.protocol import register_node_messages
+from p2p.strategies.fedlinked.maths import (
     RepresentationError,
     align,
     alignment,
@@ -20,9 +22,7 @@ from learner.strategies.fedlinked import (
     distillation_target,
     utilities,
 )
-from p2p.config import ConfigError, NodeConfig, StrategyConfig, load_config
-from p2p.runtime.protocol import register_node_messages
-from p2p.strategy.fedlinked_messages import (
+from p2p.strategies.fedlinked.messages import (
     MAX_VALUES,
     FedLinkedMessageError,
     FedLinkedPull,
