@@ -125,7 +125,9 @@ def spread(values: list[float]) -> str:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--study", choices=sorted(STUDIES), default="resnet")
-    p.add_argument("--seeds", type=int, default=5, help="reference seeds (0..N-1)")
+    p.add_argument("--seeds", type=int, default=5, help="reference seeds (first..first+N-1)")
+    p.add_argument("--first-seed", type=int, default=0,
+                   help="first reference seed (to share the seeds out among processes)")
     p.add_argument("--rounds", type=int, help="rounds (default: the study's)")
     p.add_argument("--schemes", help="comma-separated subset of the study's schemes")
     p.add_argument("--daemons", action="store_true", help="also run real daemons")
@@ -143,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     for name, (_, models) in schemes.items():
         if args.no_reference:
             break
-        for seed in range(args.seeds):
+        for seed in range(args.first_seed, args.first_seed + args.seeds):
             t0 = time.perf_counter()
             accuracy = reference_run(study, models, seed, rounds)
             results[name]["reference"].append(accuracy)
@@ -170,7 +172,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{name:22} {ref:32} {swarm}")
     if args.json:
         args.json.write_text(json.dumps({"study": args.study, "rounds": rounds,
-                                         "nodes": study.nodes, "results": results},
+                                         "nodes": study.nodes, "first_seed": args.first_seed,
+                                         "results": results},
                                         indent=2))
     return 0
 
