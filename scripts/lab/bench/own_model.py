@@ -4,8 +4,8 @@
 labels 8 and 9 swapped): local learning, one global model (every tensor), a
 unit split (80 % of every layer's units, traced) and a parameter split
 (``features.*`` global, head local). ``--study transformer``
-(examples/own-transformer on mnist1d): local learning against the encoder
-shared by name. Seeds run through the synchronous reference (thesis
+(examples/own-transformer on mnist1d): local learning against sharing by
+name the embedding and encoder (the example's split) or the encoder alone. Seeds run through the synchronous reference (thesis
 Algorithm 2, in process; the same model, data split and SGD steps as the
 daemons); ``--daemons`` runs the same schemes on real daemons through the
 swarm launcher (``scripts/swarm.py --config``) for ``--daemon-seeds`` seeds.
@@ -63,7 +63,9 @@ RESNET = Study(
 TRANSFORMER = Study(
     "own-transformer", "mnist1d", 4, 150, True,
     {"local": ("node.toml", ()),
-     "encoder.* global": ("node.toml", (ModuleModelSpec("global", params=("encoder.*",)),))},
+     "embed+encoder global": ("node.toml", (ModuleModelSpec(
+         "global", params=("embed.*", "position", "encoder.*")),)),
+     "encoder.* global": ("node-encoder.toml", (ModuleModelSpec("global", params=("encoder.*",)),))},
     "adam", 0.002)
 STUDIES = {"resnet": RESNET, "transformer": TRANSFORMER}
 #: The swarm launcher's scheme for each study scheme (the config says the rest).
