@@ -5,7 +5,9 @@ with the final permissions (0600 by default), fsyncs it, renames it into
 place and fsyncs the directory. A crash or a full disk leaves either the old
 file or the new one, never a mix, and no temporary file behind. With
 ``exclusive=True`` an existing file is never replaced (the final step is a
-hard link, which fails if the name is taken).
+hard link, which fails if the name is taken). ``before_replace`` runs once the
+new bytes are safely on disk, just before they take the name (checkpoints keep
+their previous file there).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import contextlib
 import errno
 import os
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 __all__ = ["FileWriteError", "describe_os_error", "write_private_file"]
@@ -43,11 +46,14 @@ def describe_os_error(exc: OSError) -> str:
 
 
 def write_private_file(path: str | os.PathLike[str], data: bytes, *, mode: int = 0o600,
-                       exclusive: bool = False) -> None:
+                       exclusive: bool = False,
+                       before_replace: Callable[[], None] | None = None) -> None:
     """Atomically make ``path`` hold ``data`` with permissions ``mode``.
 
     Raises :class:`FileWriteError` naming ``path``; the previous file (if any)
-    is left untouched and the temporary file removed.
+    is left untouched and the temporary file removed. ``before_replace`` is
+    called after the temporary file is written and fsync'ed, before the rename
+    (an ``OSError`` it raises fails the write the same way).
     """
     target = Path(path)
     directory = target.parent
@@ -69,6 +75,8 @@ def write_private_file(path: str | os.PathLike[str], data: bytes, *, mode: int =
             os.fsync(fd)
         finally:
             os.close(fd)
+        if before_replace is not None:
+            before_replace()
         if exclusive:
             os.link(tmp_name, target)
             os.unlink(tmp_name)

@@ -462,7 +462,9 @@ def _run_command(args: argparse.Namespace) -> int:
         checkpoint = sys.modules.get("p2p.runtime.checkpoint")  # only loaded by `run`
         if checkpoint is not None and isinstance(exc, checkpoint.CheckpointError):
             _error(str(exc))
-            usage = (checkpoint.DataDirError, checkpoint.CheckpointConflict)  # fixed by a flag
+            # fixed by a flag, or by running again (the corrupt files were moved aside)
+            usage = (checkpoint.DataDirError, checkpoint.CheckpointConflict,
+                     checkpoint.CheckpointCorrupt)
             return EXIT_USAGE if isinstance(exc, usage) else EXIT_FAILURE
         if debug:
             traceback.print_exc()

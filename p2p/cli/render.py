@@ -231,6 +231,7 @@ _STATUS_FIELDS: tuple[tuple[str, str, Callable[[object], str]], ...] = (
     ("isolated", "isolated", _fmt_text),
     ("collaborating", "collaborating", _fmt_text),
     ("training", "training", _fmt_text),
+    ("checkpoint", "checkpoint", _fmt_text),  # only after a fallback or a file moved aside
     ("privacy", "privacy", fmt_privacy),
     ("masking", "masking", fmt_masking),
     ("groups", "groups", fmt_groups),
@@ -268,7 +269,8 @@ def render_status(result: Mapping[str, Any]) -> RenderableType:
     table.add_column("value", overflow="fold")
     for key, label, fmt in _STATUS_FIELDS:
         # no DP-SGD, no clustering: no row
-        if key not in result or (key in ("privacy", "masking", "groups") and not result[key]):
+        if key not in result or (key in ("privacy", "masking", "groups", "checkpoint")
+                                 and not result[key]):
             continue
         value = fmt(result[key])
         if key == "isolated" and result[key] is True:
