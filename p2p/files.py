@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import hashlib
 import os
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-__all__ = ["FileWriteError", "describe_os_error", "write_private_file"]
+__all__ = ["FileWriteError", "content_digest", "describe_os_error", "write_private_file"]
 
 
 class FileWriteError(OSError):
@@ -110,3 +111,18 @@ def _fsync_directory(directory: Path) -> None:
         pass
     finally:
         os.close(dir_fd)
+
+
+def content_digest(path: str | os.PathLike[str]) -> str:
+    """``sha256:<hex>`` of a file's bytes, or of a directory's files (names and bytes,
+    in name order): the identity of a data file wherever it lies."""
+    root = Path(path).expanduser()
+    digest = hashlib.sha256()
+    files = sorted(p for p in root.rglob("*") if p.is_file()) if root.is_dir() else [root]
+    for file in files:
+        if root.is_dir():
+            digest.update(file.relative_to(root).as_posix().encode() + b"\0")
+        with open(file, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                digest.update(block)
+    return f"sha256:{digest.hexdigest()}"

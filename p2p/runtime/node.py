@@ -52,6 +52,7 @@ from learner.layout import ModelLayout
 from learner.spec import PartialModelSpec
 from learner.trainer import Evaluation
 from p2p.config import ConfigError, NodeConfig, load_swarm_key
+from p2p.files import content_digest
 from p2p.runtime.admin_commands import NodeAdmin
 from p2p.runtime.admin_server import serve_admin
 from p2p.runtime.assembly import LearningSetup, build_learning
@@ -192,7 +193,8 @@ class Node:
         # push-sum counters carried over from a checkpoint, per model
         self.counter_base: dict[str, dict[str, int]] = {}
         # what decides the layout and the data: saved with every checkpoint
-        self.trained_with = training_record(config)
+        self.trained_with = training_record(
+            config, None if config.data.path is None else content_digest(config.data.path))
         self.resumed_at: int | None = None  # the checkpoint's round, when resumed
         self.checkpoint_note: str | None = None  # a fallback or a file moved aside at start
         self._resume(fresh)
