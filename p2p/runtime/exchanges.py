@@ -65,23 +65,30 @@ class ExchangeLedger:
         # kept apart from the events, which a flood of refusals could push out
         self._last: dict[tuple[str, str], float] = {}  # (model, "acked"/"merged") -> time
 
+    def _add(self, event: _Event) -> None:
+        """Keep ``event``, dropping those already out of the window."""
+        start = event.time - self.window()
+        while self._events and self._events[0].time < start:
+            self._events.popleft()
+        self._events.append(event)
+
     def acked(self, model: str, now: float) -> None:
         """A push of this node for ``model`` was acknowledged (merged by the peer)."""
-        self._events.append(_Event(now, model, "acked"))
+        self._add(_Event(now, model, "acked"))
         self._last[(model, "acked")] = now
 
     def refused_by_peer(self, model: str, reason: str, now: float) -> None:
         """A peer refused a push of this node for ``model``, saying ``reason``."""
-        self._events.append(_Event(now, model, "refused-out", refusal_kind(reason), reason))
+        self._add(_Event(now, model, "refused-out", refusal_kind(reason), reason))
 
     def merged(self, model: str, now: float) -> None:
         """A peer's push for ``model`` was merged here."""
-        self._events.append(_Event(now, model, "merged"))
+        self._add(_Event(now, model, "merged"))
         self._last[(model, "merged")] = now
 
     def refused_here(self, model: str, reason: str, now: float) -> None:
         """This node refused a peer's push for ``model`` for ``reason``."""
-        self._events.append(_Event(now, model, "refused-in", refusal_kind(reason), reason))
+        self._add(_Event(now, model, "refused-in", refusal_kind(reason), reason))
 
     def round_seen(self, round_number: int, now: float) -> None:
         """The node's round counter at ``now`` (the window spans 3 rounds when slower)."""

@@ -52,12 +52,12 @@ class FiniteGuard:
     def problem(self, loss: float, *, no_loss_ok: bool = False) -> str | None:
         """What is not finite after a round, or None. ``no_loss_ok``: a NaN loss means
         "no batch ran" (DP-SGD's empty Poisson batches), not a failure."""
-        if math.isinf(loss) or (math.isnan(loss) and not no_loss_ok):
-            return f"the training loss is {loss}"
         for where, tensor in self._state():
             if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
                 bad = int((~torch.isfinite(tensor)).sum())
                 return f"{where} holds {bad} non-finite value(s)"
+        if math.isinf(loss) or (math.isnan(loss) and not no_loss_ok):
+            return f"the training loss is {loss}"
         return None
 
     def rollback(self) -> None:
