@@ -580,11 +580,12 @@ class CheckpointStore:
              path: Path | None = None) -> NodeState | None:
         """Read the newest checkpoint (or ``path``); ``None`` if there is none.
 
-        Raises :class:`CheckpointCorrupt` if its digest does not match (or a
-        bare file claims a version that has one), :class:`CheckpointError` if
-        the file cannot be read, is not a checkpoint (or was tampered with:
-        only tensors and plain values are accepted), has another format
-        version, or (with ``expected_node_id``) belongs to another identity.
+        Raises :class:`CheckpointCorrupt` if its digest does not match, it cannot
+        be decoded (a tampered file: only tensors and plain values are
+        accepted) or a bare file claims a version that has a digest;
+        :class:`CheckpointError` if the file cannot be read, is not a checkpoint
+        of this program, has another format version, or (with
+        ``expected_node_id``) belongs to another identity.
         """
         path = self.path if path is None else path
         try:
@@ -599,9 +600,8 @@ class CheckpointStore:
             raw = torch.load(io.BytesIO(payload), map_location="cpu", weights_only=True)
         except Exception as exc:  # torch raises many types for bad input
             first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-            error = CheckpointCorrupt if sealed else CheckpointError
-            raise error(f"checkpoint {path} is invalid: cannot decode it "
-                        f"({type(exc).__name__}: {first_line[:200]})") from exc
+            raise CheckpointCorrupt(f"checkpoint {path} is corrupt: cannot decode it "
+                                    f"({type(exc).__name__}: {first_line[:200]})") from exc
         if not sealed and isinstance(raw, dict) and raw.get("version") == CHECKPOINT_VERSION:
             raise CheckpointCorrupt(f"checkpoint {path} is corrupt: a version "
                                     f"{CHECKPOINT_VERSION} checkpoint without its digest")

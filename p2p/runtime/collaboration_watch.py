@@ -21,6 +21,7 @@ import trio
 
 from p2p.runtime.collaboration import (
     CollaborationReporter,
+    CollaborationState,
     CollaborationStatus,
     ContactLog,
     all_local_tag,
@@ -97,12 +98,10 @@ class CollaborationWatch:
         return sum(1 for tags in self._known_peers().values() if tags & wanted)
 
     def status(self) -> CollaborationStatus:
-        """Whether this node exchanges its models with peers it knows, and if not why."""
+        """Whether this node exchanges its models with peers it knows, and if not why
+        (while it waits for ``training.min_peers``: that, unless the peers it knows
+        hold none of its models, which says more)."""
         node = self._node
-        if self._waiting is not None:
-            what = (", ".join(node.learning.fingerprints) if node.learning.fingerprints
-                    else "this node's strategy and network")
-            return waiting_for_peers(*self._waiting, what, node.config.training.peer_wait)
         sampler = node.peers.started
         peers = self._known_peers()
         status = assess(
@@ -111,10 +110,19 @@ class CollaborationWatch:
             bootstrap=[f"{b.host}:{b.port}" for b in node.config.node.bootstrap],
             contacts=self.contacts, swarm_key=node.swarm_key is not None,
         )
+        if self._waiting is not None and status.state is not CollaborationState.SHAPE_MISMATCH:
+            return self._wait_status()
         now = self._clock()
         return with_exchanges(status, {name: self.exchanges.model(name, now)
                                        for name in node.learning.fingerprints},
                               self.exchanges.window())
+
+    def _wait_status(self) -> CollaborationStatus:
+        assert self._waiting is not None
+        node = self._node
+        what = (", ".join(node.learning.fingerprints) if node.learning.fingerprints
+                else "this node's strategy and network")
+        return waiting_for_peers(*self._waiting, what, node.config.training.peer_wait)
 
     def pushed(self, push: Push, refusal: str | None) -> None:
         """A push of this node was acknowledged (``refusal`` None) or refused by its peer."""
@@ -129,7 +137,7 @@ class CollaborationWatch:
     @property
     def waiting(self) -> str | None:
         """While the first round waits for ``training.min_peers``: what it waits for."""
-        return None if self._waiting is None else self.status().reason
+        return None if self._waiting is None else self._wait_status().reason
 
     async def wait_for_peers(self, stop: trio.Event) -> None:
         """Hold the first round until ``training.min_peers`` known peers hold one of this
@@ -140,7 +148,7 @@ class CollaborationWatch:
         if self.holders_known() >= t.min_peers:
             return
         self._waiting = (self.holders_known(), t.min_peers)
-        logger.info("%s", self.status().reason)
+        logger.info("%s", self._wait_status().reason)
         with trio.move_on_after(t.peer_wait) as scope:
             while self.holders_known() < t.min_peers and not stop.is_set():
                 self._waiting = (self.holders_known(), t.min_peers)

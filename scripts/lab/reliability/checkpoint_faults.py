@@ -50,7 +50,7 @@ NEWEST, OLDER = "checkpoint.pt", "checkpoint.prev.pt"
 
 
 async def _train(root: Path, rounds: int, layers: str | None = None) -> None:
-    spec = dataclasses.replace(SPEC, rounds=rounds, **({"layers": layers} if layers else {}))
+    spec = dataclasses.replace(SPEC, rounds=rounds, layers=layers or SPEC.layers)
     net, addresses = MemoryNetwork(), memory_addresses(2)
     nodes = [memory_node(net, root / f"n{i}", spec, i, addresses[i],
                          bootstrap=addresses[:1] if i else ()) for i in range(2)]

@@ -164,9 +164,14 @@ async def test_min_peers_counts_only_holders_and_the_wait_shows(
     a, b = _pair(tmp_path, spec, other)
     assert b.config.training.min_peers == 1
     async with running([a, b]):
+        assert b.admin.status().collaboration_state == "waiting-for-peers"
         await wait_until(lambda: b.sampler.view() and a.sampler.view())
+        # while it waits, the reason it would wait in vain is said, in status and the log
+        await wait_until(lambda: any(r.levelno == logging.WARNING and "not collaborating: "
+                                     "no peer holds model global" in r.getMessage()
+                                     for r in caplog.records))
         status = b.admin.status()
-        assert status.collaboration_state == "waiting-for-peers"
+        assert status.collaboration_state == "shape-mismatch"
         assert status.training == (
             "waiting for peers before the first round: 0 of 1 known hold global "
             f"(training.min_peers = 1; training starts anyway after "
