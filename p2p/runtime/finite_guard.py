@@ -23,6 +23,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from gossip import LogLimiter
+
 __all__ = ["NONFINITE_LIMIT", "FiniteGuard", "tensors_in"]
 
 logger = logging.getLogger(__name__)
@@ -43,6 +45,7 @@ class FiniteGuard:
         self.in_a_row = 0  # non-finite rounds since the last good one
         self.events = 0  # non-finite rounds in all
         self.stopped: str | None = None  # why training stopped, once it did
+        self._lines = LogLimiter(logger)  # a model that fails every other round: one a minute
 
     def keep(self) -> None:
         """Remember the state before a round (call with the model lock held)."""
@@ -68,9 +71,9 @@ class FiniteGuard:
         self.network.load_state_dict(params)
         self.optimizer.load_state_dict(optimizer)
 
-    def restore(self, round_number: int, problem: str) -> None:
-        """Put the kept state back after a non-finite round and report it; stops
-        training after ``limit`` such rounds in a row."""
+    def restore(self, round_number: int, problem: str, now: float) -> None:
+        """Put the kept state back after a non-finite round and report it (at most a line
+        a minute, ``now`` the time); stops training after ``limit`` such rounds in a row."""
         self.rollback()
         self.in_a_row += 1
         self.events += 1
@@ -81,9 +84,10 @@ class FiniteGuard:
                          "node keeps serving its peers; lower training.lr, check the data "
                          "(p2p config checks it) or the strategy, then restart", self.stopped)
         else:
-            logger.warning("round %d skipped: %s; the state before the round is restored "
-                           "(%d of %d non-finite rounds in a row before training stops)",
-                           round_number, problem, self.in_a_row, self.limit)
+            self._lines.warning(now, "non-finite rounds",
+                                "round %d skipped: %s; the state before the round is restored "
+                                "(%d of %d non-finite rounds in a row before training stops)",
+                                round_number, problem, self.in_a_row, self.limit)
 
     def good(self) -> None:
         """A round ended finite."""

@@ -399,8 +399,8 @@ class Node:
         if state is None:
             return
         self.resumed_at = state.round
-        logger.info("resumed from %s at round %d", getattr(resumed.path, "name", "checkpoint"),
-                    state.round)
+        logger.info("resumed from %s at round %d",
+                    resumed.path.name if resumed.path else "checkpoint", state.round)
         rounds = self.config.training.rounds
         if rounds and state.round >= rounds:
             logger.warning("training.rounds = %d is already reached (the checkpoint is at round "
@@ -612,7 +612,7 @@ class Node:
             done_rounds = self.progress.round + 1
             problem = self.finite.problem(loss, no_loss_ok=trainer.privacy is not None)
             if problem is not None:
-                self.finite.restore(done_rounds, problem)
+                self.finite.restore(done_rounds, problem, trio.current_time())
                 self.counters["nonfinite_rounds"] = self.finite.events
                 return False
             self.finite.good()

@@ -85,7 +85,7 @@ import numpy as np
 import torch
 import trio
 
-from gossip import PushSumSnapshot
+from gossip import LogLimiter, PushSumSnapshot
 from learner.strategies.fedcurv import (
     capped,
     contribute,
@@ -220,6 +220,7 @@ class FedCurvStrategy:
         self.fisher_seconds = 0.0
         self._rounds_seen = 0
         self.count_missing = False  # no node count after COUNT_WAIT_ROUNDS rounds
+        self._lines = LogLimiter(logger)  # a Fisher estimate gone wrong: a line a minute
 
     @property
     def host(self) -> StrategyHost:
@@ -442,8 +443,9 @@ class FedCurvStrategy:
             f = fisher[m.index.numpy()]
             anchor = learning.network.extract(name)
             if not (np.all(np.isfinite(f)) and np.all(np.isfinite(f * anchor))):
-                logger.error("fedcurv: the Fisher estimate of %s is not finite (the model "
-                             "diverged?); contribution kept", name)
+                self._lines.log(trio.current_time(), name, logging.ERROR,
+                                "fedcurv: the Fisher estimate of %s is not finite (the model "
+                                "diverged?); contribution kept", name)
                 m.awaiting = False
                 continue
             m.pending = (f, anchor)

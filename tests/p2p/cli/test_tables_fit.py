@@ -8,9 +8,19 @@ headers ``trai n``). Now a narrow table gets short headers, then drops columns
 
 from __future__ import annotations
 
+import contextlib
+import io
+import re
+from pathlib import Path
+
+import pytest
+import trio
+
 from p2p.cli.fit import fit_table
+from p2p.cli.main import main
 from p2p.cli.render import render_result, to_text
 from p2p.swarm.cli import RESULTS_FITTING, results_table
+from p2p.testing import fast_spec, running, tcp_node, wait_until
 
 NODES = [{"node": i, "permutation": "8:9" if i % 2 else "id", "accuracy": 0.925,
           "loss": 0.072, "round": 1159, "pushes_sent": 11594, "pushes_received": 11000,
@@ -51,3 +61,23 @@ def test_p2p_models_fits_80_columns_with_every_value_whole() -> None:
         assert value in row, value
     wide = to_text(render_result("models", MODELS, 200), width=200)
     assert "fingerprint" in wide and "semi-local" not in wide and "not shown" not in wide
+
+
+@pytest.mark.e2e
+async def test_p2p_models_of_a_running_node_fits_an_80_column_pipe(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    node = tcp_node(tmp_path / "n0", fast_spec(rounds=1))
+    monkeypatch.setenv("COLUMNS", "80")
+    async with running([node]):
+        await wait_until(lambda: node.progress.finished)
+        out = io.StringIO()
+
+        def models() -> int:
+            with contextlib.redirect_stdout(out):
+                return main(["models", "--data-dir", str(tmp_path / "n0")])
+
+        assert await trio.to_thread.run_sync(models) == 0
+    lines = _lines(out.getvalue())
+    assert all(len(line) <= 80 for line in lines), out.getvalue()
+    (row,) = [line for line in lines if line.startswith("│ global")]
+    assert re.search(r"│\s+[\d,]+/[\d,]+/[\d,]+ │", row) and re.search(r"\d+(\.\d)? (B|KiB)", row)

@@ -109,6 +109,22 @@ async def test_three_non_finite_rounds_in_a_row_stop_training_and_status_says_so
     assert len(stopped) == 1 and stopped[0].levelno == logging.ERROR
 
 
+async def test_a_loss_term_that_raises_switches_the_strategy_off_not_the_node(
+        tmp_path: Path, autojump_clock: trio.testing.MockClock) -> None:
+    node = _alone(tmp_path)
+
+    def broken() -> torch.Tensor:
+        raise RuntimeError("a strategy's bug")
+
+    node.learning.trainer.loss_term = broken
+    async with running([node]):
+        with trio.fail_after(LIMIT):
+            await wait_until(lambda: node.progress.finished, timeout=LIMIT)
+    assert node.progress.round == SPEC.rounds and _finite(node)
+    assert node.strategy_status()["failed"] == "loss term: RuntimeError: a strategy's bug"
+    assert node.learning.trainer.loss_term is None and node.counters["nonfinite_rounds"] == 0
+
+
 def test_a_dp_round_without_a_batch_is_not_a_non_finite_event() -> None:
     net = torch.nn.Linear(2, 2)
     guard = FiniteGuard(net, torch.optim.SGD(net.parameters(), lr=0.1))
