@@ -165,10 +165,9 @@ def resume_from(node: StatefulNode, store: CheckpointStore) -> Resumed:
             raise CheckpointConflict(f"{outcome}; {hint}") from outcome
         else:
             logger.warning("%s; it is replaced at the next checkpoint", outcome)
-    moved = [(path, exc, store.rename(path, store.corrupt_path(path))) for path, exc in corrupt]
     if not found:
-        if moved:
-            raise CheckpointCorrupt(_all_corrupt(store, moved))
+        if corrupt:
+            raise CheckpointCorrupt(_all_corrupt(store, _set_aside(store, corrupt)))
         return Resumed(None)
     path, state = found[0]
     if state.trained_with is not None:
@@ -190,7 +189,8 @@ def resume_from(node: StatefulNode, store: CheckpointStore) -> Resumed:
     if not state.sealed:
         logger.warning("checkpoint %s carries no digest (an older version wrote it): resumed "
                        "after checking its values; the next checkpoint carries one", path)
-    note = _resume_note(node, store, path, state, moved)
+    # set aside once the good one is resumed: a conflict above leaves every file as it is
+    note = _resume_note(node, store, path, state, _set_aside(store, corrupt))
     if note is not None:
         logger.warning("%s", note)
     return Resumed(state, path, note)
@@ -210,6 +210,12 @@ def _read_both(node: StatefulNode, store: CheckpointStore
             yield path, exc
             continue
         yield path, state
+
+
+def _set_aside(store: CheckpointStore, corrupt: list[tuple[Path, CheckpointCorrupt]]
+               ) -> list[tuple[Path, CheckpointCorrupt, Path]]:
+    """Move each corrupt file to ``<name>.corrupt-<time>``; (file, why, where it went)."""
+    return [(path, exc, store.rename(path, store.corrupt_path(path))) for path, exc in corrupt]
 
 
 def _all_corrupt(store: CheckpointStore,
