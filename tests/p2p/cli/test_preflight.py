@@ -58,6 +58,7 @@ def _run(*argv: str) -> tuple[int, list[str]]:
     return code, [line for line in err.getvalue().splitlines() if line.startswith("p2p: error:")]
 
 
+@pytest.mark.usefixtures("restore_logging")
 def test_a_data_file_with_nan_fails_config_and_run_alike_and_run_creates_nothing(
         tmp_path: Path) -> None:
     _wine(tmp_path / "bad.npz", nan=True)
@@ -73,6 +74,7 @@ def test_a_data_file_with_nan_fails_config_and_run_alike_and_run_creates_nothing
     assert not (tmp_path / "d").exists()  # no directory, identity, lock or checkpoint
 
 
+@pytest.mark.usefixtures("restore_logging")
 def test_a_bad_swarm_key_file_leaves_no_lock_behind(tmp_path: Path) -> None:
     _wine(tmp_path / "wine.npz")
     config = tmp_path / "node.toml"

@@ -132,6 +132,7 @@ async def test_flipped_push_sum_values_fall_back_to_the_older_checkpoint(
     assert final is not None and final.round == 6 and final.sealed
 
 
+@pytest.mark.usefixtures("restore_logging")
 async def test_both_corrupt_exits_2_in_one_line_and_moves_both_aside(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     await _train(tmp_path, 2)
