@@ -21,7 +21,6 @@ import trio
 
 from p2p.runtime.collaboration import (
     CollaborationReporter,
-    CollaborationState,
     CollaborationStatus,
     ContactLog,
     all_local_tag,
@@ -99,8 +98,8 @@ class CollaborationWatch:
 
     def status(self) -> CollaborationStatus:
         """Whether this node exchanges its models with peers it knows, and if not why
-        (while it waits for ``training.min_peers``: that, unless the peers it knows
-        hold none of its models, which says more)."""
+        (while it waits for ``training.min_peers`` with fewer holders known: that;
+        isolated or knowing no holder, why, which says more)."""
         node = self._node
         sampler = node.peers.started
         peers = self._known_peers()
@@ -110,8 +109,8 @@ class CollaborationWatch:
             bootstrap=[f"{b.host}:{b.port}" for b in node.config.node.bootstrap],
             contacts=self.contacts, swarm_key=node.swarm_key is not None,
         )
-        if self._waiting is not None and status.state is not CollaborationState.SHAPE_MISMATCH:
-            return self._wait_status()
+        if self._waiting is not None:
+            return self._wait_status() if status.collaborating else status
         now = self._clock()
         return with_exchanges(status, {name: self.exchanges.model(name, now)
                                        for name in node.learning.fingerprints},
