@@ -37,13 +37,12 @@ from p2p.config import (
     LOG_LEVELS,
     ConfigError,
     NodeConfig,
-    check_task_fit,
     config_to_dict,
     encode_swarm_key,
     generate_swarm_key,
     load_config,
-    load_swarm_key,
     option_setting,
+    preflight,
     render_config_toml,
     write_swarm_key,
 )
@@ -229,10 +228,12 @@ def _add_override_options(run: argparse.ArgumentParser) -> None:
 def _cmd_run(args: argparse.Namespace) -> int:
     config = load_config(args.config)
     config = config.with_overrides(**{option: getattr(args, option) for option in CLI_OPTIONS})
-    check_task_fit(config)  # before the identity key is created or torch is loaded
     if config.node.data_dir is None:
         raise UsageError("no data directory: pass --data-dir DIR or set node.data_dir in "
                          f"{args.config}")
+    # data, key and models, as `p2p config` checks them: before the identity key, the
+    # lock or the data directory is created, and before torch is loaded
+    preflight(config)
     setup_logging(config.node.log_format, config.node.log_level)
     from p2p.runtime.datadir_lock import DataDirLock
 
@@ -247,8 +248,6 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
         check_data_dir_writable(lock.data_dir)
         lock.acquire()  # a new directory: now that it exists (no-op when held)
-        if config.security.swarm_key_file is not None:
-            load_swarm_key(config.security.swarm_key_file)  # fail now, not after start-up
         return _start_node(config, fresh=args.fresh)
     finally:
         lock.release()
@@ -296,7 +295,8 @@ def _cmd_query(args: argparse.Namespace) -> int:
         return EXIT_OK
     from p2p.cli.render import make_console, render_result
 
-    make_console().print(render_result(args.command, result))
+    console = make_console()
+    console.print(render_result(args.command, result, console.width))
     return EXIT_OK
 
 
@@ -390,7 +390,7 @@ def _cmd_keygen(args: argparse.Namespace) -> int:
 
 def _cmd_config(args: argparse.Namespace) -> int:
     config = load_config(args.config)
-    check_task_fit(config)
+    preflight(config)  # what `p2p run` checks before it creates anything
     if args.json:
         print(json.dumps(config_to_dict(config), indent=2))
     else:
@@ -462,7 +462,9 @@ def _run_command(args: argparse.Namespace) -> int:
         checkpoint = sys.modules.get("p2p.runtime.checkpoint")  # only loaded by `run`
         if checkpoint is not None and isinstance(exc, checkpoint.CheckpointError):
             _error(str(exc))
-            usage = (checkpoint.DataDirError, checkpoint.CheckpointConflict)  # fixed by a flag
+            # fixed by a flag, or by running again (the corrupt files were moved aside)
+            usage = (checkpoint.DataDirError, checkpoint.CheckpointConflict,
+                     checkpoint.CheckpointCorrupt)
             return EXIT_USAGE if isinstance(exc, usage) else EXIT_FAILURE
         if debug:
             traceback.print_exc()

@@ -97,6 +97,10 @@ class AdminSource(Protocol):
 
     @property
     def resumed_at(self) -> int | None: ...
+    @property
+    def checkpoint_note(self) -> str | None: ...
+
+    def training_note(self) -> str | None: ...
 
     def collaboration(self) -> CollaborationStatus: ...
     def groups_status(self) -> GroupsStatus: ...
@@ -186,7 +190,7 @@ class NodeAdmin:
         collab = n.collaboration()
         rounds = n.config.training.rounds
         spent = n.privacy_spent()
-        training = training_summary(rounds, p.round, n.resumed_at)
+        training = n.training_note() or training_summary(rounds, p.round, n.resumed_at)
         if spent is not None and spent.budget_spent:
             training = budget_summary(spent, p.round)
         return StatusReport(
@@ -212,6 +216,7 @@ class NodeAdmin:
             masking=n.masking_status(),
             groups=groups_summary(n.groups_status()),
             strategy=n.strategy_status(),
+            checkpoint=n.checkpoint_note,
         )
 
     def groups(self) -> dict[str, Any]:

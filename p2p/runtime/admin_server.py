@@ -172,6 +172,8 @@ class StatusReport:
     groups: dict[str, Any] | None = None  # clustering on: summary of the ``groups`` command
     # the collaboration strategy ([strategy]): its name and what it reports
     strategy: dict[str, Any] | None = None
+    # set when the node did not resume its newest checkpoint, or moved one aside
+    checkpoint: str | None = None
 
 
 @dataclass(frozen=True)

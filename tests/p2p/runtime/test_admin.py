@@ -399,6 +399,7 @@ class _Source:
         self.config = SimpleNamespace(node=SimpleNamespace(name="fake"),
                                       training=SimpleNamespace(rounds=0))
         self.resumed_at = None
+        self.checkpoint_note = None
         self.started = 0.0
         self.data_dir = tmp_path
         self.progress = SimpleNamespace(round=3, steps=30, loss=0.5, accuracy=0.75,
@@ -437,6 +438,9 @@ class _Source:
 
     def strategy_status(self) -> dict[str, Any]:
         return {"name": "partial"}  # the default strategy reports only its name
+
+    def training_note(self) -> None:
+        return None  # neither waiting for peers nor stopped
 
     async def save_checkpoint(self) -> int:
         return 123
