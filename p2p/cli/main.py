@@ -255,13 +255,17 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _probe_listen(config: NodeConfig) -> None:
-    """Fail fast, before torch loads, when the listen port is taken (the node
-    binds it for real before it resumes or logs anything)."""
+    """Fail fast, before torch loads, when the listen or metrics port is taken (the
+    node binds them for real before it resumes or logs anything)."""
     from p2p.wire.listen import bind_tcp_listeners
 
-    listen = config.node.listen
+    listen, metrics = config.node.listen, config.metrics.listen
     if listen.port:  # port 0 never collides
         for sock in bind_tcp_listeners(listen.host or None, listen.port):
+            sock.close()
+    if metrics is not None and metrics.port:
+        for sock in bind_tcp_listeners(metrics.host or None, metrics.port,
+                                       setting="--metrics / metrics.listen"):
             sock.close()
 
 

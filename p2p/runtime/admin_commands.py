@@ -212,6 +212,7 @@ class NodeAdmin:
             masking=n.masking_status(),
             groups=groups_summary(n.groups_status()),
             strategy=n.strategy_status(),
+            metrics=getattr(getattr(n, "metrics_endpoint", None), "url", None),
         )
 
     def groups(self) -> dict[str, Any]:

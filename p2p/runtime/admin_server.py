@@ -41,7 +41,8 @@ them; handlers may return those dataclasses or plain dicts):
     result: ``phase``, ``epoch``, ``records``, ``expected``, ``fingerprint``,
     ``count`` (groups of two or more), ``model`` and ``members`` (the node's
     own group: its semi-local model or null, its size), ``peers_agreeing``,
-    ``disagreements``, ``attempt``).
+    ``disagreements``, ``attempt``), ``metrics`` (the URL of the Prometheus
+    endpoint, port 0 resolved, or null without ``[metrics] listen``).
 ``peers``
     ``view``: list of peers, each ``id``, ``address``, ``age`` (shuffle periods
     since the descriptor was fresh), ``last_contact`` (seconds ago or null),
@@ -172,6 +173,7 @@ class StatusReport:
     groups: dict[str, Any] | None = None  # clustering on: summary of the ``groups`` command
     # the collaboration strategy ([strategy]): its name and what it reports
     strategy: dict[str, Any] | None = None
+    metrics: str | None = None  # the Prometheus endpoint's URL ([metrics]), or None
 
 
 @dataclass(frozen=True)
