@@ -6,8 +6,9 @@ them; the metric list and a scrape config are in docs/guide/operations.md,
 loop: docs/design/monitoring.md.
 """
 
-from p2p.metrics.collector import NodeCollector, offence_counts
+from p2p.metrics.collector import NodeCollector
 from p2p.metrics.endpoint import METRICS_PATH, METRICS_SETTING, MetricsEndpoint, node_registry
+from p2p.metrics.refusals import Refusal, offences, refusals
 
-__all__ = ["METRICS_PATH", "METRICS_SETTING", "MetricsEndpoint", "NodeCollector",
-           "node_registry", "offence_counts"]
+__all__ = ["METRICS_PATH", "METRICS_SETTING", "MetricsEndpoint", "NodeCollector", "Refusal",
+           "node_registry", "offences", "refusals"]

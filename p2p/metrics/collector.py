@@ -12,7 +12,7 @@ docs/guide/operations.md, "Monitoring".
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from dataclasses import asdict, fields
 from typing import Any
 
@@ -27,14 +27,14 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 from gossip.counters import PushSumCounters
+from p2p.metrics.refusals import offences, refusals
 from p2p.runtime.admin_commands import AdminSource, NodeAdmin
 from p2p.runtime.admin_server import to_jsonable
 from p2p.runtime.collaboration import CollaborationState
 from p2p.runtime.grouping.status import GROUP_PHASES
 from p2p.wire.traffic import Traffic
-from peersampling.core import SamplerStats
 
-__all__ = ["NodeCollector", "offence_counts"]
+__all__ = ["NodeCollector"]
 
 #: status fields exported under their own names (or not numbers worth a series)
 _STATUS_KNOWN = frozenset({
@@ -43,29 +43,6 @@ _STATUS_KNOWN = frozenset({
     "collaboration_reason", "isolation_reason", "rounds", "training", "privacy", "masking",
     "groups", "strategy", "metrics",
 })
-#: push-sum counters that are refusals, by reason (``rejected`` counts every refusal)
-_PUSH_REFUSALS = {"guard": "guard_refused", "bad_reply": "bad_replies",
-                  "reference_missing": "references_missing", "reply_evicted": "replies_evicted"}
-_SAMPLING_REFUSALS = {"message": "messages_rejected", "descriptor": "descriptors_rejected",
-                      "unsolicited": "unsolicited_dropped"}
-
-
-def offence_counts(node: object) -> dict[str, int]:
-    """Offences (peer-caused warning lines, written or rate-limited) per subsystem.
-
-    Each subsystem keeps its :class:`~gossip.log_limit.LogLimiter` private; the
-    count is read here only, so adding it touched none of their interfaces.
-    """
-    def count(obj: object) -> int:
-        limiter = getattr(obj, "_offences", None)
-        return int(getattr(limiter, "warnings_total", 0))
-
-    cores: Mapping[str, object] = getattr(node, "cores", {})
-    sampler = getattr(node, "started_sampler", None)
-    return {"transport": count(getattr(node, "transport", None)), "requests": count(node),
-            "peer_sampling": count(sampler), "gossip": sum(count(c) for c in cores.values())}
-
-
 def _number(value: object) -> float | None:
     if isinstance(value, bool):
         return float(value)
@@ -89,7 +66,7 @@ class NodeCollector(Collector):
         yield from self._training()
         yield from self._models()
         yield from self._peers(status)
-        yield from self._refusals()
+        yield from self._refusals(self._admin.metrics().counters)
         yield from self._wire()
         yield from self._privacy_and_groups()
         yield from self._generic(status)
@@ -169,28 +146,18 @@ class NodeCollector(Collector):
             yield CounterMetricFamily(f"p2p_peer_sampling_{key}",
                                       f"peer sampling: {key.replace('_', ' ')}", value=value)
 
-    def _refusals(self) -> Iterator[Metric]:
-        n = self._node
-        refusals = CounterMetricFamily(
+    def _refusals(self, counters: dict[str, int | float]) -> Iterator[Metric]:
+        family = CounterMetricFamily(
             "p2p_refusals", "messages refused, by where and why (push: per model)",
             labels=["source", "reason", "model"])
-        for name in n.cores:
-            c = n.model_counters(name)
-            named = 0
-            for reason, key in _PUSH_REFUSALS.items():
-                refusals.add_metric(["push", reason, name], c.get(key, 0))
-                named += c.get(key, 0) if key in ("guard_refused", "bad_replies") else 0
-            refusals.add_metric(["push", "invalid", name], max(0, c.get("rejected", 0) - named))
-        refusals.add_metric(["request", "unexpected", ""], n.counters.get("rejected_messages", 0))
-        stats: SamplerStats = n.sampler.stats
-        for reason, key in _SAMPLING_REFUSALS.items():
-            refusals.add_metric(["peer_sampling", reason, ""], getattr(stats, key))
-        yield refusals
-        offences = CounterMetricFamily("p2p_offences", "warning lines peers caused (written "
-                                       "or rate-limited), by subsystem", labels=["source"])
-        for source, count in offence_counts(n).items():
-            offences.add_metric([source], count)
-        yield offences
+        for r in refusals(counters):
+            family.add_metric([r.source, r.reason, r.model], r.count)
+        yield family
+        by_source = CounterMetricFamily("p2p_offences", "warning lines peers caused (written "
+                                        "or rate-limited), by subsystem", labels=["source"])
+        for source, count in offences(counters).items():
+            by_source.add_metric([source], count)
+        yield by_source
 
     def _wire(self) -> Iterator[Metric]:
         traffic = getattr(self._node.transport, "traffic", None)
