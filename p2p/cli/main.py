@@ -7,6 +7,7 @@
     p2p checkpoint|stop (--data-dir DIR | --socket PATH)
     p2p keygen [--out FILE] [--force]
     p2p config --config FILE [--json] # validate and print the resolved config
+    p2p dashboard (--data-dir DIR | --glob PATTERN | --metrics-url URL)... [--listen H:P]
 
 Errors print one line to stderr (``p2p: error: ...``) and exit non-zero:
 2 for usage and configuration errors (and for a data directory or key file that
@@ -31,6 +32,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
+from p2p.cli.dashboard_args import add_arguments as add_dashboard_arguments
 from p2p.config import (
     CLI_OPTIONS,
     LOG_FORMATS,
@@ -206,6 +208,11 @@ def build_parser() -> argparse.ArgumentParser:
     cfg.add_argument("--config", required=True, metavar="FILE", help="TOML config file")
     cfg.add_argument("--json", action="store_true",
                      help="print the resolved config as one JSON object instead of TOML")
+
+    dash = sub.add_parser("dashboard", help="watch nodes live in a browser (read-only)",
+                          description="Serve a live page over nodes' admin sockets or "
+                                      "metrics URLs; prints its URL (with a random token).")
+    add_dashboard_arguments(dash)
     return parser
 
 
@@ -402,6 +409,15 @@ def _cmd_config(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _cmd_dashboard(args: argparse.Namespace) -> int:
+    from p2p.dashboard.cli import DashboardUsage, run_dashboard
+
+    try:
+        return run_dashboard(args)
+    except DashboardUsage as exc:
+        raise UsageError(str(exc)) from None
+
+
 _COMMANDS = {
     "run": _cmd_run,
     "status": _cmd_query,
@@ -413,6 +429,7 @@ _COMMANDS = {
     "stop": _cmd_stop,
     "keygen": _cmd_keygen,
     "config": _cmd_config,
+    "dashboard": _cmd_dashboard,
 }
 
 
