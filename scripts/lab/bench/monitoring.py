@@ -12,6 +12,7 @@ in this process, measured with thread CPU time, median over scrapes).
 
     python scripts/bench/monitoring.py              # 5 pairs, 4 daemons, 60 rounds
     python scripts/bench/monitoring.py --pairs 7 --nodes 8
+    python scripts/bench/monitoring.py --quick      # 1 pair, 20 rounds: a smoke run
 """
 
 from __future__ import annotations
@@ -158,7 +159,11 @@ def main(argv: list[str] | None = None) -> int:
                    help="keep the page open with a JSON poller even where Chromium exists")
     p.add_argument("--scrapes", type=int, default=200, help="scrapes timed for the CPU figure")
     p.add_argument("--json", type=Path, metavar="PATH", help="write every figure as JSON")
+    p.add_argument("--quick", action="store_true",
+                   help="1 pair of 20 rounds and 20 scrapes (checks the bench runs; no figure)")
     args = p.parse_args(argv)
+    if args.quick:
+        args.pairs, args.rounds, args.scrapes = 1, 20, 20
     root = Path(tempfile.mkdtemp(prefix="bench-monitoring-"))
     templates = {True: root / "on.toml", False: root / "off.toml"}
     templates[True].write_text(METRICS_ON)
