@@ -98,6 +98,7 @@ from typing import Any, ClassVar, Protocol, TypeAlias, runtime_checkable
 import trio
 
 from p2p.peer_credentials import admin_peer_refusal, read_peer_credentials
+from p2p.web.http import accept_forever
 
 logger = logging.getLogger(__name__)
 
@@ -377,14 +378,7 @@ class AdminServer:
         try:
             async with trio.open_nursery() as nursery:
                 task_status.started(self.path)
-                while True:
-                    try:
-                        stream = await listener.accept()
-                    except OSError as exc:  # e.g. EMFILE: wait and retry, never die
-                        logger.warning("admin socket accept failed: %s", exc)
-                        await trio.sleep(0.1)
-                        continue
-                    nursery.start_soon(self._serve_client, stream)
+                await accept_forever(listener, nursery, self._serve_client, "admin socket")
         finally:
             with contextlib.suppress(OSError):
                 sock.close()

@@ -22,7 +22,8 @@ from p2p.wire.listen import bind_tcp_listeners
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["HttpRequest", "HttpResponse", "Route", "bind_http", "listen_url", "serve_http"]
+__all__ = ["HttpRequest", "HttpResponse", "Route", "accept_forever", "bind_http", "listen_url",
+           "serve_http"]
 
 MAX_HEAD_BYTES = 8192
 _REASONS = {200: "OK", 400: "Bad Request", 403: "Forbidden", 404: "Not Found",
@@ -167,16 +168,24 @@ async def serve_http(listeners: Sequence[trio.SocketListener], route: Route, *,
 
     async def accept(listener: trio.SocketListener) -> None:
         async with listener:
-            while True:
-                try:
-                    stream = await listener.accept()
-                except OSError as exc:  # e.g. EMFILE: wait and retry, never die
-                    logger.warning("http accept failed: %s", exc)
-                    await trio.sleep(0.1)
-                    continue
-                nursery.start_soon(server.serve_client, stream)
+            await accept_forever(listener, nursery, server.serve_client, "http")
 
     async with trio.open_nursery() as nursery:
         for listener in listeners:
             nursery.start_soon(accept, listener)
         task_status.started()
+
+
+async def accept_forever(listener: trio.SocketListener, nursery: trio.Nursery,
+                         serve: Callable[[trio.SocketStream], Awaitable[None]],
+                         what: str) -> None:
+    """Start ``serve(stream)`` in ``nursery`` for every connection ``listener`` accepts;
+    a failed accept (EMFILE, say) is logged, waited out and retried, never fatal."""
+    while True:
+        try:
+            stream = await listener.accept()
+        except OSError as exc:
+            logger.warning("%s accept failed: %s", what, exc)
+            await trio.sleep(0.1)
+            continue
+        nursery.start_soon(serve, stream)

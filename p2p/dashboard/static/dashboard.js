@@ -181,5 +181,5 @@
     }
   }
   poll();
-  setInterval(poll, 1000);
+  setInterval(poll, 2000);  // the page's own CPU halves against 1 s (results/monitoring.md)
 })();

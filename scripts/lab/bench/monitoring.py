@@ -7,8 +7,11 @@ every admin socket once a second with its page open: Debian's headless
 Chromium when installed, else a client fetching the page's JSON once a
 second). The order alternates from pair to pair. Prints the median ratio
 on/off of the daemons' training rounds per second with its min-max spread
-over the pairs, and the CPU one scrape costs on the node's thread (a node
-in this process, measured with thread CPU time, median over scrapes).
+over the pairs; the same for the daemons' CPU seconds per round (what the
+nodes themselves pay, less sensitive to other load on the machine); the
+page's own CPU (Chromium's processes) as a share of one core; and the CPU
+one scrape costs on the node's thread (a node in this process, measured
+with thread CPU time, median over scrapes).
 
     python scripts/bench/monitoring.py              # 5 pairs, 4 daemons, 60 rounds
     python scripts/bench/monitoring.py --pairs 7 --nodes 8
@@ -26,12 +29,13 @@ import threading
 import time
 import urllib.request
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
 import trio
 
+from lab.procfs import cpu_seconds
 from p2p.dashboard import Dashboard, DashboardThread, SocketSource
 from p2p.swarm import Swarm, SwarmSpec
 from p2p.testing import MemoryNetwork, wait_until
@@ -79,8 +83,13 @@ def watching(swarm: Swarm, use_browser: bool) -> Iterator[dict[str, Any]]:
     stats["page"] = "headless chromium" if browser is not None else "JSON poller"
     for t in threads:
         t.start()
+    page_cpu = _browser_cpu(browser)
+    started = time.monotonic()
     try:
         yield stats
+        if browser is not None:
+            stats["page_core_share"] = ((_browser_cpu(browser) - page_cpu)
+                                        / (time.monotonic() - started))
     finally:
         stop.set()
         for t in threads:
@@ -88,6 +97,30 @@ def watching(swarm: Swarm, use_browser: bool) -> Iterator[dict[str, Any]]:
         if browser is not None:
             browser.quit()
         board.stop()
+
+
+def _browser_cpu(browser: Any) -> float:
+    """CPU seconds of the browser's processes (chromedriver's descendants)."""
+    if browser is None:
+        return 0.0
+    root = browser.service.process.pid
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(entry.name))
+    total, todo = 0.0, [root]
+    while todo:
+        pid = todo.pop()
+        try:
+            total += cpu_seconds(pid)
+        except (OSError, IndexError, ValueError):
+            pass
+        todo += children.get(pid, [])
+    return total
 
 
 def _open_browser(url: str) -> Any:
@@ -108,21 +141,26 @@ def _open_browser(url: str) -> Any:
     return browser
 
 
+def daemons_cpu(swarm: Swarm) -> float:
+    return sum(cpu_seconds(d.process.pid) for d in swarm.daemons if d.process is not None)
+
+
 def one_run(spec: SwarmSpec, workdir: Path, on: bool, use_browser: bool) -> dict[str, Any]:
     """One swarm run; the daemons' median rounds per second and what watching did."""
     with Swarm(spec, workdir=workdir) as swarm:
-        if on:
-            with watching(swarm, use_browser) as stats:
-                swarm.start()
-                swarm.run_until_done(timeout=900)
-        else:
-            stats = {}
+        watcher: AbstractContextManager[dict[str, Any]] = (
+            watching(swarm, use_browser) if on else nullcontext({}))
+        with watcher as stats:
             swarm.start()
+            cpu = -daemons_cpu(swarm)  # from here: training, not start-up (torch's import)
             swarm.run_until_done(timeout=900)
+            cpu += daemons_cpu(swarm)
         summary = swarm.summary()
+        rounds = sum(int(d.status.get("round", 0)) for d in swarm.daemons)
         swarm.stop()
     rates = [r for r in summary["rounds_per_second"].values() if r is not None]
-    return {"on": on, "rounds_per_second": statistics.median(rates), **stats}
+    return {"on": on, "rounds_per_second": statistics.median(rates),
+            "cpu_per_round": cpu / max(1, rounds), **stats}
 
 
 def scrape_cpu(samples: int) -> dict[str, float]:
@@ -170,28 +208,41 @@ def main(argv: list[str] | None = None) -> int:
     templates[False].write_text("")
     runs: list[dict[str, Any]] = []
     ratios: list[float] = []
+    cpu_ratios: list[float] = []
     for pair in range(args.pairs):
         order = (False, True) if pair % 2 == 0 else (True, False)
-        got = {}
+        got, cpu = {}, {}
         for on in order:
             spec = SwarmSpec(nodes=args.nodes, rounds=args.rounds, seed=0,
                              template=str(templates[on]))
             run = one_run(spec, root / f"p{pair}-{'on' if on else 'off'}", on,
                           not args.no_browser)
-            got[on] = run["rounds_per_second"]
+            got[on], cpu[on] = run["rounds_per_second"], run["cpu_per_round"]
             runs.append({"pair": pair, **run})
+            page = (f" ({run['scrapes']} scrapes, page: {run['page']}"
+                    + (f", {100 * run['page_core_share']:.1f}% of a core"
+                       if "page_core_share" in run else "") + ")") if on else ""
             print(f"pair {pair} {'on ' if on else 'off'}: {run['rounds_per_second']:.2f} "
-                  f"rounds/s per daemon" + (f" ({run['scrapes']} scrapes, page: {run['page']})"
-                                            if on else ""), flush=True)
+                  f"rounds/s per daemon, {1000 * run['cpu_per_round']:.1f} ms CPU per round"
+                  + page, flush=True)
         ratios.append(got[True] / got[False])
-    cpu = scrape_cpu(args.scrapes)
+        cpu_ratios.append(cpu[True] / cpu[False])
+    scrape = scrape_cpu(args.scrapes)
     shutil.rmtree(root, ignore_errors=True)
     print(f"rounds/s on/off over {args.pairs} interleaved pairs, {args.nodes} daemons x "
           f"{args.rounds} rounds: median ratio {statistics.median(ratios):.3f} "
           f"[{min(ratios):.3f}-{max(ratios):.3f}]")
-    print(f"one scrape of a training node: median {cpu['median_ms']:.2f} ms CPU (max "
-          f"{cpu['max_ms']:.2f} ms over {args.scrapes}), {cpu['bytes'] / 1e3:.1f} kB of text")
+    print(f"daemons' CPU per round on/off: median ratio {statistics.median(cpu_ratios):.3f} "
+          f"[{min(cpu_ratios):.3f}-{max(cpu_ratios):.3f}]")
+    shares = [r["page_core_share"] for r in runs if "page_core_share" in r]
+    if shares:
+        print(f"the open page (headless Chromium): median {100 * statistics.median(shares):.1f}% "
+              "of one core")
+    print(f"one scrape of a training node: median {scrape['median_ms']:.2f} ms CPU (max "
+          f"{scrape['max_ms']:.2f} ms over {args.scrapes}), {scrape['bytes'] / 1e3:.1f} kB of "
+          "text")
     if args.json:
-        args.json.write_text(json.dumps({"runs": runs, "ratios": ratios, "scrape_cpu": cpu},
+        args.json.write_text(json.dumps({"runs": runs, "ratios": ratios,
+                                         "cpu_ratios": cpu_ratios, "scrape_cpu": scrape},
                                         indent=2))
     return 0
