@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import urllib.error
 import urllib.request
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -47,23 +47,24 @@ class SocketSource:
         self.label = data_dir.name or str(data_dir)
         self.timeout = timeout
 
-    def read(self, command: str) -> dict[str, Any]:
-        if command not in READ_COMMANDS:
-            raise ValueError(f"the dashboard only reads; {command!r} is not one of "
+    def read(self, commands: Sequence[str]) -> list[dict[str, Any]]:
+        """The results of ``commands`` (read-only ones only), asked on one connection."""
+        refused = [c for c in commands if c not in READ_COMMANDS]
+        if refused:
+            raise ValueError(f"the dashboard only reads; {refused[0]!r} is not one of "
                              f"{', '.join(READ_COMMANDS)}")
         socket = self.data_dir / ADMIN_SOCKET_NAME
         if not socket.exists():
             raise NodeAbsent("no admin socket: no node runs in this data directory")
         try:
-            return AdminClient(socket, timeout=self.timeout).request(command)
+            return AdminClient(socket, timeout=self.timeout).request_many(commands)
         except AdminConnectionError as exc:
             raise NodeAbsent(str(exc)) from None
 
     def poll(self) -> Snapshot:
-        status = self.read("status")
-        models = self.read("models").get("models") or []
-        peers = self.read("peers")
-        counters = self.read("metrics").get("counters") or {}
+        status, models_reply, peers, metrics = self.read(READ_COMMANDS)
+        models = models_reply.get("models") or []
+        counters = metrics.get("counters") or {}
         rows = list(peers.get("view") or [])
         for model_rows in (peers.get("models") or {}).values():
             rows += list(model_rows or [])

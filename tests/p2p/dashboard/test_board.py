@@ -99,7 +99,7 @@ def test_a_data_dir_without_a_node_is_absent_and_only_reads_are_sent(tmp_path: P
     with pytest.raises(NodeAbsent, match="no admin socket"):
         source.poll()
     with pytest.raises(ValueError, match="only reads"):
-        source.read("stop")
+        source.read(["status", "stop"])
 
 
 async def test_a_metrics_url_reads_like_the_admin_socket(tmp_path: Path) -> None:
