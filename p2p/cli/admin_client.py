@@ -209,7 +209,12 @@ class AdminClient:
                 lines.append(bytes(buffer[:newline]))
                 del buffer[: newline + 1]
                 continue
-            chunk = sock.recv(65536)
+            try:
+                chunk = sock.recv(65536)
+            except ConnectionResetError:  # a refusal's close: keep what came before it
+                if not buffer and not lines:
+                    raise
+                chunk = b""
             if not chunk:
                 if buffer:
                     lines.append(bytes(buffer))
