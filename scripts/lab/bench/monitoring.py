@@ -163,14 +163,15 @@ def one_run(spec: SwarmSpec, workdir: Path, on: bool, use_browser: bool) -> dict
             "cpu_per_round": cpu / max(1, rounds), **stats}
 
 
-def scrape_cpu(samples: int) -> dict[str, float]:
-    """Thread CPU milliseconds of one scrape of a training node (in this process)."""
+def scrape_cpu(samples: int, count: int = 4) -> dict[str, float]:
+    """Thread CPU milliseconds of one scrape of a training node, one of ``count`` in this
+    process."""
     out: dict[str, float] = {}
 
     async def main() -> None:
         with tempfile.TemporaryDirectory() as tmp:
-            nodes = memory_swarm(Path(tmp), MemoryNetwork(seed=0), fast_spec(nodes=4, rounds=0),
-                                 metrics="127.0.0.1:0")
+            nodes = memory_swarm(Path(tmp), MemoryNetwork(seed=0),
+                                 fast_spec(nodes=count, rounds=0), metrics="127.0.0.1:0")
             async with running(nodes):
                 await wait_until(lambda: nodes[0].progress.round >= 3, timeout=120)
                 costs = []
