@@ -145,7 +145,8 @@ class Board:
         for name in ("accuracy", "loss", "bytes_rate"):
             per_node = {key: list(s[name]) for key, s in self._series.items()}
             out[name] = per_node
-            columns = zip(*per_node.values(), strict=True) if per_node else iter(())
+            columns = zip(*per_node.values(), strict=True) if per_node else (
+                () for _ in self.times)  # no node yet: a null per poll, aligned with "t"
             out[f"{name}_mean"] = [
                 (sum(v for v in col if v is not None) / n) if (n := sum(
                     v is not None for v in col)) else None for col in columns]

@@ -48,6 +48,9 @@ def test_states_follow_what_the_polls_found() -> None:
 
 
 def test_series_stay_aligned_and_the_mean_skips_unknowns() -> None:
+    empty = Board()
+    empty.tick(1.0)  # a glob that matches nothing yet: the page still gets aligned series
+    assert empty.view(1.0)["series"]["accuracy_mean"] == [None]
     board = Board(max_points=3)
     board.watch([("a", "a")])
     board.record("a", 1.0, _snap("A", 0.2, sent=0))
