@@ -264,6 +264,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 def _probe_listen(config: NodeConfig) -> None:
     """Fail fast, before torch loads, when the listen or metrics port is taken (the
     node binds them for real before it resumes or logs anything)."""
+    from p2p.config.metrics_section import METRICS_SETTING
     from p2p.wire.listen import bind_tcp_listeners
 
     listen, metrics = config.node.listen, config.metrics.listen
@@ -272,7 +273,7 @@ def _probe_listen(config: NodeConfig) -> None:
             sock.close()
     if metrics is not None and metrics.port:
         for sock in bind_tcp_listeners(metrics.host or None, metrics.port,
-                                       setting="--metrics / metrics.listen"):
+                                       setting=METRICS_SETTING):
             sock.close()
 
 

@@ -10,7 +10,10 @@ from dataclasses import dataclass
 from p2p.config.kinds import Address, setting
 from peersampling.address import HostPort
 
-__all__ = ["MetricsConfig"]
+__all__ = ["METRICS_SETTING", "MetricsConfig"]
+
+#: what chooses the endpoint's address: named in the error line of a taken port
+METRICS_SETTING = "--metrics / metrics.listen"
 
 
 @dataclass(frozen=True)

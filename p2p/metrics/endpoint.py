@@ -19,6 +19,7 @@ from prometheus_client import (
 )
 from prometheus_client.exposition import choose_encoder
 
+from p2p.config.metrics_section import METRICS_SETTING
 from p2p.metrics.collector import NodeCollector
 from p2p.runtime.admin_commands import AdminSource
 from p2p.web import HttpRequest, HttpResponse, bind_http, listen_url, serve_http
@@ -27,8 +28,6 @@ from peersampling.address import HostPort
 __all__ = ["METRICS_PATH", "METRICS_SETTING", "MetricsEndpoint", "node_registry"]
 
 METRICS_PATH = "/metrics"
-#: what chooses the address: named in the error line of a taken port
-METRICS_SETTING = "--metrics / metrics.listen"
 
 
 
