@@ -67,11 +67,16 @@ class Board:
         self._series: dict[str, dict[str, deque[float | None]]] = {}
         self.max_points = max_points
 
-    def watch(self, sources: Iterable[tuple[str, str]]) -> None:
-        """Add the (key, label) pairs not watched yet (a glob found new data dirs)."""
+    def watch(self, sources: Iterable[tuple[str, str]], now: float) -> None:
+        """Watch these (key, label) pairs: new ones get a row (a glob found a new data
+        dir); a watched one no longer listed is marked absent (its directory is gone)."""
+        listed = set()
         for key, label in sources:
+            listed.add(key)
             if key not in self._rows:
                 self._rows[key] = _Row(key, label)
+        for key in self._rows.keys() - listed:
+            self.record(key, now, absent="no longer listed: its data directory is gone")
 
     def record(self, key: str, now: float, snapshot: Snapshot | None = None, *,
                absent: str | None = None, error: str | None = None) -> None:

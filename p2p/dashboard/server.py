@@ -55,8 +55,8 @@ class Dashboard:
 
     async def poll_once(self) -> None:
         sources = list(self.discover())
-        self.board.watch((s.key, s.label) for s in sources)
         now = self.clock()
+        self.board.watch(((s.key, s.label) for s in sources), now)
         async with trio.open_nursery() as nursery:
             for source in sources:
                 nursery.start_soon(self._poll_source, source, now)

@@ -31,7 +31,7 @@ def _states(board: Board, now: float) -> dict[str, str]:
 
 def test_states_follow_what_the_polls_found() -> None:
     board = Board()
-    board.watch([("a", "a"), ("b", "b"), ("c", "c")])
+    board.watch([("a", "a"), ("b", "b"), ("c", "c")], 0.0)
     board.record("a", 1.0, _snap("A"))
     board.record("b", 1.0, absent="no admin socket")
     board.record("c", 1.0, _snap("C", isolated=True))
@@ -45,6 +45,9 @@ def test_states_follow_what_the_polls_found() -> None:
     assert rows["b"]["seen_ago"] is None and rows["b"]["round"] is None
     board.record("a", 4.0, _snap("A"))  # restarted
     assert _states(board, 4.0)["a"] == "alive"
+    board.watch([("b", "b"), ("c", "c")], 5.0)  # a's data directory was removed
+    rows = {row["key"]: row for row in board.view(5.0)["nodes"]}
+    assert rows["a"]["state"] == "dead" and "no longer listed" in rows["a"]["error"]
 
 
 def test_series_stay_aligned_and_the_mean_skips_unknowns() -> None:
@@ -52,10 +55,10 @@ def test_series_stay_aligned_and_the_mean_skips_unknowns() -> None:
     empty.tick(1.0)  # a glob that matches nothing yet: the page still gets aligned series
     assert empty.view(1.0)["series"]["accuracy_mean"] == [None]
     board = Board(max_points=3)
-    board.watch([("a", "a")])
+    board.watch([("a", "a")], 0.0)
     board.record("a", 1.0, _snap("A", 0.2, sent=0))
     board.tick(1.0)
-    board.watch([("b", "b")])  # a glob found a new node: its past is unknown
+    board.watch([("a", "a"), ("b", "b")], 2.0)  # a glob found a new node: its past is unknown
     board.record("a", 2.0, _snap("A", 0.4, sent=1000))
     board.record("b", 2.0, _snap("B", 0.8, sent=5))
     board.tick(2.0)
@@ -73,7 +76,7 @@ def test_series_stay_aligned_and_the_mean_skips_unknowns() -> None:
 
 def test_the_graph_links_recent_contacts_among_watched_nodes() -> None:
     board = Board()
-    board.watch([("a", "a"), ("b", "b"), ("c", "c")])
+    board.watch([("a", "a"), ("b", "b"), ("c", "c")], 0.0)
     board.record("a", 1.0, _snap("A", peers=[
         {"id": "B", "last_contact": 5.0, "models": ["global"]},
         {"id": "C", "last_contact": CONTACT_WINDOW + 1},  # too long ago
@@ -89,7 +92,7 @@ def test_the_graph_links_recent_contacts_among_watched_nodes() -> None:
 
 def test_refusals_and_offences_are_summed_over_the_nodes() -> None:
     board = Board()
-    board.watch([("a", "a"), ("b", "b")])
+    board.watch([("a", "a"), ("b", "b")], 0.0)
     board.record("a", 1.0, _snap("A"))
     board.record("b", 1.0, _snap("B"))
     view = board.view(1.0)
