@@ -56,7 +56,8 @@ from p2p.config import (
     check_task_fit,
     load_config,
 )
-from p2p.dashboard.server import DashboardThread
+from p2p.dashboard import Dashboard, DashboardThread, SocketSource
+from p2p.dashboard.cli import DashboardUsage, check_listen
 from p2p.strategy import STRATEGY_NAMES
 from p2p.swarm.launcher import Swarm
 from p2p.swarm.plotting import MAX_NODE_LINES, node_colours, run_title, save_figure
@@ -182,9 +183,6 @@ def open_dashboard(args: argparse.Namespace, swarm: Swarm) -> DashboardThread | 
     stops the launcher before any daemon starts); None without the flag."""
     if not args.dashboard:
         return None
-    from p2p.dashboard import Dashboard, SocketSource
-    from p2p.dashboard.cli import DashboardUsage, check_listen
-
     try:
         host, port = check_listen(args.dashboard_listen, allow_remote=False)
     except DashboardUsage as exc:
