@@ -7,6 +7,7 @@
     p2p checkpoint|stop (--data-dir DIR | --socket PATH)
     p2p keygen [--out FILE] [--force]
     p2p config --config FILE [--json] # validate and print the resolved config
+    p2p dashboard (--data-dir DIR | --glob PATTERN | --metrics-url URL)... [--listen H:P]
 
 Errors print one line to stderr (``p2p: error: ...``) and exit non-zero:
 2 for usage and configuration errors (and for a data directory or key file that
@@ -31,6 +32,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
+from p2p.cli.dashboard_args import add_arguments as add_dashboard_arguments
 from p2p.config import (
     CLI_OPTIONS,
     LOG_FORMATS,
@@ -205,6 +207,11 @@ def build_parser() -> argparse.ArgumentParser:
     cfg.add_argument("--config", required=True, metavar="FILE", help="TOML config file")
     cfg.add_argument("--json", action="store_true",
                      help="print the resolved config as one JSON object instead of TOML")
+
+    dash = sub.add_parser("dashboard", help="watch nodes live in a browser (read-only)",
+                          description="Serve a live page over nodes' admin sockets or "
+                                      "metrics URLs; prints its URL (with a random token).")
+    add_dashboard_arguments(dash)
     return parser
 
 
@@ -254,13 +261,18 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _probe_listen(config: NodeConfig) -> None:
-    """Fail fast, before torch loads, when the listen port is taken (the node
-    binds it for real before it resumes or logs anything)."""
+    """Fail fast, before torch loads, when the listen or metrics port is taken (the
+    node binds them for real before it resumes or logs anything)."""
+    from p2p.config.metrics_section import METRICS_SETTING
     from p2p.wire.listen import bind_tcp_listeners
 
-    listen = config.node.listen
+    listen, metrics = config.node.listen, config.metrics.listen
     if listen.port:  # port 0 never collides
         for sock in bind_tcp_listeners(listen.host or None, listen.port):
+            sock.close()
+    if metrics is not None and metrics.port:
+        for sock in bind_tcp_listeners(metrics.host or None, metrics.port,
+                                       setting=METRICS_SETTING):
             sock.close()
 
 
@@ -398,6 +410,15 @@ def _cmd_config(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _cmd_dashboard(args: argparse.Namespace) -> int:
+    from p2p.dashboard.cli import DashboardUsage, run_dashboard
+
+    try:
+        return run_dashboard(args)
+    except DashboardUsage as exc:
+        raise UsageError(str(exc)) from None
+
+
 _COMMANDS = {
     "run": _cmd_run,
     "status": _cmd_query,
@@ -409,6 +430,7 @@ _COMMANDS = {
     "stop": _cmd_stop,
     "keygen": _cmd_keygen,
     "config": _cmd_config,
+    "dashboard": _cmd_dashboard,
 }
 
 

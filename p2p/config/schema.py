@@ -55,6 +55,7 @@ from p2p.config.kinds import (
     setting,
     settings_of,
 )
+from p2p.config.metrics_section import MetricsConfig
 from p2p.config.plugins import StrategyConfig, strategy_plugins
 from p2p.wire.framing import DEFAULT_MAX_FRAME_SIZE
 from p2p.wire.sealing import CIPHERS, DEFAULT_CIPHER
@@ -79,6 +80,7 @@ __all__ = [
     "DataConfig",
     "GossipConfig",
     "LimitsConfig",
+    "MetricsConfig",
     "NetworkConfig",
     "NodeConfig",
     "NodeSection",
@@ -594,6 +596,7 @@ CLI_OPTIONS: dict[str, str] = {
     "log_format": "node.log_format",
     "log_level": "node.log_level",
     "swarm_key_file": "security.swarm_key_file",
+    "metrics": "metrics.listen",
 }
 
 
@@ -619,6 +622,7 @@ class NodeConfig:
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     clustering: ClusteringConfig = field(default_factory=ClusteringConfig)
     strategy: StrategyConfig = field(default_factory=StrategyConfig)
+    metrics: MetricsConfig = field(default_factory=MetricsConfig)
     source: Path | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
@@ -718,7 +722,7 @@ class NodeConfig:
 
         Options are those of :data:`CLI_OPTIONS` (``listen``, ``bootstrap``,
         ``data_dir``, ``swarm_key_file``, ``log_format``, ``log_level``,
-        ``name``, ``seed``, ``node_index``, ``num_nodes``, ``rounds``); ``None`` keeps the
+        ``name``, ``seed``, ``node_index``, ``num_nodes``, ``rounds``, ``metrics``); ``None`` keeps the
         file's value. Values are read
         by the key's own kind: ``bootstrap`` may be a comma-separated string,
         relative paths resolve against the current directory. Errors name the

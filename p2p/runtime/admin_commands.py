@@ -172,6 +172,22 @@ def groups_report(node_id: bytes, groups: GroupsStatus) -> dict[str, Any]:
     return {"id": node_id.hex(), **asdict(groups)}
 
 
+def offence_counts(node: object) -> dict[str, int]:
+    """Offences (warning lines peers caused, written or rate-limited) per subsystem.
+
+    Each subsystem keeps its :class:`~gossip.log_limit.LogLimiter` private as
+    ``_offences``; only this reads the count (``metrics``' ``offences.*``, the
+    Prometheus ``p2p_offences_total``), so none of their interfaces grew for it.
+    """
+    def count(obj: object) -> int:
+        return int(getattr(getattr(obj, "_offences", None), "warnings_total", 0))
+
+    cores: Mapping[str, object] = getattr(node, "cores", {})
+    return {"transport": count(getattr(node, "transport", None)), "requests": count(node),
+            "peer_sampling": count(getattr(node, "started_sampler", None)),
+            "gossip": sum(count(c) for c in cores.values())}
+
+
 #: ``metrics`` counters of a DP node -> the :class:`PrivacySpent` field they show.
 PRIVACY_COUNTERS = {"privacy.epsilon": "epsilon", "privacy.delta": "delta",
                     "privacy.noise_multiplier": "noise_multiplier",
@@ -217,6 +233,7 @@ class NodeAdmin:
             groups=groups_summary(n.groups_status()),
             strategy=n.strategy_status(),
             checkpoint=n.checkpoint_note,
+            metrics=getattr(getattr(n, "metrics_endpoint", None), "url", None),
         )
 
     def groups(self) -> dict[str, Any]:
@@ -277,6 +294,8 @@ class NodeAdmin:
         for key, value in n.strategy_status().items():
             if isinstance(value, (int, float)) and not isinstance(value, bool):
                 counters[f"strategy.{key}"] = value
+        for key, value in offence_counts(n).items():
+            counters[f"offences.{key}"] = value
         counters["round"] = n.progress.round
         counters["steps"] = n.progress.steps
         wire = getattr(n.transport, "bytes_sent", None)  # a TCP transport counts; a test one may not

@@ -53,6 +53,7 @@ from learner.spec import PartialModelSpec
 from learner.trainer import Evaluation
 from p2p.config import ConfigError, NodeConfig, load_swarm_key
 from p2p.files import content_digest
+from p2p.metrics import MetricsEndpoint
 from p2p.runtime.admin_commands import NodeAdmin
 from p2p.runtime.admin_server import serve_admin
 from p2p.runtime.assembly import LearningSetup, build_learning
@@ -182,6 +183,8 @@ class Node:
         if transport is None and isinstance(self.transport, Transport):
             # A taken port stops the node here, before it resumes or logs as if started.
             self.transport.bind()
+        # [metrics]: Prometheus endpoint (bound now, like the listener; none by default)
+        self.metrics_endpoint = MetricsEndpoint(self, config.metrics.listen)
         # sampled holders and their addresses; its sampler is created once the
         # listener is bound (port 0 picks the port then)
         self.peers = PeerBook(config.peer_sampling.period)
@@ -473,6 +476,7 @@ class Node:
         async with trio.open_nursery() as nursery:
             await nursery.start(self.transport.serve, self.handle_request)
             self._start_sampler(self.transport.listen_address)
+            await nursery.start(self.metrics_endpoint.serve)
             if self.standalone:
                 await nursery.start(serve_admin, self.data_dir / ADMIN_SOCKET, self.admin)
                 nursery.start_soon(self._watch_signals)
