@@ -8,6 +8,7 @@
     p2p keygen [--out FILE] [--force]
     p2p config --config FILE [--json] # validate and print the resolved config
     p2p dashboard (--data-dir DIR | --glob PATTERN | --metrics-url URL)... [--listen H:P]
+    p2p export (--data-dir DIR | --socket PATH) --out FILE   # the model as a state_dict
 
 Errors print one line to stderr (``p2p: error: ...``) and exit non-zero:
 2 for usage and configuration errors (and for a data directory or key file that
@@ -48,6 +49,7 @@ from p2p.config import (
     render_config_toml,
     write_swarm_key,
 )
+from p2p.config.factories import uses_user_code
 from p2p.config.kinds import Integer, Number
 from p2p.files import FileWriteError
 
@@ -212,6 +214,14 @@ def build_parser() -> argparse.ArgumentParser:
                           description="Serve a live page over nodes' admin sockets or "
                                       "metrics URLs; prints its URL (with a random token).")
     add_dashboard_arguments(dash)
+
+    export = sub.add_parser(
+        "export", help="write the node's current model as a plain torch state_dict",
+        description="Write the node's current model (a running node checkpoints first; "
+                    "else its last checkpoint) with torch.save, as a plain state_dict: "
+                    "load it with model.load_state_dict(torch.load(FILE)).")
+    _add_target_options(export)
+    export.add_argument("--out", required=True, metavar="FILE", help="file to write")
     return parser
 
 
@@ -239,8 +249,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
         raise UsageError("no data directory: pass --data-dir DIR or set node.data_dir in "
                          f"{args.config}")
     # data, key and models, as `p2p config` checks them: before the identity key, the
-    # lock or the data directory is created, and before torch is loaded
+    # lock or the data directory is created (torch loads only for the user's code)
     preflight(config)
+    learning = _build_user_code(config)  # the user's code fails here: nothing created yet
     setup_logging(config.node.log_format, config.node.log_level)
     from p2p.runtime.datadir_lock import DataDirLock
 
@@ -255,9 +266,20 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
         check_data_dir_writable(lock.data_dir)
         lock.acquire()  # a new directory: now that it exists (no-op when held)
-        return _start_node(config, fresh=args.fresh)
+        return _start_node(config, fresh=args.fresh, learning=learning)
     finally:
         lock.release()
+
+
+def _build_user_code(config: NodeConfig) -> Any:
+    """With the user's code (a factory, a hook) or another device: the node's network,
+    data and trainer, built and checked on a first batch now (None otherwise: the node
+    builds them after its lock is taken, as before)."""
+    if not uses_user_code(config):
+        return None
+    from p2p.runtime.assembly import build_learning
+
+    return build_learning(config)
 
 
 def _probe_listen(config: NodeConfig) -> None:
@@ -276,14 +298,15 @@ def _probe_listen(config: NodeConfig) -> None:
             sock.close()
 
 
-def _start_node(config: NodeConfig, *, fresh: bool = False) -> int:
+def _start_node(config: NodeConfig, *, fresh: bool = False, learning: Any = None) -> int:
     try:
         from p2p.runtime.node import run_node
     except ModuleNotFoundError as exc:
         if exc.name == "p2p.runtime.node":
             raise CommandFailed("the node runtime (p2p.runtime.node) is not installed") from exc
         raise
-    return int(run_node(config, fresh=fresh) or 0)
+    built = {} if learning is None else {"learning": learning}  # with the user's code
+    return int(run_node(config, fresh=fresh, **built) or 0)
 
 
 def _socket_path(args: argparse.Namespace) -> Path:
@@ -403,6 +426,7 @@ def _cmd_keygen(args: argparse.Namespace) -> int:
 def _cmd_config(args: argparse.Namespace) -> int:
     config = load_config(args.config)
     preflight(config)  # what `p2p run` checks before it creates anything
+    _build_user_code(config)  # imports and runs the user's code on a first batch
     if args.json:
         print(json.dumps(config_to_dict(config), indent=2))
     else:
@@ -419,6 +443,17 @@ def _cmd_dashboard(args: argparse.Namespace) -> int:
         raise UsageError(str(exc)) from None
 
 
+def _cmd_export(args: argparse.Namespace) -> int:
+    from p2p.cli.export import ExportError, export_model
+
+    try:
+        print(export_model(_socket_path(args).parent, Path(args.out).expanduser(),
+                           timeout=args.timeout))
+    except ExportError as exc:
+        raise CommandFailed(str(exc)) from None
+    return EXIT_OK
+
+
 _COMMANDS = {
     "run": _cmd_run,
     "status": _cmd_query,
@@ -431,6 +466,7 @@ _COMMANDS = {
     "keygen": _cmd_keygen,
     "config": _cmd_config,
     "dashboard": _cmd_dashboard,
+    "export": _cmd_export,
 }
 
 

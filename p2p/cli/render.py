@@ -243,7 +243,7 @@ _STATUS_FIELDS: tuple[tuple[str, str, Callable[[object], str]], ...] = (
     ("connections", "connections", _fmt_int),
     ("pid", "pid", _fmt_text),
     ("data_dir", "data dir", _fmt_text),
-    ("metrics", "metrics", _fmt_text),  # the Prometheus endpoint's URL ([metrics])
+    ("metrics_url", "metrics endpoint", _fmt_text),  # the Prometheus URL ([metrics])
 )
 
 
@@ -274,7 +274,7 @@ def render_status(result: Mapping[str, Any]) -> RenderableType:
     for key, label, fmt in _STATUS_FIELDS:
         # no DP-SGD, no clustering, no metrics endpoint: no row
         if key not in result or (key in ("privacy", "masking", "groups", "checkpoint",
-                                         "metrics")
+                                         "metrics_url")
                                  and not result[key]):
             continue
         value = fmt(result[key])

@@ -41,7 +41,7 @@ _STATUS_KNOWN = frozenset({
     "id", "name", "addresses", "uptime", "round", "steps", "loss", "accuracy", "isolated",
     "view_size", "connections", "pid", "data_dir", "collaborating", "collaboration_state",
     "collaboration_reason", "isolation_reason", "rounds", "training", "privacy", "masking",
-    "groups", "strategy", "metrics",
+    "groups", "strategy", "metrics_url",
 })
 def _number(value: object) -> float | None:
     if isinstance(value, bool):

@@ -54,6 +54,8 @@ class ProgressView(Protocol):
     def accuracy(self) -> float | None: ...
     @property
     def test_loss(self) -> float | None: ...
+    @property
+    def metrics(self) -> Mapping[str, float]: ...
 
 
 class ListeningTransport(Protocol):
@@ -233,7 +235,9 @@ class NodeAdmin:
             groups=groups_summary(n.groups_status()),
             strategy=n.strategy_status(),
             checkpoint=n.checkpoint_note,
-            metrics=getattr(getattr(n, "metrics_endpoint", None), "url", None),
+            metrics_url=getattr(getattr(n, "metrics_endpoint", None), "url", None),
+            metrics=dict(p.metrics) or None,
+            test_loss=p.test_loss,
         )
 
     def groups(self) -> dict[str, Any]:
@@ -303,6 +307,8 @@ class NodeAdmin:
             counters["transport.bytes_sent"] = wire.total
         if n.progress.test_loss is not None:
             counters["test_loss"] = n.progress.test_loss
+        for key, value in n.progress.metrics.items():  # accuracy, or the user's metrics
+            counters[f"task.{key}"] = value
         spent = n.privacy_spent()
         if spent is not None:
             for key, attr in PRIVACY_COUNTERS.items():

@@ -176,7 +176,10 @@ class StatusReport:
     strategy: dict[str, Any] | None = None
     # set when the node did not resume its newest checkpoint, or moved one aside
     checkpoint: str | None = None
-    metrics: str | None = None  # the Prometheus endpoint's URL ([metrics]), or None
+    metrics_url: str | None = None  # the Prometheus endpoint's URL ([metrics]), or None
+    # the test set's metrics at the last evaluation: accuracy, or training.metrics' values
+    metrics: dict[str, float] | None = None
+    test_loss: float | None = None
 
 
 @dataclass(frozen=True)

@@ -70,6 +70,7 @@ from p2p.swarm.spec import (
     SwarmError,
     SwarmSpec,
     default_permutations,
+    load_template,
     node_config,
     spec_from_template,
 )
@@ -375,8 +376,7 @@ def main(argv: list[str] | None = None) -> int:
     except SwarmError as exc:
         console.print(f"[red]swarm not started:[/red] {exc}")
         return 2
-    console.print(f"starting {spec.nodes} daemons on task {spec.task}, network "
-                  f"{spec.network().notation()}, scheme {spec.scheme}"
+    console.print(f"starting {spec.nodes} daemons on {network_label(spec)}, scheme {spec.scheme}"
                   f"{semi_local_label(spec)}, {spec.rounds} rounds")
     for line in derived_settings(spec):
         console.print(line)
@@ -476,6 +476,16 @@ def dashboard_running(board: DashboardThread | None, console: Console) -> Iterat
         yield
     finally:
         board.stop()
+
+
+def network_label(spec: SwarmSpec) -> str:
+    """``task digits, network 64=48=32=10``, or the template's factories."""
+    template = load_template(spec)
+    data = (f"data {template.data.factory.text}" if template.data.factory is not None
+            else f"task {spec.task}")
+    model = (template.network.factory.text if template.network.factory is not None
+             else spec.network().notation())
+    return f"{data}, network {model}"
 
 
 def pushes_per_round_flag(text: str) -> int | str:

@@ -45,7 +45,7 @@ async def test_scrape_parses_back_and_counters_rise(tmp_path: Path) -> None:
         assert not url.endswith(":0/metrics")  # port 0 resolved
         assert nodes[1].metrics_endpoint.url != url  # one endpoint and registry per node
         status = await admin_request(nodes[0].data_dir, "status")
-        assert status["metrics"] == url
+        assert status["metrics_url"] == url
         await wait_until(lambda: nodes[0].progress.round >= 2, timeout=60)
         first, content_type = await trio.to_thread.run_sync(_get, url)
         assert content_type.startswith("text/plain; version=0.0.4")

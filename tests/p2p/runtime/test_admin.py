@@ -415,7 +415,7 @@ class _Source:
         self.started = 0.0
         self.data_dir = tmp_path
         self.progress = SimpleNamespace(round=3, steps=30, loss=0.5, accuracy=0.75,
-                                        test_loss=None)
+                                        test_loss=None, metrics={"accuracy": 0.75})
         self.transport = SimpleNamespace(listen_address=me.address, open_connections=2)
         self.sampler = PeerSampler(me, rng=random.Random(1))
         self.sampler.restore([Descriptor(b"\x01" * 32, "10.0.0.2:7400", 1, frozenset())])
@@ -472,8 +472,10 @@ async def test_node_admin_needs_only_its_narrow_source(tmp_path: Path) -> None:
     assert status.strategy == {"name": "partial"}
     (peer,) = admin.peers().view
     assert (peer.address, peer.failures) == ("10.0.0.2:7400", 4)
+    assert status.metrics == {"accuracy": 0.75}
     counters = admin.metrics().counters
     assert counters["rejected_messages"] == 1 and counters["global.pushes_sent"] == 7
+    assert counters["task.accuracy"] == 0.75  # the test set's metrics, for the endpoint
     assert counters["round"] == 3 and "test_loss" not in counters
     report = await admin.checkpoint()
     assert (report.bytes, report.round) == (123, 3)
