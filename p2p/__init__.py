@@ -92,7 +92,7 @@ from p2p.file_safety import UnsafeFileError
 from p2p.runtime import AdminError, AdminHandler, AdminServer, admin_socket_path, serve_admin
 
 # p2p.runtime.checkpoint imports torch: loaded on first use so `p2p status` starts fast.
-_LAZY_CHECKPOINT = ("CheckpointError", "CheckpointStore", "DataDirError", "NodeState",
+_LAZY_CHECKPOINT = ("CheckpointCorrupt", "CheckpointError", "CheckpointStore", "DataDirError", "NodeState",
                     "PeerRecord", "PushSumRecord", "atomic_write_bytes",
                     "check_data_dir_writable")
 # the Python API (docs/guide/api.md) imports the node, so torch: loaded on first use too

@@ -56,6 +56,7 @@ from p2p.config.learning import (
     TrainingConfig,
     learner_error,
 )
+from p2p.config.metrics_section import MetricsConfig
 from p2p.config.plugins import StrategyConfig, strategy_plugins
 from p2p.wire.framing import DEFAULT_MAX_FRAME_SIZE
 from p2p.wire.sealing import CIPHERS, DEFAULT_CIPHER
@@ -80,6 +81,7 @@ __all__ = [
     "DataConfig",
     "GossipConfig",
     "LimitsConfig",
+    "MetricsConfig",
     "NetworkConfig",
     "NodeConfig",
     "NodeSection",
@@ -451,6 +453,7 @@ CLI_OPTIONS: dict[str, str] = {
     "log_format": "node.log_format",
     "log_level": "node.log_level",
     "swarm_key_file": "security.swarm_key_file",
+    "metrics": "metrics.listen",
 }
 
 
@@ -476,6 +479,7 @@ class NodeConfig:
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     clustering: ClusteringConfig = field(default_factory=ClusteringConfig)
     strategy: StrategyConfig = field(default_factory=StrategyConfig)
+    metrics: MetricsConfig = field(default_factory=MetricsConfig)
     source: Path | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
@@ -572,7 +576,7 @@ class NodeConfig:
 
         Options are those of :data:`CLI_OPTIONS` (``listen``, ``bootstrap``,
         ``data_dir``, ``swarm_key_file``, ``log_format``, ``log_level``,
-        ``name``, ``seed``, ``node_index``, ``num_nodes``, ``rounds``); ``None`` keeps the
+        ``name``, ``seed``, ``node_index``, ``num_nodes``, ``rounds``, ``metrics``); ``None`` keeps the
         file's value. Values are read
         by the key's own kind: ``bootstrap`` may be a comma-separated string,
         relative paths resolve against the current directory. Errors name the

@@ -316,7 +316,7 @@ class StrategySupervisor:
         try:
             await self.strategy.run()
         except Exception as exc:
-            self._failed("run", exc)
+            self.failed("run", exc)
 
     def after_round(self) -> None:
         """The strategy's step after a training round (the caller holds the model lock);
@@ -326,9 +326,9 @@ class StrategySupervisor:
         try:
             self.strategy.after_round()
         except Exception as exc:
-            self._failed("after_round", exc)
+            self.failed("after_round", exc)
 
-    def _failed(self, where: str, exc: Exception) -> None:
+    def failed(self, where: str, exc: Exception) -> None:
         """Switch the strategy off after ``exc`` in ``where``: no loss term, no more
         after-round calls; the node keeps training and gossiping its shared models."""
         self.failure = f"{where}: {type(exc).__name__}: {exc}"

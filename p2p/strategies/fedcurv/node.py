@@ -85,7 +85,7 @@ import numpy as np
 import torch
 import trio
 
-from gossip import PushSumSnapshot
+from gossip import LogLimiter, PushSumSnapshot
 from p2p.strategies.base import LossTerm, OutOfStep, StrategyHost
 from p2p.strategies.fedcurv.maths import (
     capped,
@@ -175,8 +175,10 @@ class _ModelSums:
     own_f: np.ndarray  # this node's contribution to the current generation
     own_fw: np.ndarray
     anchor: np.ndarray  # the model's values at this node's last Fisher estimate
-    a: torch.Tensor  # sum over the others of F_j (float32, read by the loss term)
-    b: torch.Tensor  # sum over the others of F_j * w_j
+    # sum over the others of F_j and of F_j * w_j (float32, read by the loss term):
+    # replaced by refresh(), never edited in place (a step's backward may still use them)
+    a: torch.Tensor
+    b: torch.Tensor
     generation: int = 0  # the generation the core is in
     entered: int = 0  # this node's rounds when it entered it
     joined: bool = False  # contributed to (or, restarted, kept out of) this generation
@@ -218,6 +220,7 @@ class FedCurvStrategy:
         self.fisher_seconds = 0.0
         self._rounds_seen = 0
         self.count_missing = False  # no node count after COUNT_WAIT_ROUNDS rounds
+        self._lines = LogLimiter(logger)  # a Fisher estimate gone wrong: a line a minute
 
     @property
     def host(self) -> StrategyHost:
@@ -371,20 +374,23 @@ class FedCurvStrategy:
         return None if m.share is None else (cur, m.share)
 
     def refresh(self) -> None:
-        """Load ``A`` and ``B`` (the pull of the other holders) from the estimates."""
+        """Load ``A`` and ``B`` (the pull of the other holders) from the estimates, as new
+        tensors: safe while a training step runs."""
         for m in self._models.values():
             source = self._source(m)
             n = m.own_f.size
             found = None if source is None else estimated_pull(
                 np.append(source[0][:n], source[1]), source[0][n:2 * n], self.max_nodes)
+            # New tensors, never edited in place: the event loop refreshes while the
+            # worker thread may be between a step's forward, which saved them, and its
+            # backward (an in-place edit made autograd refuse it and stopped nodes).
             if found is None:  # the count has not mixed in yet: no pull
-                m.a.zero_()
-                m.b.zero_()
+                m.a, m.b = torch.zeros(n), torch.zeros(n)
                 continue
             # targets are convex means of the anchors: no bound needed (see the docstring)
             a, b = capped(found[0], found[1], self.lam, self.lr)
-            m.a.copy_(torch.from_numpy(a))
-            m.b.copy_(torch.from_numpy(b))
+            m.a = torch.from_numpy(a.astype(np.float32))
+            m.b = torch.from_numpy(b.astype(np.float32))
 
     async def run(self) -> None:
         """Estimate the Fisher diagonal when :meth:`after_round` says it is due."""
@@ -437,8 +443,9 @@ class FedCurvStrategy:
             f = fisher[m.index.numpy()]
             anchor = learning.network.extract(name)
             if not (np.all(np.isfinite(f)) and np.all(np.isfinite(f * anchor))):
-                logger.error("fedcurv: the Fisher estimate of %s is not finite (the model "
-                             "diverged?); contribution kept", name)
+                self._lines.log(trio.current_time(), name, logging.ERROR,
+                                "fedcurv: the Fisher estimate of %s is not finite (the model "
+                                "diverged?); contribution kept", name)
                 m.awaiting = False
                 continue
             m.pending = (f, anchor)
