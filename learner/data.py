@@ -4,10 +4,11 @@ Every node calls `load_node_data` with the same task, seed, `num_nodes` and
 `test_fraction` and its own `node_index`: the seeded split gives all nodes the
 same test part and disjoint shards without coordination. Each node's train and
 test labels go through its own permutation; the public split (see
-:mod:`learner.tasks`) is the same on every node, true labels included. Float
-features are standardized by default (`scale = "standard"`) with statistics
-over the training samples of all nodes, which every node computes alike;
-built-in tasks and uint8 images keep their fixed scaling to [0, 1].
+:mod:`learner.tasks`) is the same on every node, true labels included. Features
+a file stores as they are (floats, integers other than uint8) are standardized
+by default (`scale = "standard"`) with statistics over the training samples of
+all nodes, which every node computes alike; built-in tasks and uint8 images
+keep their fixed scaling to [0, 1].
 
 See docs/guide/data-and-training.md ("How the data is split", "Scaling").
 """

@@ -7,9 +7,9 @@ released model of ``graph_kappa`` sampled peers and its ``graph_neighbours``
 heaviest neighbours (:class:`~p2p.strategies.graph.messages.GraphPull`); under
 the model lock it steps the graph on the sampled edges, mixes its model and adds
 one release's Laplace noise (:mod:`p2p.strategies.graph.maths`), serving the
-result until the next wake-up; then it tells each sampled peer its edge's new
-weight (:class:`GraphWeight`), which a node takes only from a peer it knows,
-clamped, within ``graph_max_edges``. ``graph_epsilon_budget`` stops the wake-ups.
+result until the next wake-up; it sends each sampled peer its edge's new weight
+(:class:`GraphWeight`), taken only from a peer with an edge or sampled lately,
+clamped, within ``graph_max_edges``. ``graph_epsilon_budget`` stops wake-ups.
 All nodes start from one initialisation; edge weights are not checkpointed.
 
 How it works: docs/design/strategies.md; use: docs/guide/strategies.md.
