@@ -63,6 +63,15 @@ class Estimate:
         else:
             self.x = self.z = new
 
+    def reset(self, new: np.ndarray) -> None:
+        """The trained values become ``new`` (ours), not by training: the estimate moves
+        with them (the noise held apart, if any, stays)."""
+        if self.noisy:
+            self.x = self.x + (new - self.z)
+        else:
+            self.x = new
+        self.z = new
+
     def add_noise(self, mass: np.ndarray, fresh: bool) -> None:
         """Add noise ``mass`` (ours) to the estimate; ``fresh`` restarts its age."""
         self.hold_noise_apart()

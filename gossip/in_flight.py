@@ -76,6 +76,14 @@ class InFlight:
         """The pushes that still block new ones (not unresolved)."""
         return [o for o in self.pushes.values() if not o.unresolved]
 
+    def fraction(self, push_id: int) -> float | None:
+        """The share of push ``push_id`` over the sender's weight when it was made: the
+        fraction of its mass the push takes once acknowledged (None: not awaited)."""
+        o = self.pushes.get(push_id)
+        if o is None or o.weight_at_push <= 0.0:
+            return None
+        return min(o.push.weight / o.weight_at_push, 1.0 - 1e-12)
+
     def any_masked(self) -> bool:
         """Whether a masked push's compensation is pending."""
         return any(o.masked for o in self.pushes.values())

@@ -26,6 +26,7 @@ from gossip.messages import Push, PushAck
 from gossip.references import ReferenceKey, rebuild, reference_of
 from gossip.reply_store import ReplyStore
 from gossip.validation import MAX_ABS_VALUE, check_magnitude, validate_push
+from gossip.wire_format import REPLY_RESIDUAL
 
 #: (sender, request values q_A, request, reply weight r, clip factor) -> the ack with the
 #: reply: :meth:`Incoming.answer`, or a core's own rule built on it
@@ -96,11 +97,10 @@ class Incoming:
             if push.base:
                 y = self._rebuild(sender, push, y, now)
             clip = self._clip(sender, y, push.weight, r, flagged)
-            clipped_away, sketched = 0.0, None
+            clipped_away = 0.0
             if checks is not None:
                 clipped_away = checks.charge(sender, push, r, clip, est.w, flagged,
                                              masked_mode, now)
-                sketched = checks.creep_check(sender, y, est.x, float(p.own_pushes))
         except MissingReference:
             raise  # not an offence: counted and logged in rebuild_request
         except RejectedPush as exc:
@@ -114,8 +114,9 @@ class Incoming:
         c["pushes_received"] += 1
         c["bytes_received"] += push.nbytes
         if checks is not None:
-            checks.guard.merged(sender, push.weight - r, flagged, now, clipped_away, sketched,
+            checks.guard.merged(sender, push.weight - r, flagged, now, clipped_away,
                                 float(p.own_pushes), shared=not (flagged or est.noisy))
+            checks.moved(sender, float(p.own_pushes))
             if clip != 1.0:
                 c["clipped"] += 1
         if not replying:
@@ -155,7 +156,9 @@ class Incoming:
         # two agree, so a coarse encoding loses little; both ends use exactly
         # the decoded delta, so mass stays exact.
         delta = np.subtract(est.x, q_a, out=est.buffer())
-        encoded, d = p.wire.reply(delta, clip)
+        # a clipped reply's rounding stays in our estimate: a small share of the radius
+        seen = None if p.checks is None else p.checks.seen
+        encoded, d = p.wire.reply(delta, clip, 0.0 if seen is None else REPLY_RESIDUAL * seen[0])
         # the initiator derives the same reference from the same decoded inputs
         key = ReferenceKey(sender, push.push_id, False)
         est.answer(delta, d, push.weight, r,

@@ -26,6 +26,14 @@ from gossip.references import ReferenceKey, rebuild, reference_of
 from gossip.validation import check_magnitude, decode_values
 from gossip.wire_format import decoded, rms
 
+#: What a merged reply was worth to the partner choice (:attr:`Outgoing.last_reply`):
+#: "useful"; "echo", its values our own (a delta under ECHO_SHARE of our own
+#: training step: weight back, nothing to average); "clipped", less than half of it
+#: merged (beyond the radius, or the creep budget spent)
+REPLY_VERDICTS = ("useful", "echo", "clipped")
+#: A reply whose delta is under this share of our own recent training step is an echo.
+ECHO_SHARE = 0.02
+
 #: (the push, its ack) -> the reply's weight and decoded delta, or InvalidValues:
 #: :meth:`Outgoing.check_reply`, or a core's own rule built on it
 ReplyCheck = Callable[[Outstanding, PushAck], tuple[float, np.ndarray]]
@@ -45,6 +53,7 @@ class Outgoing:
         self.max_in_flight = max_in_flight
         self.max_share = max_share  # the guard's (None: no guard)
         self.last_gap: float | None = None  # RMS(q_B - q_A) / RMS(q_A), last reply
+        self.last_reply: str | None = None  # REPLY_VERDICTS (None without the guard)
         self._check_reply = check_reply
 
     def share(self) -> float:
@@ -191,8 +200,14 @@ class Outgoing:
         self.last_gap = disagreement / max(rms(o.sent), 1e-12)
         p.references.record(ReferenceKey(o.peer, ack.push_id, True),
                             reference_of(o.sent, d, out=est.buffer()))
-        if p.checks is not None:
-            p.checks.clip_reply(o, d, est.x, est.noisy, est.buffer())
+        checks = p.checks
+        if checks is not None:
+            size = disagreement * math.sqrt(est.n)
+            echo = size < ECHO_SHARE * checks.guard.clip.own_step()
+            checks.clip_reply(o, d, r, est.x, est.w, est.noisy, est.buffer(),
+                              float(p.own_pushes))
+            self.last_reply = ("clipped" if checks.reply_kept < 0.5
+                               else "echo" if echo else "useful")
         est.swap(o.sent, d, o.push.weight, r)
         p.counters["replies_received"] += 1
         p.counters["bytes_received"] += ack.nbytes

@@ -15,8 +15,12 @@ drain or isolate honest nodes takes the push and gives nothing back.
 The rule (:class:`PartnerChoice`):
 
 - **Proven partners.**  A peer that answered one of our push-pull requests
-  with a reply of at least ``min_reply_ratio`` times the share we sent has
-  *reciprocated*: it is proven.
+  with a reply of at least ``min_reply_ratio`` times the share we sent, whose
+  values the merge guard found *useful*, has *reciprocated*: it is proven.
+  Weight back is not enough: a fake that echoes our own values back (a zero
+  delta) gives weight for nothing, and one whose reply the guard clipped to
+  less than half did not give what it claimed.  Either is no proof, counts
+  as a failed exploration, and a clipped reply costs a proven peer its proof.
 - **Strikes.**  A peer that answers a push-pull request with a plain ack (or
   with a reply the core rejected) took the share and gave nothing back: it
   loses its proof and gets no push for ``strike_pause`` seconds, doubled at
@@ -52,7 +56,7 @@ from dataclasses import dataclass
 from .messages import Push, PushAck
 
 #: What :meth:`PartnerChoice.on_answer` makes of an answer.
-OUTCOMES = ("reciprocated", "took", "neutral")
+OUTCOMES = ("reciprocated", "took", "neutral", "echo", "clipped")
 
 
 @dataclass(frozen=True)
@@ -174,11 +178,14 @@ class PartnerChoice:
 
     # --------------------------------------------------------------- outcomes
 
-    def on_answer(self, peer: bytes, push: Push, ack: PushAck, now: float) -> str:
+    def on_answer(self, peer: bytes, push: Push, ack: PushAck, now: float,
+                  reply: str | None = None) -> str:
         """Record the answer the core accepted to ``push``; returns its outcome (:data:`OUTCOMES`).
 
         A push-pull request answered with a reply of weight at least
-        ``min_reply_ratio`` times the share is a reciprocation; one answered
+        ``min_reply_ratio`` times the share is a reciprocation, unless the
+        core judged the reply's values (``reply``, :attr:`gossip.PushSum.last_reply`)
+        an "echo" or "clipped" (see the module docstring); one answered
         without a reply is a strike; anything else (a one-way push, a small
         reply) tells nothing.
         """
@@ -187,13 +194,20 @@ class PartnerChoice:
         elif ack.reply is None:
             outcome = "took"
         elif ack.reply_weight >= self.settings.min_reply_ratio * push.weight:
-            outcome = "reciprocated"
+            outcome = "reciprocated" if reply in (None, "useful") else reply
         else:
             outcome = "neutral"
         if outcome == "reciprocated":
             self.reciprocated(peer)
         elif outcome == "took":
             self.strike(peer, now)
+        elif outcome in ("echo", "clipped"):
+            rec = self._record(peer)
+            if not rec.proven:
+                self._learn(0.0)  # an exploration that brought nothing
+            elif outcome == "clipped":
+                rec.proven = False
+            self.counters[outcome] += 1
         else:
             self.counters["neutral"] += 1
         return outcome

@@ -165,24 +165,15 @@ class PushSum:
         dup_span: int = DUP_SPAN,
         max_abs_value: float = MAX_ABS_VALUE,
     ) -> None:
-        """Create the core.
+        """Create the core (docs/design/gossip.md says what each option does).
 
-        ``privacy="masked"`` obfuscates the first ``masked_pushes`` pushes (and
-        the first ones after ``restore``) with N(0, mask_std^2) masks; it always
-        uses one-way pushes.  ``exchange`` is ``"push-pull"`` or ``"push"``;
-        ``encoding`` names the wire format of absolute values (one-way pushes,
-        a first request to a peer) and ``delta_encoding`` that of deltas
-        (requests against a pair's reference, push-pull replies), see
-        :mod:`gossip.compression`; ``max_in_flight`` pushes may await acks
-        before new ones wait; ``reply_store_bytes`` bounds the replies kept for
-        retransmitted requests and ``reference_store_bytes`` the references
-        kept for delta requests (0: every request absolute).  ``guard`` turns
-        on the merge defences (:mod:`gossip.merge_guard`; None: off) and
-        ``dup_span`` is the sliding window of push ids remembered per sender
-        (:mod:`gossip.dup_window`).  ``max_abs_value`` bounds received values
-        (masked mode: from the mask scale).  ``rng`` only seeds push ids and,
-        if no ``mask_source`` is given, the mask key (pass None in production
-        so masks are keyed from os.urandom).
+        ``privacy="masked"`` masks the first ``masked_pushes`` pushes (and the
+        first ones after ``restore``) with N(0, mask_std^2) noise, one-way;
+        ``encoding``/``delta_encoding``: the wire formats of absolute values and
+        of deltas (:mod:`gossip.wire_format`); ``guard``: the merge defences
+        (:mod:`gossip.merge_guard`; None: off); ``max_abs_value``: the bound on
+        received values.  ``rng`` only seeds push ids and, without a
+        ``mask_source``, the mask key (None in production: os.urandom).
         """
         if not isinstance(fingerprint, bytes) or len(fingerprint) != FINGERPRINT_BYTES:
             raise InvalidValues(f"fingerprint: expected {FINGERPRINT_BYTES} bytes")
@@ -299,12 +290,9 @@ class PushSum:
         return self._out.next_id
 
     def push_fraction(self, push_id: int) -> float | None:
-        """The fraction of this node's mass that push ``push_id`` takes once acknowledged:
-        its share over the weight when it was made (None: not outstanding)."""
-        o = self._outstanding.get(push_id)
-        if o is None or o.weight_at_push <= 0.0:
-            return None
-        return min(o.push.weight / o.weight_at_push, 1.0 - 1e-12)
+        """The fraction of this node's mass that push ``push_id`` takes once acknowledged
+        (:meth:`gossip.in_flight.InFlight.fraction`)."""
+        return self._parts.flight.fraction(push_id)
 
     @property
     def outstanding(self) -> int:
@@ -374,6 +362,30 @@ class PushSum:
             self._guard.note_training(step, new, float(self._parts.own_pushes))
         est.train(new, step)
 
+    def roll_back(self, values: np.ndarray) -> None:
+        """Set the trained values back to ``values`` (this node's own-trained model before
+        merges it judged bad, :mod:`gossip.recovery`): not training, the weight stays,
+        and the creep budget counts the way back as any merge's movement."""
+        est = self._est
+        new = check_vector(values, self._n, "roll_back")
+        if self._guard is not None:
+            sketched = self._guard.drift_sketch(new - est.z)
+            if sketched is not None:
+                self._guard.add_drift(sketched, float(self._parts.own_pushes), merge=False)
+        est.reset(new)
+        self._c["rolled_back"] += 1
+
+    def take_moved(self) -> dict[bytes, float]:
+        """How far each peer's merges (pushes, requests, replies) moved the estimate since
+        the last call: whom a roll-back blames (empty without the guard)."""
+        return {} if self._parts.checks is None else self._parts.checks.take_moved()
+
+    @property
+    def last_reply(self) -> str | None:
+        """What the latest merged reply was worth (:data:`gossip.outgoing.REPLY_VERDICTS`;
+        None without the guard): partner choice proves only useful ones."""
+        return self._out.last_reply
+
     def add_noise_mass(self, mass: np.ndarray, *, fresh: bool = True) -> None:
         """Add ``mass`` to the held-apart noise (a masking pair's side, or its removal).
 
@@ -405,14 +417,10 @@ class PushSum:
         return [self._out.push(peer, share, now) for peer in targets]
 
     def expire(self, now: float, timeout: float) -> list[tuple[bytes, Push]]:
-        """Handle pushes unacknowledged for ``timeout``: retransmit or give up.
-
-        Returns the retransmissions to send (same push id, same payload).  After
-        ``max_attempts`` sends a push becomes *unresolved*: it no longer blocks
-        new pushes (its share is reserved) and is retransmitted every ``timeout``
-        until acknowledged or ``give_up_after`` sends, when it is given up and
-        the weight stays here.
-        """
+        """Handle pushes unacknowledged for ``timeout``: the retransmissions to send (same
+        push id, same payload).  After ``max_attempts`` sends a push is *unresolved* (it no
+        longer blocks new ones, its share stays reserved); after ``give_up_after`` it is
+        given up with the weight kept."""
         resend, count, given_up = self._parts.flight.expire(now, timeout)
         self._c["retransmissions"] += count
         self._c["bytes_sent"] += sum(push.nbytes for _, push in resend)
@@ -422,16 +430,10 @@ class PushSum:
     def on_undelivered(self, push_id: int, maybe_delivered: bool) -> UndeliveredOutcome:
         """The transport reports that a send of ``push_id`` got no acknowledgement.
 
-        ``maybe_delivered`` is False when the push surely did not reach the
-        peer (connection refused, the peer answered with an error) and True
-        when it may have been merged with only the ack lost (reply timed out,
-        connection lost mid-exchange).  A first attempt that surely was not
-        delivered is forgotten and the weight kept; anything else stays
-        outstanding for :meth:`expire` to retransmit with the same id (the
-        receiver merges once and re-acknowledges), because forgetting a push
-        that was merged would duplicate its mass.  A push that has been
-        retransmitted is never forgotten here: an earlier attempt may have been
-        merged even if this one surely was not.
+        ``maybe_delivered``: it may have been merged with only the ack lost.  A
+        first attempt that surely did not arrive is forgotten with the weight
+        kept; anything else stays outstanding for :meth:`expire` (forgetting a
+        merged push would duplicate its mass; docs/design/gossip.md, "Delivery").
         """
         outcome, o = self._parts.flight.undelivered(push_id, maybe_delivered)
         if outcome is UndeliveredOutcome.FORGOTTEN and o is not None:
@@ -450,19 +452,13 @@ class PushSum:
 
     # ---------------------------------------------------------- remote side
     def on_push(self, sender: bytes, push: Push, now: float) -> PushAck:
-        """Validate and merge a push; return the acknowledgement to send back.
+        """Validate and merge a push; return the acknowledgement to send back
+        (:meth:`gossip.incoming.Incoming.receive`).
 
-        A push-pull request (``want_reply``) is answered with a share of this
-        node's mass in the ack when this core runs privacy "none" and neither
-        side holds mask noise; otherwise with a plain ack.  Raises RejectedPush
-        (state unchanged) if anything about the push is wrong.  A
-        retransmission of an already merged push is acknowledged again without
-        merging, with the very ack sent the first time; if that ack carried a
-        reply that is no longer stored, the retransmission is refused
-        (RejectedPush) rather than merged twice.  A delta request (``base``)
-        naming a reference this core does not hold is refused too (counted in
-        ``references_missing``, logged at INFO: a restart or an eviction, not
-        an offence).
+        A push-pull request gets a share of this node's mass in the ack (privacy
+        "none", no mask noise on either side).  RejectedPush: nothing changed (a
+        retransmission whose stored reply is gone, a delta naming a reference
+        not held, and every failed check included).
         """
         ack, boundary = self._in.receive(sender, push, now)
         if boundary and self.boundary_fold_age is not None \
@@ -475,13 +471,9 @@ class PushSum:
     def on_ack(self, sender: bytes, ack: PushAck, now: float) -> None:
         """The receiver merged our push: remove the share it took, merge its reply if any.
 
-        Raises RejectedAck (state unchanged) for wrong model, duplicate or
-        unexpected acknowledgements.  A reply that fails its checks raises
-        :class:`~gossip.errors.RejectedReply` *after* the ack itself was
-        applied: the ack says the responder merged our share, so keeping the
-        share here would duplicate it; the reply is dropped (counted in
-        ``bad_replies``).  That is what a plain ack does, so a lying responder
-        gains nothing by it.
+        RejectedAck (nothing changed): a wrong, duplicate or unexpected ack.
+        :class:`~gossip.errors.RejectedReply`: the ack was applied (the
+        responder merged our share), its bad reply dropped, as a plain ack.
         """
         self._out.receive_ack(sender, ack, now)
 
@@ -534,8 +526,9 @@ class PushSum:
         checks = self._parts.checks
         if checks is None:
             return 1.0
-        return checks.clip_factor(sender, y, self._est.x, s, r, flagged, self._est.noisy,
-                                  self._est.buffer())
+        est = self._est
+        return checks.clip_factor(sender, y, est.x, s, r, est.w, flagged, est.noisy,
+                                  est.buffer(), float(self._parts.own_pushes))
 
     def _rebuild_request(self, sender: bytes, push: Push, delta: np.ndarray,
                          now: float) -> np.ndarray:

@@ -31,6 +31,11 @@ NOISE_ENCODING = {"f64": "f64", "f32": "f32", "f16": "f32", "bf16": "f32", "int8
 _WIDER = {"f16": "f32", "bf16": "f32", "int8": "f32", "f32": "f64"}
 # A push-pull request whose rounding would be too coarse (see request) goes wider.
 _WIDER_REQUEST = {"int8": "f16", "bf16": "f32", "f16": "f32"}
+# A clipped reply whose rounding would stay too large in our estimate goes wider.
+_WIDER_REPLY = {"int8": "f16", "bf16": "f32", "f16": "f32", "f32": "f64"}
+#: A clipped reply's rounding (which stays in the responder's estimate) is at most
+#: this share of the clip radius, in norm.
+REPLY_RESIDUAL = 0.05
 #: A push-pull request's rounding error (RMS) stays below this share of the
 #: latest measured disagreement between exchange partners (RMS(q_B - q_A)).
 REQUEST_ERROR_SHARE = 0.25
@@ -105,17 +110,31 @@ class WireFormat:
             self._c["requests_widened"] += 1
             encoding = wider
 
-    def reply(self, delta: np.ndarray, clip: float) -> tuple[EncodedVector, np.ndarray]:
+    def reply(self, delta: np.ndarray, clip: float, residual: float = 0.0
+              ) -> tuple[EncodedVector, np.ndarray]:
         """Encode a reply's delta ``x - q_A`` scaled by ``clip`` (1.0: not clipped), and
-        its decoded values; records the disagreement."""
-        if clip != 1.0:
-            # f64: the part handed back may be as large as the poison it came
-            # from, and the encoder keeps the rounding residual (here: in x)
-            encoded = encode(delta * clip, "f64")
-            self.disagreement = rms(delta)
-        else:
-            encoded = encode_fitting(delta, self.delta_encoding)
-        d = decode(encoded, delta.shape[0])
+        its decoded values; records the disagreement.
+
+        A clipped reply goes in ``delta_encoding`` too, widened (up to f64) only
+        while its rounding, which stays in our estimate, exceeds ``residual``
+        in norm: the part handed back may be as large as the poison it came
+        from.  Encoded exactly (f64), a clipped reply told its reader our
+        estimate and radius exactly (docs/design/trust.md).
+        """
+        n = delta.shape[0]
         if clip == 1.0:
+            encoded = encode_fitting(delta, self.delta_encoding)
+            d = decode(encoded, n)
             self.disagreement = rms(d)
+            return encoded, d
+        v = delta * clip
+        encoding = self.delta_encoding
+        while True:
+            encoded = encode_fitting(v, encoding)
+            d = decode(encoded, n)
+            wider = _WIDER_REPLY.get(encoded.encoding)
+            if wider is None or math.sqrt(float(np.einsum("i,i->", v - d, v - d))) <= residual:
+                break
+            encoding = wider
+        self.disagreement = rms(delta)
         return encoded, d
