@@ -38,8 +38,9 @@ class MergeChecks:
         self._movement: tuple[np.ndarray | None, float] | None = None
         #: how far each peer's merges moved our estimate since :meth:`take_moved`
         self.moved_by: dict[bytes, float] = {}
-        #: the share of the latest reply's update that was merged (1.0: all of it)
-        self.reply_kept = 1.0
+        #: the share of the latest reply's update that was merged (1.0: all of it), and
+        #: the share the radius alone let through
+        self.reply_kept = self.reply_in_radius = 1.0
 
     def admit(self, sender: bytes, push: Push, r: float, own_weight: float, flagged: bool,
               masked_mode: bool, noisy: bool, own_pushes: float, now: float) -> None:
@@ -164,9 +165,9 @@ class MergeChecks:
         is bounded as one pushing to us).  The part clipped here is not merged
         (the responder already gave it away): the one place the defences lose
         mass, counted in ``clipped_replies``; :attr:`reply_kept` says how much
-        was merged.
+        was merged, :attr:`reply_in_radius` how much the radius let through.
         """
-        self.reply_kept = 1.0
+        self.reply_kept = self.reply_in_radius = 1.0
         if not self.guard.settings.clipping or noisy:
             return
         v = np.add(o.sent, d, out=scratch)
@@ -183,7 +184,7 @@ class MergeChecks:
         tau = self.guard.jittered(self.guard.settings.reply_clip_factor
                                   * clip.radius(own_norm, o.peer))
         clip.record(o.peer, norm, fold_check=False)
-        kept = 1.0 if norm <= tau else tau / norm
+        kept = self.reply_in_radius = 1.0 if norm <= tau else tau / norm
         alpha = r / (w - o.push.weight + r)  # the share of the update that moves us
         sketched = self.guard.drift_sketch(v)
         c = kept * (1.0 if sketched is None

@@ -29,8 +29,9 @@ from gossip.wire_format import decoded, rms
 #: What a merged reply was worth to the partner choice (:attr:`Outgoing.last_reply`):
 #: "useful"; "echo", its values our own (a delta under ECHO_SHARE of our own
 #: training step: weight back, nothing to average); "clipped", less than half of it
-#: merged (beyond the radius, or the creep budget spent)
-REPLY_VERDICTS = ("useful", "echo", "clipped")
+#: merged for the creep budget (which an honest reply may meet, spent by a liar);
+#: "far", over twice the reply radius away (no honest reply is: a poisoner's)
+REPLY_VERDICTS = ("useful", "echo", "clipped", "far")
 #: A reply whose delta is under this share of our own recent training step is an echo.
 ECHO_SHARE = 0.02
 
@@ -206,7 +207,8 @@ class Outgoing:
             echo = size < ECHO_SHARE * checks.guard.clip.own_step()
             checks.clip_reply(o, d, r, est.x, est.w, est.noisy, est.buffer(),
                               float(p.own_pushes))
-            self.last_reply = ("clipped" if checks.reply_kept < 0.5
+            self.last_reply = ("far" if checks.reply_in_radius < 0.5
+                               else "clipped" if checks.reply_kept < 0.5
                                else "echo" if echo else "useful")
         est.swap(o.sent, d, o.push.weight, r)
         p.counters["replies_received"] += 1

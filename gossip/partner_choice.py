@@ -18,9 +18,10 @@ The rule (:class:`PartnerChoice`):
   with a reply of at least ``min_reply_ratio`` times the share we sent, whose
   values the merge guard found *useful*, has *reciprocated*: it is proven.
   Weight back is not enough: a fake that echoes our own values back (a zero
-  delta) gives weight for nothing, and one whose reply the guard clipped to
-  less than half did not give what it claimed.  Either is no proof, counts
-  as a failed exploration, and a clipped reply costs a proven peer its proof.
+  delta) gives weight for nothing, and one whose reply the creep budget cut
+  to less than half gave more than this node takes.  Either is no proof,
+  counts as a failed exploration, and a cut reply costs a proven peer its
+  proof.  A reply over twice the reply radius away is a poisoner's: a strike.
 - **Strikes.**  A peer that answers a push-pull request with a plain ack (or
   with a reply the core rejected) took the share and gave nothing back: it
   loses its proof and gets no push for ``strike_pause`` seconds, doubled at
@@ -56,7 +57,7 @@ from dataclasses import dataclass
 from .messages import Push, PushAck
 
 #: What :meth:`PartnerChoice.on_answer` makes of an answer.
-OUTCOMES = ("reciprocated", "took", "neutral", "echo", "clipped")
+OUTCOMES = ("reciprocated", "took", "neutral", "echo", "clipped", "far")
 
 
 @dataclass(frozen=True)
@@ -186,8 +187,8 @@ class PartnerChoice:
         ``min_reply_ratio`` times the share is a reciprocation, unless the
         core judged the reply's values (``reply``, :attr:`gossip.PushSum.last_reply`)
         an "echo" or "clipped" (see the module docstring); one answered
-        without a reply is a strike; anything else (a one-way push, a small
-        reply) tells nothing.
+        without a reply, or with one "far" off, is a strike; anything else (a
+        one-way push, a small reply) tells nothing.
         """
         if not push.want_reply:
             outcome = "neutral"
@@ -199,8 +200,10 @@ class PartnerChoice:
             outcome = "neutral"
         if outcome == "reciprocated":
             self.reciprocated(peer)
-        elif outcome == "took":
+        elif outcome in ("took", "far"):
             self.strike(peer, now)
+            if outcome == "far":
+                self.counters["far"] += 1
         elif outcome in ("echo", "clipped"):
             rec = self._record(peer)
             if not rec.proven:

@@ -6,10 +6,10 @@ the round into the network (:class:`gossip.ModelSync`); with
 held-out probe of the node's own data (the first :data:`PROBE_SAMPLES` of its
 test part, which no peer sees) before and after, and when
 :class:`gossip.recovery.MergeRecovery` calls it a jump for the worse, rolls
-the merges back (the node keeps its own training) and strikes the peers whose
-merges moved the model most, as for a peer that took pushes and gave nothing
-back: no pushes to them for a while, and out of the peer-sampling views
-(docs/design/trust.md, "Recovery").
+the merges back (the node keeps its own training) and blames the peers whose
+merges moved the model most; one blamed twice within 20 rounds is struck, as a
+peer that took pushes and gave nothing back: no pushes to it for a while, and
+out of the peer-sampling views (docs/design/trust.md, "Recovery").
 """
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ class NodeRecovery:
         data = node.learning.data
         self._probe = (data.test_x[:PROBE_SAMPLES], data.test_y[:PROBE_SAMPLES])
         self._offences = LogLimiter(logger)
-        self.blamed = 0  # strikes given for merges rolled back
+        self.struck = 0  # strikes given for merges rolled back
 
     @property
     def rollbacks(self) -> int:
@@ -87,16 +87,17 @@ class NodeRecovery:
         node.sync.roll_back()
         now = trio.current_time()
         partners = node.gossip.partners
-        for peer in verdict.blamed:
-            self.blamed += 1
+        for peer in verdict.struck:
+            self.struck += 1
             if partners is not None:
                 partners.strike(peer, now)
             else:
                 node.peers.distrust(peer, BLAME_PAUSE)
         self._offences.warning(
             now, ",".join(p.hex() for p in verdict.blamed) or "no peer",
-            "rolled back this round's merges (%s); blamed %s", verdict.reason,
-            ", ".join(p[:4].hex() for p in verdict.blamed) or "no peer")
+            "rolled back this round's merges (%s); blamed %s, struck %s", verdict.reason,
+            ", ".join(p[:4].hex() for p in verdict.blamed) or "no peer",
+            ", ".join(p[:4].hex() for p in verdict.struck) or "none")
 
     async def _loss(self) -> float:
         x, y = self._probe

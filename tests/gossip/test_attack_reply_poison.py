@@ -88,7 +88,7 @@ def test_lying_replies_move_a_node_at_most_about_as_far_as_it_trains(
     assert off < 3.0 * trained, f"{off:.3g} from the honest holders, trained {trained:.3g}"
     assert float(np.linalg.norm(victim.estimate - start)) < 4.0 * trained
     # no lying reply proves its sender to the partner choice
-    assert set(verdicts) == {"clipped"}
+    assert set(verdicts) <= {"far", "clipped"}
 
 
 def test_partners_answering_with_nothing_cannot_collapse_the_radius() -> None:

@@ -23,10 +23,18 @@ def test_a_jump_for_the_worse_is_rolled_back_and_the_largest_movers_blamed() -> 
     assert not judge.judge(0.05, 0.10, moved).roll_back  # 2 x, but only 0.05 above
     verdict = judge.judge(0.30, 2.30, moved)
     assert verdict.roll_back and verdict.blamed == (b"liar", b"other-liar")
+    assert verdict.struck == ()  # a first blame: honest merges jump now and then
     assert "0.3 -> 2.3" in verdict.reason
+    again = judge.judge(0.30, 2.30, {b"liar": 5.0, b"honest": 0.2})
+    assert again.struck == (b"liar",)  # blamed in two rounds of the last 20
     assert judge.judge(0.30, math.nan, {}).roll_back  # a model that no longer evaluates
     assert not judge.judge(math.inf, 5.0, moved).roll_back  # nothing to compare with
-    assert judge.rollbacks == 2
+    assert judge.rollbacks == 3
+    later = MergeRecovery(RecoverySettings(blame_rounds=3))
+    for _ in range(5):  # blamed once in every 4 rounds: forgiven each time
+        assert later.judge(0.3, 2.3, {b"p": 1.0}).struck == ()
+        for _ in range(3):
+            later.judge(0.3, 0.3, {})
     with pytest.raises(InvalidValues):
         RecoverySettings(worse_ratio=0.5)
 

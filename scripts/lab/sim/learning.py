@@ -126,7 +126,7 @@ def run(flags: list[str], *, liars: float, norm: float, turn: float = 0.0,
             for name in s.node.learning.layout.shared_models:
                 for key, value in s.node.model_counters(name).items():
                     counters[key] = counters.get(key, 0) + value
-        recovery = [s.node.recovery for s in honest if s.node is not None]
+        recovery = [getattr(s.node, "recovery", None) for s in honest]
         return {
             "nodes": n, "liars": sorted(lying), "norm": norm, "turn": turn,
             "honest_for": honest_for, "start": start, "stop": stop,
@@ -136,7 +136,7 @@ def run(flags: list[str], *, liars: float, norm: float, turn: float = 0.0,
             "accuracy_at_stop": accuracy_at(state["stopped"]),
             "accuracy_end": accuracy_at(None),
             "rollbacks": sum(r.rollbacks for r in recovery if r is not None),
-            "blamed": sum(r.blamed for r in recovery if r is not None),
+            "struck": sum(r.struck for r in recovery if r is not None),
             "counters": {k: counters.get(k, 0) for k in (
                 "pushes_sent", "pushes_received", "replies_received", "guard_refused",
                 "clipped", "clipped_replies", "rejected", "unreciprocated")},

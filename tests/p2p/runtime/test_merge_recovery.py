@@ -70,7 +70,11 @@ async def test_merges_that_make_the_held_out_loss_jump_are_rolled_back() -> None
     assert recovery.rollbacks == 1
     np.testing.assert_allclose(net.v, kept + 0.01)  # own training kept, merges dropped
     np.testing.assert_allclose(core.values, kept + 0.01)
-    assert struck == [b"liar"]  # the largest mover only
+    assert not struck  # blamed once: honest merges make a jump now and then
+    net.v = net.v + 0.01
+    _merge(core, b"liar", GOOD + 0.4, 4)  # the same liar, the next round
+    await recovery.sync()
+    assert recovery.rollbacks == 2 and struck == [b"liar"]  # the largest mover only
 
 
 async def test_without_held_out_data_the_merges_are_synced_unjudged() -> None:
