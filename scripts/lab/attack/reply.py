@@ -285,6 +285,45 @@ def summarise(results: list[dict[str, Any]], grid: list[Attack]) -> None:
               f"{statistics.median(r['counters_after']['guard_refused'] for r in rows):g} | "
               f"{statistics.median(r['counters_during']['clipped_replies'] for r in rows):g} | "
               f"{statistics.median(r['counters_during']['rolled_back'] for r in rows):g} |")
+    print("\n| attack | runs | fakes' share of view entries, end of attack | honest pushes merged "
+          "by honest nodes, during / after | refused during / after |")
+    print("|---|---|---|---|---|")
+    plan: list[Attack | None] = [None, *grid]
+    for each in plan:
+        rows = [r for r in results
+                if r["attack"] == (None if each is None else dataclasses.asdict(each))]
+        if rows:
+            print(f"| {each.label if each else 'no attack'} | {len(rows)} | "
+                  f"{_median_cell([_fake_share(r['views_during']) for r in rows])} | "
+                  f"{_median_cell([_push_share(r['counters_during']) for r in rows])} / "
+                  f"{_median_cell([_push_share(r['counters_after']) for r in rows])} | "
+                  f"{_spread([r['counters_during']['guard_refused'] for r in rows])} / "
+                  f"{_spread([r['counters_after']['guard_refused'] for r in rows])} |")
+
+
+def _fake_share(views_: list[dict[str, Any]]) -> float:
+    """Fakes' share of all the entries of every honest node's main and model views."""
+    entries = [v for row in views_ for v in row.values() if isinstance(v, dict)]
+    total = sum(v["entries"] for v in entries)
+    return sum(v["fakes"] for v in entries) / total if total else float("nan")
+
+
+def _push_share(counters: dict[str, int]) -> float:
+    """Pushes the honest nodes merged over the pushes they sent (the rest went to fakes,
+    were refused or lost)."""
+    sent = counters["pushes_sent"]
+    return counters["pushes_received"] / sent if sent else float("nan")
+
+
+def _median_cell(values: list[float]) -> str:
+    text = f"{100 * statistics.median(values):.0f} %"
+    return text + (f" ({100 * min(values):.0f}-{100 * max(values):.0f})" if len(values) > 1
+                   else "")
+
+
+def _spread(values: list[int]) -> str:
+    text = f"{statistics.median(values):g}"
+    return text + (f" ({min(values)}-{max(values)})" if len(values) > 1 else "")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -311,8 +350,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--set", action="append", default=[], metavar="KEY=JSON",
                    help="a [gossip] setting for every daemon, e.g. drift_cap=1 (repeatable)")
     p.add_argument("--json", type=Path, metavar="PATH", help="also write every row here")
+    p.add_argument("--summarise", type=Path, nargs="+", metavar="JSON",
+                   help="print the tables of earlier runs' --json files (same grid) and exit")
     args = p.parse_args(argv)
     grid = _grid(args)
+    if args.summarise:
+        summarise([r for path in args.summarise for r in json.loads(path.read_text())], grid)
+        return 0
     plan: list[Attack | None] = [None] * args.quiet_windows + list(grid)
     print(f"{args.honest} honest daemons; per session {args.quiet_windows} quiet windows then "
           f"{len(grid)} attacks of {args.attack:g} s, each read at its end and {args.after:g} s "

@@ -167,6 +167,9 @@ def learning_main(args: argparse.Namespace) -> int:
         gossip["drift_cap"] = args.drift_cap
     if args.sender_share:
         gossip["sender_share"] = args.sender_share
+    for item in args.set:  # e.g. recovery=false drift_cap=0: the defences before issue 31
+        key, _, value = item.partition("=")
+        gossip[key] = json.loads(value)
     flags = ["--nodes", str(args.nodes), "--rounds", str(args.rounds), *args.sim_flags.split()]
     print(f"{args.nodes} simulated learners, {args.liar_share:.0%} of them liars from mean "
           f"honest round {args.start} to {args.stop}, {args.rounds} rounds, gossip changes "
@@ -177,12 +180,22 @@ def learning_main(args: argparse.Namespace) -> int:
     print("|---|---|---|---|---|---|---|---|")
     for attack in args.attacks.split(","):
         spec = LEARNING_ATTACKS[attack]
-        runs = [run_learning([*flags, "--seed", str(seed)],
-                             liars=args.liar_share if spec is not None else 0.0,
-                             norm=spec[0] if spec else 0.0, turn=spec[1] if spec else 0.0,
-                             honest_for=spec[2] if spec else 0, start=args.start,
-                             stop=args.stop, gossip=gossip)
-                for seed in range(args.seed, args.seed + args.seeds)]
+        runs = []
+        for seed in range(args.seed, args.seed + args.seeds):
+            one = run_learning([*flags, "--seed", str(seed)],
+                               liars=args.liar_share if spec is not None else 0.0,
+                               norm=spec[0] if spec else 0.0, turn=spec[1] if spec else 0.0,
+                               honest_for=spec[2] if spec else 0, start=args.start,
+                               stop=args.stop, gossip=gossip)
+            runs.append(one)
+            print(f"  {attack}, seed {seed}: median honest accuracy at start / its end / "
+                  f"the end {_median_pct(one['accuracy_at_start'])} / "
+                  f"{_median_pct(one['accuracy_at_stop'])} / "
+                  f"{_median_pct(one['accuracy_end'])}; counters {one['counters']}, "
+                  f"roll-backs {one['rollbacks']}, {one['wall_seconds']:.0f} s", flush=True)
+            if args.json:  # one line per run: a long grid keeps what it measured
+                with args.json.open("a") as out:
+                    out.write(json.dumps({"attack": attack, "runs": [one]}) + "\n")
 
         def med(key: str, runs: list[dict[str, Any]] = runs) -> str:
             values = [statistics.median(r[key]) for r in runs if r[key]]
@@ -198,10 +211,11 @@ def learning_main(args: argparse.Namespace) -> int:
               f"{statistics.median(r['counters']['guard_refused'] for r in runs):g} | "
               f"{statistics.median(r['counters']['clipped_replies'] for r in runs):g} |",
               flush=True)
-        if args.json:
-            with args.json.open("a") as out:
-                out.write(json.dumps({"attack": attack, "runs": runs}) + "\n")
     return 0
+
+
+def _median_pct(values: list[float]) -> str:
+    return "-" if not values else f"{100 * statistics.median(values):.1f}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -242,6 +256,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sim-flags", default="",
                     help="with --learning: more flags of scripts/simulate.py")
     ap.add_argument("--json", type=Path, help="with --learning: append every run here")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=JSON",
+                    help="with --learning: a [gossip] setting of every node, e.g. "
+                         "recovery=false (repeatable)")
     args = ap.parse_args(argv)
     logging.disable(logging.WARNING)  # one line per refused push otherwise
     if args.learning:
