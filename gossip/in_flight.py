@@ -105,7 +105,7 @@ class InFlight:
             else:
                 del self.pushes[push_id]
                 given_up += 1
-                log.info(
+                log.debug(  # the driver's "failed (N in a row)" line is the operator's
                     "push %d of model %s to %s unacknowledged after %d attempts; weight kept",
                     push_id, short(self.fingerprint), short(o.peer), o.attempts,
                 )

@@ -175,8 +175,9 @@ class Incoming:
             started = "the sender" if push.base_by_sender else "this node"
             reason = (f"base: no reference from exchange {push.base} (started by {started}) "
                       "is held for this sender; send absolute values")
-            # Rate-limited per sender: any peer may name a reference never held.
-            p.offences.log(now, offender(sender), logging.INFO,
+            # Rate-limited per sender: any peer may name a reference never held; a
+            # protocol detail (the sender falls back to absolute values), so debug.
+            p.offences.log(now, offender(sender), logging.DEBUG,
                            "refused a delta push from %s for model %s: %s", short(sender),
                            short(p.fingerprint), reason)
             raise MissingReference(reason)

@@ -4,7 +4,7 @@ A peer that sends a thousand bad frames (or pushes) must not make the node
 write a thousand lines: :class:`LogLimiter` writes the first line of each
 offender (``key``: an address, a node id) in full, counts the ones that follow
 during ``interval`` seconds, and then writes one summary line for them, e.g.
-``peer 10.0.0.9: 57 more lines like this in the last 30 s, not logged one by
+``peer 10.0.0.9: 57 more lines like this in the last 60 s, not logged one by
 one (last: closing connection from 10.0.0.9:4242: decrypt failure: ...)``.
 So each offender costs at most two lines per interval, whatever it sends.
 
@@ -21,8 +21,9 @@ from dataclasses import dataclass
 
 __all__ = ["DEFAULT_LOG_INTERVAL", "OTHERS", "LogLimiter"]
 
-#: Seconds over which one offender's lines are summarised.
-DEFAULT_LOG_INTERVAL = 30.0
+#: Seconds over which one offender's lines are summarised: at most one line per
+#: offender and minute, then the count of what was not logged.
+DEFAULT_LOG_INTERVAL = 60.0
 #: The key lines of new offenders are counted under once ``max_keys`` are tracked.
 OTHERS = "other peers"
 
@@ -59,10 +60,14 @@ class LogLimiter:
         self._next_due = float("inf")  # earliest end of a window: flush is O(1) before it
         #: Lines counted but not written one by one, over the limiter's life.
         self.suppressed_total = 0
+        #: Lines at WARNING or above, written or not: offences (the node's metrics).
+        self.warnings_total = 0
 
     def log(self, now: float, key: str, level: int, msg: str, *args: object) -> bool:
         """Log ``msg % args`` for offender ``key`` unless it already had its line in
         this interval (then count it for the summary). True if it was written."""
+        if level >= logging.WARNING:
+            self.warnings_total += 1
         self.flush(now)
         window = self._windows.get(key)
         if window is None and len(self._windows) >= self.max_keys:

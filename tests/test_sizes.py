@@ -23,7 +23,6 @@ KNOWN_LARGE: dict[str, str] = {
     "p2p/simulation/network.py:SimTransport": "a Transport subclass: shrinks with Transport",
     "p2p/runtime/node.py:Node": "its status and tasks move out as the wave's features land",
     "p2p/wire/codec.py": "the codec's field kinds move out with the wire's domain imports",
-    "p2p/config/schema.py": "plug-in sections move to their strategies",
 }
 
 

@@ -41,7 +41,8 @@ them; handlers may return those dataclasses or plain dicts):
     result: ``phase``, ``epoch``, ``records``, ``expected``, ``fingerprint``,
     ``count`` (groups of two or more), ``model`` and ``members`` (the node's
     own group: its semi-local model or null, its size), ``peers_agreeing``,
-    ``disagreements``, ``attempt``).
+    ``disagreements``, ``attempt``), ``metrics`` (the URL of the Prometheus
+    endpoint, port 0 resolved, or null without ``[metrics] listen``).
 ``peers``
     ``view``: list of peers, each ``id``, ``address``, ``age`` (shuffle periods
     since the descriptor was fresh), ``last_contact`` (seconds ago or null),
@@ -97,6 +98,7 @@ from typing import Any, ClassVar, Protocol, TypeAlias, runtime_checkable
 import trio
 
 from p2p.peer_credentials import admin_peer_refusal, read_peer_credentials
+from p2p.web.http import accept_forever
 
 logger = logging.getLogger(__name__)
 
@@ -172,6 +174,12 @@ class StatusReport:
     groups: dict[str, Any] | None = None  # clustering on: summary of the ``groups`` command
     # the collaboration strategy ([strategy]): its name and what it reports
     strategy: dict[str, Any] | None = None
+    # set when the node did not resume its newest checkpoint, or moved one aside
+    checkpoint: str | None = None
+    metrics_url: str | None = None  # the Prometheus endpoint's URL ([metrics]), or None
+    # the test set's metrics at the last evaluation: accuracy, or training.metrics' values
+    metrics: dict[str, float] | None = None
+    test_loss: float | None = None
 
 
 @dataclass(frozen=True)
@@ -375,14 +383,7 @@ class AdminServer:
         try:
             async with trio.open_nursery() as nursery:
                 task_status.started(self.path)
-                while True:
-                    try:
-                        stream = await listener.accept()
-                    except OSError as exc:  # e.g. EMFILE: wait and retry, never die
-                        logger.warning("admin socket accept failed: %s", exc)
-                        await trio.sleep(0.1)
-                        continue
-                    nursery.start_soon(self._serve_client, stream)
+                await accept_forever(listener, nursery, self._serve_client, "admin socket")
         finally:
             with contextlib.suppress(OSError):
                 sock.close()

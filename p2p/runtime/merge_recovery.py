@@ -16,16 +16,19 @@ from __future__ import annotations
 
 import functools
 import logging
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
+import torch
 import trio
 
 from gossip import LogLimiter, PushSum
 from gossip.recovery import MergeRecovery, RecoverySettings
+from learner.data import NodeData
+from learner.data_factory import DatasetData
 
 if TYPE_CHECKING:
     from gossip import GossipDriver, ModelSync
-    from p2p.runtime.assembly import LearningSetup
+    from p2p.runtime.assembly import AnyLearning
     from p2p.runtime.peer_book import PeerBook
     from p2p.runtime.train_runner import TrainRunner
 
@@ -41,7 +44,7 @@ BLAME_PAUSE = 60.0
 class RecoveringNode(Protocol):
     """What :class:`NodeRecovery` uses of :class:`~p2p.runtime.node.Node`."""
 
-    learning: LearningSetup
+    learning: AnyLearning
     cores: dict[str, PushSum]
     runner: TrainRunner
     gossip: GossipDriver
@@ -57,8 +60,7 @@ class NodeRecovery:
     def __init__(self, node: RecoveringNode, settings: RecoverySettings | None = None) -> None:
         self._node = node
         self.judge = MergeRecovery(settings)
-        data = node.learning.data
-        self._probe = (data.test_x[:PROBE_SAMPLES], data.test_y[:PROBE_SAMPLES])
+        self._probe = _probe(node.learning.data)
         self._offences = LogLimiter(logger)
         self.struck = 0  # strikes given for merges rolled back
 
@@ -71,7 +73,7 @@ class NodeRecovery:
         """``node.sync.sync()``, rolled back if the merges made the held-out loss jump
         (the caller holds the model lock)."""
         node = self._node
-        if not len(self._probe[1]):
+        if self._probe[1] is None or not len(self._probe[1]):
             node.sync.sync()
             return
         own = await self._loss()  # the network holds this round's own training only
@@ -101,6 +103,30 @@ class NodeRecovery:
 
     async def _loss(self) -> float:
         x, y = self._probe
+        assert x is not None and y is not None
         trainer = self._node.learning.trainer
         ev = await self._node.runner.evaluate(functools.partial(trainer.evaluate, x, y))
         return ev.loss
+
+
+Probe = tuple[Any, Any]
+
+
+def _probe(data: NodeData | DatasetData) -> Probe:
+    """The first :data:`PROBE_SAMPLES` of the node's test part, as arrays or tensors; (None,
+    None) when a user's dataset cannot be read that way (then nothing is rolled back)."""
+    if isinstance(data, NodeData):
+        return data.test_x[:PROBE_SAMPLES], data.test_y[:PROBE_SAMPLES]
+    if data.test_tensors is not None:
+        x, y = data.test_tensors
+        return x[:PROBE_SAMPLES], y[:PROBE_SAMPLES]
+    try:
+        items = [data.test[i] for i in range(min(PROBE_SAMPLES, len(data.test)))]  # type: ignore[arg-type]
+        return (torch.stack([torch.as_tensor(x) for x, _ in items]),
+                torch.stack([torch.as_tensor(y) for _, y in items]))
+    except Exception as exc:  # a user's dataset: any failure is theirs to report
+        logger.warning("gossip.recovery: no held-out probe (reading the first %d test samples "
+                       "failed: %s); merges are not rolled back. Give data.factory's test set "
+                       "(x, y) items of tensors, or set gossip.recovery = false",
+                       PROBE_SAMPLES, exc)
+        return None, None

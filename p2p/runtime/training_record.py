@@ -3,9 +3,11 @@
 A checkpoint's parameters only mean something for the network layout and the
 data they were trained on. :func:`training_record` lists, as ``key -> text``,
 every setting that decides them: the ``[network]`` keys, each declared model's
-neurons and fingerprint, every ``[data]`` key. The record is saved in the
-checkpoint; :func:`record_changes` compares it with the configuration of a
-restart, and :func:`conflict_message` says in one line what changed and how to
+neurons and fingerprint, every ``[data]`` key (``data.path`` resolved), and the
+data file's content digest (``data.content``, computed by the caller). The
+record is saved in the checkpoint; :func:`record_changes` compares it with the
+configuration of a restart (the same content under another path is the same
+data), and :func:`conflict_message` says in one line what changed and how to
 start over. Sans-IO: no torch, no files.
 """
 
@@ -15,14 +17,18 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from learner.data_factory import node_path
+from learner.spec import PartialModelSpec
 from p2p.config import DataConfig, NetworkConfig, NodeConfig
 from p2p.config.kinds import Setting, settings_of
 
 __all__ = [
+    "CONTENT_KEY",
     "MODEL_PREFIX",
     "RecordChange",
     "TrainingRecord",
     "conflict_message",
+    "node_data_path",
     "record_changes",
     "training_record",
 ]
@@ -31,6 +37,9 @@ __all__ = [
 TrainingRecord = dict[str, str]
 
 MODEL_PREFIX = "models."
+#: The data file's (or IDX directory's) content digest, ``sha256:<hex>``.
+CONTENT_KEY = "data.content"
+_PATH_KEY = "data.path"
 _ABSENT = "(none)"
 
 
@@ -45,22 +54,39 @@ def _text(setting: Setting, value: object) -> str:
     return str(dumped)
 
 
+#: Keys of the recorded sections that change how data is read, not what it is.
+NOT_RECORDED = frozenset({"data.num_workers", "data.worker_start"})
+
+
 def _section(name: str, cls: type, obj: object) -> TrainingRecord:
     return {f"{name}.{key}": _text(s, getattr(obj, s.attr))
-            for key, s in settings_of(cls).items()}
+            for key, s in settings_of(cls).items() if f"{name}.{key}" not in NOT_RECORDED}
 
 
-def training_record(config: NodeConfig) -> TrainingRecord:
-    """The settings that decide a checkpoint's layout and data, as text."""
+def training_record(config: NodeConfig, content: str | None = None,
+                    fingerprints: Mapping[str, bytes] | None = None) -> TrainingRecord:
+    """The settings that decide a checkpoint's layout and data, as text.
+
+    ``content``: the data file's digest (None: a built-in task, nothing to digest);
+    ``fingerprints``: the shared models' (a network.factory module's are known once
+    it is built; a notation network's are computed from the config when not given).
+    """
     record = _section("network", NetworkConfig, config.network)
-    layout = config.layout()
+    if fingerprints is None:
+        layout = config.layout()
+        fingerprints = {name: layout.fingerprint(name) for name in layout.shared_models}
     for spec in config.models:
-        neurons = "-".join(str(n) for n in spec.counts)
-        text = f"{neurons} (fingerprint {layout.fingerprint(spec.name).hex()[:8]})"
+        held = (spec.notation() if isinstance(spec, PartialModelSpec)
+                else str(spec).partition(" ")[2])
+        text = f"{held} (fingerprint {fingerprints[spec.name].hex()[:8]})"
         if spec.depends_on:
             text += f", depends on {', '.join(spec.depends_on)}"
         record[f"{MODEL_PREFIX}{spec.name}"] = text
     record.update(_section("data", DataConfig, config.data))
+    path = node_data_path(config)
+    if path is not None:
+        record[_PATH_KEY] = str(Path(path).expanduser().resolve())
+    record[CONTENT_KEY] = content or _ABSENT
     return record
 
 
@@ -77,15 +103,33 @@ def record_changes(trained: Mapping[str, str], configured: Mapping[str, str]) ->
     """Settings whose value differs, in the configuration's key order.
 
     A key the checkpoint does not record is ignored (a newer program added it),
-    except a model: a model added or removed changes the layout.
+    except a model: a model added or removed changes the layout. Paths are
+    compared resolved, and a data file with the same content digest under
+    another path is the same data.
     """
     changes = [RecordChange(key, trained[key], value) for key, value in configured.items()
-               if key in trained and trained[key] != value]
+               if key in trained and not _same(key, trained[key], value)]
+    content = trained.get(CONTENT_KEY)
+    if content is not None and content != _ABSENT and content == configured.get(CONTENT_KEY):
+        changes = [c for c in changes if c.key != _PATH_KEY]  # moved, not changed
     changes += [RecordChange(key, _ABSENT, value) for key, value in configured.items()
                 if key not in trained and key.startswith(MODEL_PREFIX)]
     changes += [RecordChange(key, value, _ABSENT) for key, value in trained.items()
                 if key not in configured and key.startswith(MODEL_PREFIX)]
     return changes
+
+
+def node_data_path(config: NodeConfig) -> str | None:
+    """This node's own data file: ``data.path`` with ``{node_index}`` replaced."""
+    return node_path(config.data.path, config.data.node_index)
+
+
+def _same(key: str, trained: str, configured: str) -> bool:
+    if trained == configured:
+        return True
+    if key != _PATH_KEY or _ABSENT in (trained, configured):
+        return False
+    return Path(trained).expanduser().resolve() == Path(configured).expanduser().resolve()
 
 
 def conflict_message(data_dir: Path, changes: list[RecordChange], aside: str) -> str:

@@ -85,6 +85,7 @@ from p2p.wire.sealing import (
     SealError,
     check_cipher,
 )
+from p2p.wire.traffic import Traffic
 from peersampling.address import HostPort, parse_host_port
 
 __all__ = [
@@ -317,7 +318,7 @@ class MessageStream:
         """Send one payload as a (sealed) frame."""
         await self.send_parts([payload])
 
-    async def send_parts(self, parts: Sequence[Buffer], *, reply_follows: bool = False) -> None:
+    async def send_parts(self, parts: Sequence[Buffer], *, reply_follows: bool = False) -> int:
         """Send the concatenation of ``parts`` (see :func:`codec.encode_parts`) as
         one (sealed) frame.
 
@@ -329,7 +330,8 @@ class MessageStream:
         A checkpoint, like trio's own calls. ``reply_follows``: the caller
         receives on this stream right after (a request, a server awaiting the
         next one), so a frame the socket takes at once is not followed by a
-        yield of its own: the receive checkpoints, and yields to wait.
+        yield of its own: the receive checkpoints, and yields to wait. Returns the
+        payload's size (bytes before header and tag).
         """
         size = 0
         for part in parts:
@@ -390,6 +392,7 @@ class MessageStream:
                 else:
                     await self._send_rest(fd, out, sent, block)
         self.sent.total += total
+        return size
 
     async def _send_stream(self, out: Sequence[Buffer], block: _Deadlines) -> None:
         """Send ``out`` on a stream that is not a socket (trio's ``send_all``)."""
@@ -816,6 +819,7 @@ class Transport:
         # incoming connection id -> (its cancel scope, its remote label)
         self._inbound: dict[int, tuple[trio.CancelScope, str]] = {}
         self.bytes_sent = ByteCount()  # everything this transport's streams wrote
+        self.traffic = Traffic()  # requests and replies per type and direction (metrics)
         self._serve_scope: trio.CancelScope | None = None
         self._bound_sockets: list[socket.socket] | None = None  # bound by bind(), not yet served
         self._closed = False
@@ -961,6 +965,7 @@ class Transport:
                         msg = codec.decode(payload.toreadonly())
                     except codec.DecodeError as exc:
                         raise ConnectionFailure(f"bad message: {exc}") from None
+                    self.traffic.add("received", type(msg).__name__, payload.nbytes)
                     if limiter is not None:
                         await limiter.wait()  # throttle a flooding peer: it waits for replies
                     reply = await self._dispatch(handler, peer, msg, remote)
@@ -969,7 +974,8 @@ class Transport:
                     if type(msg) is not Ping and not isinstance(reply, Error):
                         self.admission.request(conn, trio.current_time())
                     # The next request is awaited right after: no yield of the send's own.
-                    await ms.send_parts(self._encode_reply(reply, msg), reply_follows=True)
+                    sent = await ms.send_parts(self._encode_reply(reply, msg), reply_follows=True)
+                    self.traffic.add("sent", type(reply).__name__, sent)
                     # Let go of this request's frame before the next one is allocated
                     # (the allocator hands the same, cache-warm, block back).
                     del payload, msg, reply
@@ -1129,7 +1135,7 @@ class Transport:
                     # No deadlines() block: the send arms one only if it must wait
                     # (rarely), and the reply's wait gets a scope made with its
                     # deadline (one deadline change less per request).
-                    await conn.stream.send_parts(payload, reply_follows=True)
+                    sent = await conn.stream.send_parts(payload, reply_follows=True)
                     reply_payload = await conn.stream.receive_payload(
                         reply_timeout, self.read_timeout, last=True)
                 except BaseException as exc:
@@ -1156,6 +1162,8 @@ class Transport:
                 self._offence(source_of(address), "closing connection to %s: bad reply: %s",
                               address, exc)
                 raise PeerUnreachable(address, f"bad reply: {exc}", maybe_delivered=True) from None
+            self.traffic.add("sent", type(msg).__name__, sent)
+            self.traffic.add("received", type(reply).__name__, reply_payload.nbytes)
             if isinstance(reply, Error):
                 if reply.code == ERROR_HANDSHAKE and fresh:
                     # refused at the end of the handshake (the peer checks our

@@ -17,9 +17,9 @@ from gossip.compression import ENCODINGS, EncodedVector, encode
 from gossip.masking.epochs import PairAccept, PairOffer
 from gossip.messages import Push, PushAck
 from p2p.runtime.grouping.messages import GROUPING_MESSAGES
-from p2p.runtime.protocol import NODE_MESSAGES, register_node_messages
-from p2p.strategy.fedlinked_messages import FEDLINKED_MESSAGES
-from p2p.strategy.graph_messages import GRAPH_MESSAGES
+from p2p.runtime.protocol import node_messages, register_node_messages
+from p2p.strategies.fedlinked.messages import FEDLINKED_MESSAGES
+from p2p.strategies.graph.messages import GRAPH_MESSAGES
 from p2p.wire import codec
 from p2p.wire.codec import DecodeError, EncodeError, RegistrationError, VersionMismatch
 from p2p.wire.messages import MESSAGES, Error, HandshakePayload, NoiseHello, Ping, Pong
@@ -454,8 +454,8 @@ def test_each_package_brings_its_wire_surface() -> None:
     assert peersampling.WIRE_MESSAGES == (
         (ShuffleRequest, "shuffle_request"), (ShuffleReply, "shuffle_reply"))
     # plus the runtime's own surface: automatic grouping's record exchange (issue 16) and
-    # the strategies' pulls (issue 18)
-    assert set(NODE_MESSAGES) == {*MESSAGES, *gossip.WIRE_MESSAGES, *peersampling.WIRE_MESSAGES,
+    # the strategies' pulls (issue 18), which their plug-ins declare
+    assert set(node_messages()) == {*MESSAGES, *gossip.WIRE_MESSAGES, *peersampling.WIRE_MESSAGES,
                                   *GROUPING_MESSAGES, *FEDLINKED_MESSAGES, *GRAPH_MESSAGES}
     # the wire's own messages need no registration: the handshake relies on them
     assert all(codec.is_registered(cls) for cls, _ in MESSAGES)
