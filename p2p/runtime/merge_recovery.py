@@ -23,7 +23,6 @@ import trio
 
 from gossip import LogLimiter, PushSum
 from gossip.recovery import MergeRecovery, RecoverySettings
-from learner.data import NodeData
 from learner.data_factory import DatasetData
 
 if TYPE_CHECKING:
@@ -112,10 +111,10 @@ class NodeRecovery:
 Probe = tuple[Any, Any]
 
 
-def _probe(data: NodeData | DatasetData) -> Probe:
+def _probe(data: Any) -> Probe:
     """The first :data:`PROBE_SAMPLES` of the node's test part, as arrays or tensors; (None,
     None) when a user's dataset cannot be read that way (then nothing is rolled back)."""
-    if isinstance(data, NodeData):
+    if not isinstance(data, DatasetData):  # a task's arrays (NodeData)
         return data.test_x[:PROBE_SAMPLES], data.test_y[:PROBE_SAMPLES]
     if data.test_tensors is not None:
         x, y = data.test_tensors

@@ -86,3 +86,34 @@ async def test_without_held_out_data_the_merges_are_synced_unjudged() -> None:
     await recovery.sync()
     assert recovery.rollbacks == 0 and not struck
     assert not np.allclose(net.v, GOOD)
+
+
+def test_the_probe_reads_a_users_datasets_or_says_in_one_line_why_not(
+        caplog: Any) -> None:
+    import torch
+    from torch.utils.data import TensorDataset
+
+    from learner.data_factory import DatasetData
+    from p2p.runtime.merge_recovery import PROBE_SAMPLES, _probe
+
+    x, y = torch.arange(600.0).reshape(300, 2), torch.arange(300) % 3
+
+    def data(test: Any, tensors: Any = None) -> DatasetData:
+        return DatasetData(train=test, test=test, public=None, sample_shape=(2,),
+                           num_classes=3, test_tensors=tensors)
+
+    px, py = _probe(data(TensorDataset(x, y), (x, y)))
+    assert len(py) == PROBE_SAMPLES and torch.equal(px, x[:PROBE_SAMPLES])
+    px, py = _probe(data(TensorDataset(x, y)))  # items read one by one
+    assert torch.equal(px, x[:PROBE_SAMPLES]) and torch.equal(py, y[:PROBE_SAMPLES])
+
+    class Broken(torch.utils.data.Dataset):  # type: ignore[type-arg]
+        def __len__(self) -> int:
+            return 10
+
+        def __getitem__(self, i: int) -> Any:
+            raise OSError("disk gone")
+
+    assert _probe(data(Broken())) == (None, None)
+    lines = [r.getMessage() for r in caplog.records if "gossip.recovery" in r.getMessage()]
+    assert len(lines) == 1 and "disk gone" in lines[0]
