@@ -37,3 +37,4 @@ class PushSumCounters:
     clipped_replies: int = 0  # replies merged clipped (the excess not merged)
     unreciprocated: int = 0  # push-pull requests acked without a reply: share kept (guard)
     guard_held: int = 0  # candidates skipped: we gave them balance_cap net (guard)
+    rolled_back: int = 0  # rounds whose merges were rolled back (gossip.recovery)

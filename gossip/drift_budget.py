@@ -1,32 +1,20 @@
-"""How far one sender has pushed this node, as a vector: the creep budget.
+"""How far other nodes' merges have moved this node, against how far it trained: the creep budget.
 
 Clipping bounds what one merge moves, not where many merges lead.  A liar
-whose requests all land just inside the radius along one direction ``u``
-(:class:`lab.sim.adversaries.Creeper`) is merged unclipped at no cost, and walks a
-node ``k`` radii in ``~2k`` requests.  Honest updates do not add up like
-that: a sender's ``y - x`` points wherever the two models happen to differ,
-and each merge shrinks that difference, so the sum of the updates one sender
-applied grows like the square root of their number, while a creeper's grows
-linearly.  :class:`DriftBudget` keeps, per key, the sum of the (clipped)
-updates merged, decaying with ``halflife``, and refuses a merge that would
-take its norm over ``cap`` radii.  Keys are partners (peers this node chose
-itself, see :class:`gossip.merge_guard.ClipRadius`) one each, and every other
-sender shares one key: identities are free, so per identity a budget would
-multiply with them.
-
-Merges may undo this node's own training for free.  When nodes train on
-different data, each node's training keeps moving it off the consensus and
-its merges keep pulling it back: honest updates share that one component and
-their sum grows linearly, like a creep's (64 simulated nodes: the strangers'
-shared sum pointed against the node's own recent training, cosine -0.72, and
-went over 4 radii for 6 % of honest pushes).  So the budget also keeps ``T``,
-the decaying sum of this node's own training steps (:meth:`DriftBudget.note_training`,
-in radii, decaying as the sums do), and a sum ``S`` counts as
-``min ||S + l T||`` over ``0 <= l <= 1``: a key's merges may take back up to
-all of that training, and only the rest counts.  What that gives a creeper: up to
-``||T||`` more, only in the one direction against this node's own training,
-which the training itself keeps pushing back.  Training comes from the node
-itself, so no sender sets it.
+whose requests, replies or pushes all pull one way (a fixed or slowly
+rotating direction) walks a node any distance, one in-radius merge at a
+time, and with many identities it is most of the node's partners.  Honest
+merges do not add up like that: over a horizon, what they move a node by in
+all is where the swarm's average went (the other nodes' training) minus what
+this node trained itself, so their sum, with this node's own training taken
+back, is about as long as a node's own training over that horizon.
+:class:`DriftBudget` keeps ``S``, the decaying sum of the movement every merge
+made (pushes, requests and replies, all senders together: identities are
+free), and ``T``, the decaying sum of this node's own training steps, both in
+the model's units and decaying with this node's own pushes; ``S`` counts as
+``min ||S + l T||`` over ``0 <= l <= 1`` and may reach ``cap * ||T||`` (at
+least ``floor`` times the model's norm).  Only this node sets ``T``: no
+sender can widen the bound, however many identities it holds.
 
 For models of more than :data:`SKETCH_WIDTH` values the sums are kept as a
 count sketch of that width (each value added, with a random sign, into one of
@@ -39,7 +27,6 @@ creep along a direction the sketch does not see.
 from __future__ import annotations
 
 import math
-from collections import OrderedDict
 
 import numpy as np
 
@@ -48,25 +35,30 @@ from gossip.errors import InvalidValues
 #: Buckets of the count sketch (a model of at most this many values is summed exactly).
 SKETCH_WIDTH = 256
 
-#: Keys remembered (least recently used out first; an evicted partner starts again at 0).
-DRIFT_KEYS = 4096
-
-#: The key all non-partner senders share.
-STRANGERS = b""
+#: Bisection steps when a merge is scaled to fit the budget (2**-30 of the update).
+_FIT_STEPS = 30
+#: A merge may take a sum that is over the limit (honest convergence after the
+#: warm-up, or a limit that shrank) this share of the limit further: the last
+#: tiny steps of an honest average then still merge, while a liar needs a thousand
+#: merges to gain one limit.
+SLACK = 1e-3
 
 
 class DriftBudget:
-    """Decaying per-key sums of merged updates, capped at ``cap`` radii."""
+    """Decaying sums of merge movement ``S`` and own training ``T``; ``S`` within ``cap ||T||``."""
 
-    def __init__(self, length: int, cap: float, halflife: float,
+    def __init__(self, length: int, cap: float, halflife: float, floor: float = 0.0,
                  rng: np.random.Generator | None = None) -> None:
-        if not (math.isfinite(cap) and cap > 0 and math.isfinite(halflife) and halflife > 0):
+        if not (math.isfinite(cap) and cap > 0 and math.isfinite(halflife) and halflife > 0
+                and math.isfinite(floor) and floor >= 0):
             raise InvalidValues(f"drift budget: cap {cap!r} and halflife {halflife!r} must "
-                                "be positive finite numbers")
+                                f"be positive finite numbers, floor {floor!r} >= 0")
         self.cap = cap
+        self.floor = floor
         self._rate = math.log(2.0) / halflife
-        self._sums: OrderedDict[bytes, tuple[np.ndarray, float]] = OrderedDict()
-        self._training: tuple[np.ndarray, float] | None = None  # T and when
+        width = min(length, SKETCH_WIDTH) if length > 0 else 0
+        self._sum = (np.zeros(width), 0.0)  # S and when
+        self._training = (np.zeros(width), 0.0)  # T and when
         self._bucket: np.ndarray | None = None
         self._sign: np.ndarray | None = None
         if length > SKETCH_WIDTH:
@@ -82,56 +74,53 @@ class DriftBudget:
                                       minlength=SKETCH_WIDTH)
         return out
 
-    def _value(self, key: bytes, now: float) -> np.ndarray | None:
-        entry = self._sums.get(key)
-        if entry is None:
-            return None
+    def _decayed(self, entry: tuple[np.ndarray, float], now: float) -> np.ndarray:
         total, at = entry
-        return total * math.exp(-self._rate * max(0.0, now - at))
-
-    def note_training(self, sketched: np.ndarray, now: float) -> None:
-        """Add one of this node's own training steps (from :meth:`sketch`, in radii) to
-        ``T``, the training its merges may take back for free."""
-        if self._training is None:
-            self._training = (sketched.copy(), now)
-            return
-        total, at = self._training
-        self._training = (total * math.exp(-self._rate * max(0.0, now - at)) + sketched, now)
-
-    def training(self, now: float) -> np.ndarray | None:
-        """``T`` at ``now`` (None before the first training step)."""
-        if self._training is None:
-            return None
-        total, at = self._training
         out: np.ndarray = total * math.exp(-self._rate * max(0.0, now - at))
         return out
 
-    def _counted(self, total: np.ndarray, now: float) -> float:
+    def note_training(self, sketched: np.ndarray, now: float) -> None:
+        """Add one of this node's own training steps (from :meth:`sketch`) to ``T``."""
+        self._training = (self._decayed(self._training, now) + sketched, now)
+
+    def training(self, now: float) -> np.ndarray:
+        """``T`` at ``now``."""
+        return self._decayed(self._training, now)
+
+    def limit(self, own_norm: float, now: float) -> float:
+        """What ``S`` may count at ``now``: ``cap ||T||``, at least ``floor * own_norm``."""
+        return max(self.cap * float(np.linalg.norm(self.training(now))), self.floor * own_norm)
+
+    def _counted(self, total: np.ndarray, trained: np.ndarray) -> float:
         # min ||S + l T|| over 0 <= l <= 1: the part of S not taking back own training
-        trained = self.training(now)
-        if trained is None:
-            return float(np.linalg.norm(total))
         tt = float(trained @ trained)
         if tt <= 0.0:
             return float(np.linalg.norm(total))
         share = min(1.0, max(0.0, -float(total @ trained) / tt))
         return float(np.linalg.norm(total + share * trained))
 
-    def used(self, key: bytes, now: float) -> float:
-        """The norm of ``key``'s sum at ``now``, less own training taken back."""
-        total = self._value(key, now)
-        return 0.0 if total is None else self._counted(total, now)
+    def used(self, now: float) -> float:
+        """``S`` as counted at ``now``, own training taken back."""
+        return self._counted(self._decayed(self._sum, now), self.training(now))
 
-    def after(self, key: bytes, sketched: np.ndarray, now: float) -> float:
-        """The norm ``key``'s sum would have with ``sketched`` (from :meth:`sketch`) added,
-        less own training taken back."""
-        total = self._value(key, now)
-        return self._counted(sketched if total is None else total + sketched, now)
+    def fit(self, sketched: np.ndarray, own_norm: float, now: float) -> float:
+        """The largest share ``c`` in [0, 1] of a merge's movement (``sketched``) that keeps
+        the counted sum within :meth:`limit`, or within :data:`SLACK` of the limit above
+        what it counts already if that is more (a merge that shrinks the sum always fits)."""
+        total, trained = self._decayed(self._sum, now), self.training(now)
+        limit = self.limit(own_norm, now)
+        bound = max(limit, self._counted(total, trained) + SLACK * limit)
+        if self._counted(total + sketched, trained) <= bound:
+            return 1.0
+        low, high = 0.0, 1.0  # counted(c) is convex in c, within the bound at 0
+        for _ in range(_FIT_STEPS):
+            mid = 0.5 * (low + high)
+            if self._counted(total + mid * sketched, trained) <= bound:
+                low = mid
+            else:
+                high = mid
+        return low
 
-    def add(self, key: bytes, sketched: np.ndarray, now: float) -> None:
-        """Add a merged update (from :meth:`sketch`) to ``key``'s sum."""
-        total = self._value(key, now)
-        self._sums.pop(key, None)
-        self._sums[key] = (sketched if total is None else total + sketched, now)
-        if len(self._sums) > DRIFT_KEYS:
-            self._sums.popitem(last=False)
+    def add(self, sketched: np.ndarray, now: float) -> None:
+        """Add a merge's movement (from :meth:`sketch`) to ``S``."""
+        self._sum = (self._decayed(self._sum, now) + sketched, now)

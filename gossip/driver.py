@@ -332,7 +332,7 @@ class GossipDriver:
                 self.partners.strike(peer, self._clock())  # merged our share, lied in its reply
             return None
         if self.partners is not None:
-            self.partners.on_answer(peer, push, ack, self._clock())
+            self.partners.on_answer(peer, push, ack, self._clock(), reply=core.last_reply)
         if self.epochs is not None and ack.reply is None and fraction is not None:
             self.epochs.pushed(name, peer, fraction, push.push_id)
         if self._durations is not None:

@@ -46,39 +46,32 @@ A :class:`PushSum` built with ``guard=GuardSettings()`` consults a
   second) is a ceiling far above that, not a tight budget; what bounds a
   look-alike's size is the magnitude check derived from the mask scale.
 - **Value clipping** (ClippedGossip, He, Karimireddy, Jaggi 2022): the update
-  ``y - x`` a merge applies is clipped to a radius ``tau``: ``clip_factor``
-  times the median, over the latest ``clip_senders`` distinct senders, of the
-  norm of the last update each of them proposed (one entry per sender, so one
-  liar moves the median by at most one rank), at least ``clip_floor`` times
-  the norm of our own estimate.  Only *partners* count: peers that
-  acknowledged a push of ours or that this node sent a one-way push to, i.e.
-  holders this node chose itself through peer sampling (whose views keep
-  made-up identities at their share).  One-way, the push itself makes the
-  partner: a push beyond the receiver's radius is refused with no ack, so
-  from independent starts (every push beyond the warm-up radius) no node
-  ever had a partner and every push was refused.  A holder that itself
-  pushes one-way refuses a push-pull request beyond its radius too, rather
-  than clip it: its mixing is too slow to absorb clipped kicks, whose spread
-  raised its partners' norms and so the radius (a poisoner's error grew
-  without bound, see docs/gossip.md).  An
-  unsolicited sender's norms are not recorded: otherwise a member with a
-  handful of made-up identities (free to mint, each one entry) fills the
-  table and sets the radius, wide enough for any poison or narrow enough to
-  clip every honest merge.  Before ``clip_warmup`` partners have been seen
-  the radius is ``clip_start`` times that norm.  How a clipped
-  update keeps mass exact is the core's business (see
-  :class:`gossip.pushsum.PushSum`).  The part of the share a clipped merge hands
-  back (the whole share for a poisoner's kick, a fraction for an honest
-  update just beyond the radius) is charged to the sender's *clip debt*, a
-  second decaying sum per sender (``clip_debt_cap``, ``clip_debt_halflife``),
-  in proportion to how many decades beyond the radius the update was (in full
-  from ``clip_debt_decades`` on): a merge that would take it over the cap is
-  refused, so a poisoner's kicks (updates 1e4 x the radius and more) cost it
-  its whole share, which it cannot spend faster than the debt decays, while
-  an honest node whose model lags (a late joiner, an update 10 x the radius)
-  pays a quarter of that.  It is kept apart from
-  the net balance because only the receiver sees it: the sender cannot
-  mirror it, so in the balance it would make honest senders overdraw.
+  ``y - x`` a merge applies (a push, a request, a reply) is clipped to a radius
+  ``tau`` around this node's own model: ``clip_factor`` times the larger of
+  the median, over the latest ``clip_senders`` distinct partners, of the
+  norm of the last update each proposed, and the median of this node's own
+  recent training steps; at least ``clip_floor`` times the norm of our own
+  estimate.  Only *partners* count (peers that acknowledged a push of ours or
+  got a one-way push of ours: holders this node chose itself), one entry
+  each, the sender's own left out: made-up identities cannot set the bar,
+  and partners that answer with nothing (zero-delta replies) cannot collapse
+  it below this node's own training, after which honest merges were refused.
+  Before ``clip_warmup`` partners have been seen the radius is ``clip_start``
+  times our norm.  Each check draws the radius within ``clip_jitter`` of
+  itself from a private generator: a reply to a probe tells the radius to
+  that, no better (docs/design/trust.md, "No reading through replies").  A
+  one-way push beyond the radius is refused; a request is clipped and the
+  clipped part handed back in the reply (exact for mass, see
+  :class:`gossip.merge_checks.MergeChecks`), at a *clip debt* per sender
+  (``clip_debt_cap``, ``clip_debt_halflife``) in proportion to how many
+  decades beyond the radius it was (in full from ``clip_debt_decades``): a
+  poisoner's kicks cost it its whole share.  A reply is clipped to
+  ``reply_clip_factor`` times the radius (the responder may have handed back
+  up to its own radius); what is clipped of a reply is dropped, the one place
+  the defences lose mass.  A holder that itself pushes one-way refuses a
+  request beyond its radius rather than clip it (its slow mixing cannot
+  absorb clipped kicks).  The debt is kept apart from the net balance
+  because only the receiver sees it.
 - **Weight ceiling.**  No push that leaves weight here may take this node's
   weight over ``weight_ceiling``: the net balance bounds each identity, and
   identities are free (50 made-up ones took a node from weight 1 to 151).
@@ -89,13 +82,15 @@ A :class:`PushSum` built with ``guard=GuardSettings()`` consults a
   0.9 radius away in a fresh random direction every round was a third to a
   half of each holder's merges and grew the honest spread, and with it the
   radius, without bound.  Replies to this node's requests are not counted.
-- **Creep budget** (:mod:`gossip.drift_budget`).  The sum of the clipped
-  updates each partner merged here (one sum for all non-partners), in radii
-  and decaying with this node's own pushes, stays within ``drift_cap``: a
-  liar whose requests all land just inside the radius along one direction
-  walked a node 180 radii in 400 requests.  Merges that take back this
-  node's own recent training are free (:meth:`MergeGuard.note_training`):
-  honest nodes training on different data all pull one way, against it.
+- **Creep budget** (:mod:`gossip.drift_budget`).  The movement every merge
+  made, pushes, requests and replies, all senders together, summed as a
+  vector, decaying with this node's own pushes, with this node's own training
+  taken back, stays within ``drift_cap`` times the norm of this node's own
+  training over the same horizon (at least ``drift_floor`` times its own
+  norm), after its first ``drift_warmup`` merges: a liar's merges, whatever
+  their number of identities, move a node by at most about as much as it
+  trains.  A push that would take the sum over is refused, a request or a
+  reply is scaled to fit; a merge that shrinks the sum always fits.
 Every refusal raises :class:`RefusedByGuard` (a ``RejectedPush`` with the rule
 named in ``rule``) before any state changes.
 """
@@ -103,12 +98,12 @@ named in ``rule``) before any state changes.
 from __future__ import annotations
 
 import math
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from dataclasses import dataclass
 
 import numpy as np
 
-from gossip.drift_budget import STRANGERS, DriftBudget
+from gossip.drift_budget import DriftBudget
 from gossip.errors import InvalidValues, RejectedPush
 
 #: Peers remembered per core (least recently heard from out first).  An
@@ -164,15 +159,16 @@ class GuardSettings:
     # (honest: 1.8 with push-pull, 5.4 with one-way pushes, 64 nodes): bounds what
     # any number of made-up identities inject, each within its balance_cap
     weight_ceiling: float = 16.0
-    # the sum of the updates one partner (all non-partners together) merged here,
-    # in radii, decaying with drift_halflife, stays within drift_cap (0: no such
-    # bound, the default); see gossip.drift_budget.  Off by default: in simulated
-    # swarms training on different data, 4 refused honest merges under the
-    # non-partners' shared sum (thousands at 1,000 nodes; with own training taken
-    # back free, 524 of 19,306 pushes at 256 nodes, at much-contacted nodes).
-    # 4 is the value measured against the creep
-    drift_cap: float = 0.0
+    # the movement all merges made here, own training taken back, stays within this
+    # many times the norm of this node's own training over the same horizon (decaying
+    # with drift_halflife own pushes; 0: no such bound); see gossip.drift_budget
+    drift_cap: float = 2.0
     drift_halflife: float = 20.0  # pushes this node makes (not time: its own exchange rate)
+    drift_floor: float = 0.03  # the budget is at least this x the norm of own estimate
+    drift_warmup: int = 40  # merges before the budget applies (a newcomer catches up)
+    # each clip check draws the radius in [1 - j, 1 + j] x itself, privately
+    clip_jitter: float = 0.1
+    own_steps: int = 8  # own training steps whose median norm floors the radius
     # one sender (each identity, partner or not) may hold at most this many times
     # a fair share of the pushes this node merged recently; see SenderShares.  Off
     # by default (0): a liar with 8 made-up identities gets its kicks through all
@@ -194,17 +190,21 @@ class GuardSettings:
                 raise InvalidValues(f"guard.{name}: expected a positive finite number, "
                                     f"got {value!r}")
         for name in ("clip_factor", "clip_floor", "clip_start", "drift_cap", "sender_share",
-                     "sender_allowance"):
+                     "sender_allowance", "drift_floor"):
             value = getattr(self, name)
             if not (isinstance(value, int | float) and math.isfinite(value) and value >= 0):
                 raise InvalidValues(f"guard.{name}: expected a finite number >= 0, got {value!r}")
-        for name in ("clip_senders", "clip_warmup", "flag_budget"):
+        for name in ("clip_senders", "clip_warmup", "flag_budget", "own_steps"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise InvalidValues(f"guard.{name}: expected an int >= 1, got {value!r}")
-        value = self.fold_floor_merges
-        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-            raise InvalidValues(f"guard.fold_floor_merges: expected an int >= 0, got {value!r}")
+        for name in ("fold_floor_merges", "drift_warmup"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise InvalidValues(f"guard.{name}: expected an int >= 0, got {value!r}")
+        if not (isinstance(self.clip_jitter, int | float) and 0 <= self.clip_jitter < 1):
+            raise InvalidValues(f"guard.clip_jitter: expected a number in [0, 1), got "
+                                f"{self.clip_jitter!r}")
 
     @property
     def max_share(self) -> float:
@@ -401,11 +401,12 @@ class SenderShares:
 class ClipRadius:
     """The clipping radius from the latest update norm of each recent partner
     (a peer that acknowledged a push of ours or got a one-way push of ours, see
-    :meth:`note_partner`)."""
+    :meth:`note_partner`), at least this node's own recent training steps."""
 
     def __init__(self, settings: GuardSettings) -> None:
         self._s = settings
         self._latest: OrderedDict[bytes, float] = OrderedDict()
+        self._steps: deque[float] = deque(maxlen=settings.own_steps)  # own step norms
         # peers that acknowledged a push of ours (we chose them): only their norms count
         self._partners: OrderedDict[bytes, None] = OrderedDict()
         self._fold_jump = 0.0  # norm of the training our last fold added
@@ -432,6 +433,18 @@ class ClipRadius:
     def is_partner(self, peer: bytes) -> bool:
         """Whether ``peer`` is a partner (see :meth:`note_partner`)."""
         return peer in self._partners
+
+    def note_step(self, norm: float) -> None:
+        """This node trained a step of norm ``norm`` (0: no training, not kept)."""
+        if norm > 0 and math.isfinite(norm):
+            self._steps.append(norm)
+
+    def own_step(self) -> float:
+        """The median norm of this node's recent training steps (0 before any)."""
+        if not self._steps:
+            return 0.0
+        ranked = sorted(self._steps)
+        return ranked[(len(ranked) - 1) // 2]
 
     def note_fold(self, jump: float) -> None:
         """Our masking epoch folded, adding training of norm ``jump`` to the estimate.
@@ -470,8 +483,10 @@ class ClipRadius:
 
         The sender's own entry does not count: a liar alone must not set the
         bar it is measured against.  The median is the lower one (of an even
-        count, the smaller middle norm).  ``with_fold_floor``: at least
-        :meth:`fold_floor` for ``sender`` (see :meth:`note_fold`).
+        count, the smaller middle norm), at least this node's own training
+        step (:meth:`own_step`: partners answering with nothing cannot collapse
+        it).  ``with_fold_floor``: at least :meth:`fold_floor` for ``sender``
+        (see :meth:`note_fold`).
         """
         if not self._s.clipping:
             return math.inf
@@ -481,7 +496,7 @@ class ClipRadius:
             # nothing to compare with yet: no single push moves us by more
             # than clip_start times our own size (a zero push moves us by 1x)
             return max(self._s.clip_start * own_norm, self._s.clip_floor * own_norm, floor)
-        median = norms[(len(norms) - 1) // 2]
+        median = max(norms[(len(norms) - 1) // 2], self.own_step())
         return max(self._s.clip_factor * median, self._s.clip_floor * own_norm, floor)
 
     def record(self, sender: bytes, norm: float, *, fold_check: bool = True) -> None:
@@ -516,8 +531,13 @@ class MergeGuard:
         """``length``: values per model (0: no creep budget); ``rng`` draws the
         budget's secret sketch (see :mod:`gossip.drift_budget`)."""
         self.settings = settings
-        self.drift = (DriftBudget(length, settings.drift_cap, settings.drift_halflife, rng)
+        self.drift = (DriftBudget(length, settings.drift_cap, settings.drift_halflife,
+                                  settings.drift_floor, rng)
                       if length > 0 and settings.drift_cap > 0 and settings.clipping else None)
+        self.drift_merges = 0  # merges the creep budget saw (its warm-up)
+        # the radius's private jitter (a generator of its own: the draws never leave it)
+        self._jitter = np.random.default_rng(
+            None if rng is None else int(rng.integers(2**63)))
         self.balances = NetBalances(settings.balance_halflife)
         self.clip_debt = NetBalances(settings.clip_debt_halflife)
         self._flags = _Keyed(float(settings.flag_budget), settings.flag_period)
@@ -570,11 +590,6 @@ class MergeGuard:
                     "flag_budget", f"more than {s.flag_budget} masked or noisy pushes from "
                     f"this sender per {s.flag_period:g}")
 
-    def drift_key(self, sender: bytes) -> bytes:
-        """The creep budget ``sender`` spends: its own if a partner, else the one all
-        non-partners share (identities are free)."""
-        return sender if self.clip.is_partner(sender) else STRANGERS
-
     def check_share(self, sender: bytes, own_pushes: float) -> None:
         """Raise :class:`RefusedByGuard` ("sender_share") if merging one more push of
         ``sender`` would give it more than its share of the pushes merged here
@@ -586,33 +601,44 @@ class MergeGuard:
         if self.shares is not None:
             self.shares.check(sender, own_pushes)
 
-    def check_drift(self, sender: bytes, sketched: np.ndarray, own_pushes: float) -> None:
-        """Raise :class:`RefusedByGuard` ("drift") if merging an update (in radii,
-        sketched by ``self.drift.sketch``) would take its key's sum over
-        ``drift_cap``; an update that shrinks the sum is always let through.
-        The sums decay with this node's own pushes (``own_pushes``: how many
-        it made so far), not with time: honest pushes arrive at about the rate
-        a node makes its own, however fast the swarm exchanges."""
-        now = own_pushes
-        if self.drift is None:
-            return
-        key = self.drift_key(sender)
-        before, after = self.drift.used(key, now), self.drift.after(key, sketched, now)
-        if after > self.drift.cap and after > before:
-            who = "this partner" if key else "non-partner senders"
-            raise RefusedByGuard(
-                "drift", f"the updates {who} merged here would add up to {after:.3g} "
-                f"radii, over {self.drift.cap:g}")
+    def jittered(self, tau: float) -> float:
+        """``tau`` within ``clip_jitter`` of itself, drawn privately (each clip check)."""
+        j = self.settings.clip_jitter
+        if not j or not math.isfinite(tau):
+            return tau
+        return tau * (1.0 + j * (2.0 * float(self._jitter.random()) - 1.0))
+
+    def drift_sketch(self, vector: np.ndarray) -> np.ndarray | None:
+        """``vector`` as the creep budget sums it (None: the budget is off)."""
+        return None if self.drift is None else self.drift.sketch(vector)
+
+    def fit_drift(self, movement: np.ndarray, own_norm: float, own_pushes: float) -> float:
+        """The share of a merge's ``movement`` (sketched: the change it would make to our
+        estimate) the creep budget lets through, in [0, 1]: all of it for this core's
+        first ``drift_warmup`` merges (a newcomer catches up; the way back from there
+        shrinks the sum, so it always fits).
+
+        The sums decay with this node's own pushes (``own_pushes``: how many it
+        made so far), not with time: honest pushes arrive at about the rate a
+        node makes its own, however fast the swarm exchanges."""
+        if self.drift is None or self.drift_merges < self.settings.drift_warmup:
+            return 1.0
+        return self.drift.fit(movement, own_norm, own_pushes)
+
+    def add_drift(self, movement: np.ndarray, own_pushes: float, merge: bool = True) -> None:
+        """A merge (``merge``; else a roll-back) moved our estimate by ``movement``
+        (sketched)."""
+        if self.drift is not None:
+            self.drift.add(movement, own_pushes)
+            self.drift_merges += merge
 
     def note_training(self, step: np.ndarray, values: np.ndarray, own_pushes: float) -> None:
-        """This node trained ``step``, to ``values``: merges may take it back without
-        spending the creep budget (see :mod:`gossip.drift_budget`).  Counted as
-        merges are, in radii, once the radius is partners'."""
-        if self.drift is None or not self.clip.warmed_up():
-            return
-        tau = self.clip.radius(float(np.linalg.norm(values)))
-        if tau > 0 and math.isfinite(tau):
-            self.drift.note_training(self.drift.sketch(step * (1.0 / tau)), own_pushes)
+        """This node trained ``step``, to ``values``: it floors the radius, sets the creep
+        budget's bound, and merges may take it back without spending the budget."""
+        norm = float(np.linalg.norm(step))
+        self.clip.note_step(norm)
+        if self.drift is not None and norm > 0:
+            self.drift.note_training(self.drift.sketch(step), own_pushes)
 
     def clip_charge(self, share: float, clipped_away: float) -> float:
         """The clip debt a clipped merge of ``share`` that handed back ``clipped_away``
@@ -625,17 +651,14 @@ class MergeGuard:
         return clipped_away * min(1.0, decades / self.settings.clip_debt_decades)
 
     def merged(self, sender: bytes, kept: float, flagged: bool, now: float,
-               clipped_away: float = 0.0, sketched: np.ndarray | None = None,
-               own_pushes: float = 0.0, shared: bool = False) -> None:
+               clipped_away: float = 0.0, own_pushes: float = 0.0, shared: bool = False) -> None:
         """A push passed :meth:`check_push` and was merged: ``kept`` joins the balance,
-        ``clipped_away`` the sender's clip debt, ``sketched`` (the merged update,
-        see :meth:`check_drift`) its creep budget, at ``own_pushes``; ``shared``:
-        it passed :meth:`check_share` and counts towards the sender's share."""
+        ``clipped_away`` the sender's clip debt; ``shared``: it passed
+        :meth:`check_share` and counts towards the sender's share (at ``own_pushes``).
+        Its movement goes to the creep budget apart (:meth:`add_drift`)."""
         self.balances.add(sender, kept, now)
         if shared and self.shares is not None:
             self.shares.add(sender, own_pushes)
-        if sketched is not None and self.drift is not None:
-            self.drift.add(self.drift_key(sender), sketched, own_pushes)
         if clipped_away > 0:
             self.clip_debt.add(sender, clipped_away, now)
         if flagged:

@@ -13,6 +13,8 @@ a delta and the merged values are written back into the network:
 so a merge that arrived while the worker was training is neither lost nor
 applied in the middle of a step, and the push-sum invariants only ever see
 "local SGD changed z" between exchanges (the Stochastic Gradient Push pattern).
+:meth:`ModelSync.roll_back` undoes the merges a sync brought in (the network
+goes back to its own training: :mod:`gossip.recovery`).
 """
 
 from __future__ import annotations
@@ -42,6 +44,8 @@ class AveragingCore(Protocol):
 
     def set_values(self, values: np.ndarray) -> None: ...
 
+    def roll_back(self, values: np.ndarray) -> None: ...
+
 
 class ModelSync:
     """Carries training deltas into push-sum cores and merged values back.
@@ -54,6 +58,8 @@ class ModelSync:
         self._network = network
         self._cores = dict(cores)
         self._synced: dict[str, np.ndarray] = {}
+        # what the network held at the last sync: its own training on the values before
+        self._trained: dict[str, np.ndarray] = {}
         for name in self._cores:
             self._write_back(name)
 
@@ -73,6 +79,7 @@ class ModelSync:
                 logger.error("model %s: training produced non-finite values; step dropped", name)
                 delta = np.zeros_like(delta)
             core.set_values(core.values + delta)
+            self._trained[name] = self._synced[name] + delta
             try:
                 self._write_back(name)
             except ValueError as exc:
@@ -80,6 +87,16 @@ class ModelSync:
                 # training on what the network holds rather than stopping the node.
                 logger.error("model %s: merged values not loaded into the network: %s", name, exc)
                 core.set_values(self._synced[name])
+
+    def roll_back(self, names: Iterable[str] | None = None) -> None:
+        """Undo the merges the last :meth:`sync` brought in: each core and the network go
+        back to the values trained since the sync before (call it right after a sync)."""
+        for name in self._cores if names is None else names:
+            trained = self._trained.get(name)
+            if trained is None:
+                continue
+            self._cores[name].roll_back(trained)
+            self._write_back(name)
 
     def _write_back(self, name: str) -> None:
         values = self._cores[name].values

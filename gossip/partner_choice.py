@@ -15,8 +15,13 @@ drain or isolate honest nodes takes the push and gives nothing back.
 The rule (:class:`PartnerChoice`):
 
 - **Proven partners.**  A peer that answered one of our push-pull requests
-  with a reply of at least ``min_reply_ratio`` times the share we sent has
-  *reciprocated*: it is proven.
+  with a reply of at least ``min_reply_ratio`` times the share we sent, whose
+  values the merge guard found *useful*, has *reciprocated*: it is proven.
+  Weight back is not enough: a fake that echoes our own values back (a zero
+  delta) gives weight for nothing, and one whose reply the creep budget cut
+  to less than half gave more than this node takes.  Either is no proof,
+  counts as a failed exploration, and a cut reply costs a proven peer its
+  proof.  A reply over twice the reply radius away is a poisoner's: a strike.
 - **Strikes.**  A peer that answers a push-pull request with a plain ack (or
   with a reply the core rejected) took the share and gave nothing back: it
   loses its proof and gets no push for ``strike_pause`` seconds, doubled at
@@ -52,7 +57,7 @@ from dataclasses import dataclass
 from .messages import Push, PushAck
 
 #: What :meth:`PartnerChoice.on_answer` makes of an answer.
-OUTCOMES = ("reciprocated", "took", "neutral")
+OUTCOMES = ("reciprocated", "took", "neutral", "echo", "clipped", "far")
 
 
 @dataclass(frozen=True)
@@ -174,26 +179,38 @@ class PartnerChoice:
 
     # --------------------------------------------------------------- outcomes
 
-    def on_answer(self, peer: bytes, push: Push, ack: PushAck, now: float) -> str:
+    def on_answer(self, peer: bytes, push: Push, ack: PushAck, now: float,
+                  reply: str | None = None) -> str:
         """Record the answer the core accepted to ``push``; returns its outcome (:data:`OUTCOMES`).
 
         A push-pull request answered with a reply of weight at least
-        ``min_reply_ratio`` times the share is a reciprocation; one answered
-        without a reply is a strike; anything else (a one-way push, a small
-        reply) tells nothing.
+        ``min_reply_ratio`` times the share is a reciprocation, unless the
+        core judged the reply's values (``reply``, :attr:`gossip.PushSum.last_reply`)
+        an "echo" or "clipped" (see the module docstring); one answered
+        without a reply, or with one "far" off, is a strike; anything else (a
+        one-way push, a small reply) tells nothing.
         """
         if not push.want_reply:
             outcome = "neutral"
         elif ack.reply is None:
             outcome = "took"
         elif ack.reply_weight >= self.settings.min_reply_ratio * push.weight:
-            outcome = "reciprocated"
+            outcome = "reciprocated" if reply in (None, "useful") else reply
         else:
             outcome = "neutral"
         if outcome == "reciprocated":
             self.reciprocated(peer)
-        elif outcome == "took":
+        elif outcome in ("took", "far"):
             self.strike(peer, now)
+            if outcome == "far":
+                self.counters["far"] += 1
+        elif outcome in ("echo", "clipped"):
+            rec = self._record(peer)
+            if not rec.proven:
+                self._learn(0.0)  # an exploration that brought nothing
+            elif outcome == "clipped":
+                rec.proven = False
+            self.counters[outcome] += 1
         else:
             self.counters["neutral"] += 1
         return outcome

@@ -5,28 +5,16 @@ the current time and a seeded :class:`random.Random`, and it returns what to
 send. The same object runs under the trio driver (:mod:`peersampling.driver`)
 and inside the in-process simulator (:mod:`peersampling.simulator`).
 
-Protocol (Voulgaris et al., "CYCLON", 2005), once per period:
-
-1. age every entry by one;
-2. remove the oldest entry Q and send it ``l - 1`` random other entries plus
-   a fresh (age 0) self-descriptor;
-3. Q answers with up to ``l`` random entries of its own and merges what it got;
-4. the initiator merges the answer: known entries only get refreshed, new
-   ones fill empty slots, then replace the entries it sent.
-
-A peer that does not answer is dropped everywhere. The same exchange runs in a
-second view per partial model the node holds, restricted to holders of that
-model. A node whose model view is empty (or not full, now and then) asks a
-random main-view peer for holders: every node keeps a small cache of holders
-it has seen (:class:`HolderDirectory`) to answer such lookups.
-
-Signed descriptors and Sybil resistance (both optional): with ``sign`` the
-node signs its own descriptor; with ``verify`` only descriptors whose
-signature checks are accepted (:mod:`peersampling.signed`). With ``sybil``
-(:class:`SybilRules`) every view is a :class:`RankedView` of seeded min-wise
-samplers, new entries are probed before use (a probe is a request with no
-entries: the reply must carry the target's own signed descriptor at the
-probed address) and unsolicited descriptors are capped per source and period.
+Protocol (Voulgaris et al., "CYCLON", 2005), once per period: age every
+entry; take the oldest entry Q out and send it ``l - 1`` random other entries
+plus a fresh self-descriptor; Q answers with up to ``l`` entries of its own
+and merges what it got; the initiator merges the answer (known entries are
+refreshed, new ones fill empty slots, then replace the entries it sent). A
+peer that does not answer is dropped everywhere. The same exchange runs in a
+view per model held (:mod:`.view_set`), restricted to its holders; holder
+lookups find partners. What comes in is checked by :mod:`.intake`; the
+Sybil-resistant rules are :mod:`.sybil_guard`; bootstrap contacts
+:mod:`.contacts` (docs/design/peer-sampling.md).
 """
 
 from __future__ import annotations
@@ -37,55 +25,24 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import TypedDict
 
-from .descriptor import (
-    MAX_AGE,
-    MAX_TAGS,
-    TAG_LENGTH,
-    Descriptor,
-    parse_address,
-    validate_descriptor,
-    with_age,
-)
-from .directory import HolderDirectory
+from .contacts import ISLAND_REJOIN_EVERY, Contacts
+from .cyclon_merge import CyclonMerge
+from .descriptor import MAX_AGE, Descriptor, parse_address, validate_descriptor
 from .errors import InvalidDescriptor, InvalidMessage
-from .messages import ShuffleReply, ShuffleRequest, new_reply, new_request
+from .intake import Intake, Standing, sender_key
+from .messages import ShuffleReply, ShuffleRequest, new_request
 from .offence_log import EveryLine, OffenceLog
 from .ranked import RankedView
 from .rules import SybilRules
 from .signed import SignatureCheck, Signer, Verifier, sign_descriptor
-from .view import PartialView
+from .stats import SamplerStats
+from .sybil_guard import SybilGuard
+from .view_set import AnyView, ViewSet
 
-AnyView = PartialView | RankedView
+__all__ = ["ISLAND_REJOIN_EVERY", "AnyView", "PeerEntry", "PeerSampler", "SamplerStats",
+           "SamplerTuning"]
 
 log = logging.getLogger(__name__)
-
-#: Distrusted peers remembered at once (the oldest go first past the bound).
-_MAX_DISTRUSTED = 4096
-# While the main view is too small to fill one shuffle, every this many periods a
-# bootstrap address it does not hold is asked as well: a few nodes that only know
-# each other (two restarted nodes whose bootstrap refused them, one the other's
-# bootstrap) would otherwise shuffle among themselves forever, since the
-# bootstrap is only asked when the view is empty.
-ISLAND_REJOIN_EVERY = 8
-
-
-@dataclass
-class SamplerStats:
-    """Counters for the admin ``peers`` command (monotonic since start)."""
-
-    shuffles_sent: int = 0
-    shuffles_received: int = 0
-    shuffles_failed: int = 0
-    replies_received: int = 0
-    lookups_sent: int = 0
-    bootstrap_attempts: int = 0
-    messages_rejected: int = 0
-    descriptors_rejected: int = 0
-    signatures_rejected: int = 0  # also counted in descriptors/messages_rejected
-    unsolicited_dropped: int = 0  # over the per-source / per-period caps
-    probes_sent: int = 0
-    probes_failed: int = 0  # answered with another id, or not at all
-    distrusted: int = 0  # peers removed and refused for a while (see PeerSampler.distrust)
 
 
 class SamplerTuning(TypedDict, total=False):
@@ -184,6 +141,10 @@ class PeerSampler:
             raise ValueError(f"lookup_fanout must be >= 1, got {lookup_fanout}")
         if lookup_small is not None and lookup_small < 0:
             raise ValueError(f"lookup_small must be >= 0, got {lookup_small}")
+        if retries < 0:
+            raise ValueError(f"retries must be >= 0, got {retries}")
+        if sybil is not None and not isinstance(sybil, SybilRules):
+            raise TypeError(f"sybil must be SybilRules or None, got {type(sybil).__name__}")
         me = validate_descriptor(self_descriptor, max_age=max_age)
         self.c = c
         self.l = l
@@ -197,10 +158,8 @@ class PeerSampler:
         self.lookup_every = lookup_every
         self.lookup_fanout = lookup_fanout
         # a model view holding fewer holders than this (a rare model) keeps
-        # asking lookup_fanout peers every period: see docs/peersampling.md
+        # asking lookup_fanout peers every period: see docs/design/peer-sampling.md
         self.lookup_small = l if lookup_small is None else lookup_small
-        if retries < 0:
-            raise ValueError(f"retries must be >= 0, got {retries}")
         self.retries = retries
         self._round_shuffles: dict[bytes | None, ShuffleRequest] = {}
         # Shuffle targets taken out of a view and awaiting a reply, per view key:
@@ -209,58 +168,47 @@ class PeerSampler:
         self._in_flight: dict[bytes | None, Descriptor] = {}
         self._retries_left: dict[bytes | None, int] = {}
         self._sign = sign
-        self._check_signature: Callable[[Descriptor], bool] | None = (
-            verify if isinstance(verify, SignatureCheck)
-            else SignatureCheck(verify) if verify is not None else None
-        )
-        if sybil is not None and not isinstance(sybil, SybilRules):
-            raise TypeError(f"sybil must be SybilRules or None, got {type(sybil).__name__}")
         self._rules = sybil
-        self._per_source = l
-        self._per_period = 4 * l
-        self._reset_every = 0
-        if sybil is not None:
-            if sybil.unsolicited_per_source is not None:
-                self._per_source = sybil.unsolicited_per_source
-            if sybil.unsolicited_per_period is not None:
-                self._per_period = sybil.unsolicited_per_period
-            self._reset_every = 4 * c if sybil.reset_every is None else sybil.reset_every
-        # unsolicited descriptors taken this period, per (sender, view) and per view
-        self._pushed: dict[tuple[bytes, bytes | None], int] = {}
-        self._pushed_total: dict[bytes | None, int] = {}
-        # address -> (expected node id, probe request) of probes awaiting a reply
-        self._probing: dict[str, tuple[bytes, ShuffleRequest]] = {}
-        # node id -> the address that answered us with that id (signed)
-        self._proven: dict[bytes, str] = {}
-        # addresses of checkpointed peers whose descriptor no longer verifies
-        self._rejoin: list[str] = []
         self._me = replace(me, age=0)
         if sign is not None:
             self._me = sign_descriptor(self._me, sign)
-        self._view: AnyView = self._new_view(c)
-        self._models: dict[bytes, AnyView] = {}
-        self._directory = HolderDirectory(max_tags=directory_tags, per_tag=2 * l, max_age=2 * c)
-        self._bootstrap: list[str] = []
-        self._bootstrap_next = 0
+        self._views = ViewSet(c, self.model_view_size, l, rng, sybil, directory_tags)
+        self._view = self._views.main  # the main view (read by the lean engine)
+        self._directory = self._views.directory
+        self._stats = SamplerStats()
+        self._contacts = Contacts(self._stats)
         self._period = 0
         self._lookup_phase = rng.randrange(lookup_every)
         self._last_contact: dict[str, float] = {}
-        # address -> period it failed: second-hand copies older than the failure
-        # are ignored, so a dead peer's descriptor cannot bounce back in.
-        self._failed: dict[str, int] = {}
-        # node id -> period until which it is refused (see distrust)
-        self._distrusted: dict[bytes, int] = {}
-        self._stats = SamplerStats()
+        self._standing = Standing()
+        self._failed = self._standing.failed  # address -> period it failed
+        self._distrusted = self._standing.distrusted  # node id -> refused until
         # a peer chooses how many bad messages it sends: lines go through this
         self._offences: OffenceLog = offences if offences is not None else EveryLine(log)
-        self._in_process = bool(in_process)
+        self._intake = Intake(
+            self._me, max_age=max_age, max_entries=self.max_entries,
+            check_signature=(verify if isinstance(verify, SignatureCheck)
+                             else SignatureCheck(verify) if verify is not None else None),
+            in_process=bool(in_process), standing=self._standing, stats=self._stats,
+            offences=self._offences)
+        self._sybil = (SybilGuard(sybil, c, l, self._views, self._stats)
+                       if sybil is not None else None)
+        self._cyclon = CyclonMerge(l, self._views, self._in_flight, rng)
         self._flush_offences = type(self._offences) is not EveryLine  # EveryLine keeps none
-        self._sync_model_views()
+        self._views.sync(self._me.tags)
 
-    def _new_view(self, capacity: int) -> AnyView:
-        if self._rules is None:
-            return PartialView(capacity)
-        return RankedView(capacity, self.rng, max_candidates=self._rules.max_candidates or 0)
+    @property
+    def _models(self) -> dict[bytes, AnyView]:
+        """Model fingerprint -> its holder view (read by the lean engine)."""
+        return self._views.models
+
+    @property
+    def _in_process(self) -> bool:
+        return self._intake.in_process
+
+    @property
+    def _check_signature(self) -> Callable[[Descriptor], bool] | None:
+        return self._intake.check_signature
 
     @property
     def sybil_rules(self) -> SybilRules | None:
@@ -291,7 +239,7 @@ class PeerSampler:
         """
         me = validate_descriptor(replace(self._me, tags=frozenset(tags)), max_age=self.max_age)
         self._reissue(me)
-        self._sync_model_views()
+        self._views.sync(self._me.tags)
 
     def set_address(self, address: str) -> None:
         """Change the address advertised for this node."""
@@ -302,21 +250,7 @@ class PeerSampler:
         """Adopt a changed self-descriptor; a signing node issues it under a new epoch."""
         if self._sign is not None and me != self._me:
             me = sign_descriptor(replace(me, epoch=self._me.epoch + 1), self._sign)
-        self._me = me
-
-    def _sync_model_views(self) -> None:
-        wanted = sorted(self._me.tags)  # sorted: iteration order must not depend on hashing
-        old = self._models
-        self._models = {m: old.get(m) or self._new_view(self.model_view_size) for m in wanted}
-        guarded = self._rules is not None
-        for m in wanted:
-            if m in old:
-                continue
-            self._directory.forget_tag(m)  # kept in the model view from now on
-            view = self._models[m]
-            for d in self._view.descriptors():
-                if m in d.tags:
-                    view.offer(d, fresh=guarded)  # main-view entries are proven
+        self._me = self._intake.me = me
 
     # ----------------------------------------------------------------- bootstrap
 
@@ -327,24 +261,23 @@ class PeerSampler:
         Raises :class:`InvalidDescriptor` (field ``address``) for a malformed
         address; this node's own address is skipped.
         """
-        clean: list[str] = []
-        for address in addresses:
-            parse_address(address)
-            if address != self._me.address and address not in clean:
-                clean.append(address)
-        self._bootstrap = clean
-        self.rng.shuffle(self._bootstrap)
-        self._bootstrap_next = 0
+        self._contacts.set_bootstrap(addresses, self._me.address, self.rng)
 
     @property
     def bootstrap_addresses(self) -> list[str]:
-        return list(self._bootstrap)
+        return list(self._contacts.bootstrap)
 
     @property
     def is_isolated(self) -> bool:
         """True while the node knows no peer at all (main and model views empty)."""
         return (not self._view and not any(self._models.values())
                 and not self._in_flight)
+
+    def island_due(self, period: int) -> bool:
+        """Whether period ``period`` also asks a bootstrap address (see
+        ``ISLAND_REJOIN_EVERY``): the main view holds someone but fewer than
+        ``l`` entries, and there is a bootstrap address to ask."""
+        return self._contacts.island_due(period, len(self._view), self.l)
 
     # ------------------------------------------------------------------- queries
 
@@ -362,7 +295,7 @@ class PeerSampler:
 
         Returns ``None`` when no such peer is known.
         """
-        v = self._view if model is None else self._models.get(model)
+        v = self._views.of(model)
         if v is None:
             return None
         d = v.random_entry(self.rng)
@@ -423,19 +356,17 @@ class PeerSampler:
 
         self._round_shuffles = {}
         self._retries_left = {}
-        if self._rules is not None:
-            self._pushed.clear()
-            self._pushed_total.clear()
-            if self._reset_every and (self._period + self._lookup_phase) % self._reset_every == 0:
-                for v in (self._view, *self._models.values()):
-                    if isinstance(v, RankedView):
-                        v.reset_slot(rng)
-        island = self._island_contact()  # before the shuffle takes its target out
+        if self._sybil is not None:
+            self._sybil.new_period(self._period + self._lookup_phase, rng)
+        # the bootstrap address asked besides the shuffle, if due (before the
+        # shuffle takes its target out of the view)
+        island = (self._contacts.island(self._period, set(self._view.addresses()))
+                  if self.island_due(self._period) else None)
         shuffle = self._shuffle_oldest(None, self._view)
         if shuffle is not None:
             out.append(shuffle)
         else:
-            address = self._fallback_contact()
+            address = self._contacts.fallback(self._views, self.rng)
             if address is not None:
                 out.append((address, ShuffleRequest(me, (), None)))
         if island is not None:
@@ -446,8 +377,8 @@ class PeerSampler:
             if shuffle is not None:
                 out.append(shuffle)
         out.extend(lookups)
-        if self._rules is not None:
-            out.extend(self._probes())
+        if self._sybil is not None:
+            out.extend(self._sybil.probes(self._me, self._failed, self._period))
         self._stats.lookups_sent += len(lookups)
         self._stats.shuffles_sent += len(out)
         if self._period % 32 == 0:
@@ -478,91 +409,11 @@ class PeerSampler:
         self._round_shuffles[key] = req
         return target.address, req
 
-    def _probes(self) -> list[tuple[str, ShuffleRequest]]:
-        """This period's identity and liveness probes (Sybil rules only).
-
-        A probe is a request with no entries: the target answers with its own
-        signed descriptor, which must name the expected id at the probed
-        address. Candidates this node pulled go first; at most
-        ``pushed_probes_per_period`` go to ones learnt from others' requests.
-        """
-        rules = self._rules
-        assert rules is not None
-        budget, pushed = rules.probes_per_period, rules.pushed_probes_per_period
-        out: list[tuple[str, ShuffleRequest]] = []
-        views: list[tuple[bytes | None, AnyView]] = [(None, self._view), *self._models.items()]
-        for _key, view in views:
-            if budget <= 0:
-                break
-            if not isinstance(view, RankedView) or not view.has_candidates():
-                continue
-            for d, pulled in view.take_candidates(budget, pushed=pushed):
-                if self._proven.get(d.node_id) == d.address:
-                    self._learn(d, proven=True, pulled=pulled)  # proven meanwhile
-                    continue
-                if d.address in self._probing or d.address in self._failed:
-                    continue
-                req = ShuffleRequest(self._me, (), None)
-                self._probing[d.address] = (d.node_id, req)
-                out.append((d.address, req))
-                budget -= 1
-                if not pulled:
-                    pushed -= 1
-        self._stats.probes_sent += len(out)
-        return out
-
-    def _learn(self, d: Descriptor, *, proven: bool, pulled: bool) -> None:
-        """Offer ``d`` to the main view and every model view it belongs to (Sybil rules)."""
-        if proven:
-            self._proven[d.node_id] = d.address
-        main = self._view
-        assert isinstance(main, RankedView)
-        main.consider(d, proven=proven, pulled=pulled)
-        self._observe(d, fresh=proven, pulled=pulled)
-
-    def _fallback_contact(self) -> str | None:
-        """Whom to ask for a main view when it is empty."""
-        for v in self._models.values():
-            d = v.random_entry(self.rng)
-            if d is not None:
-                return d.address
-        pool = self._bootstrap + [a for a in self._rejoin if a not in self._bootstrap]
-        if not pool:
-            return None
-        address = pool[self._bootstrap_next % len(pool)]
-        self._bootstrap_next += 1
-        self._stats.bootstrap_attempts += 1
-        return address
-
-    def island_due(self, period: int) -> bool:
-        """Whether period ``period`` also asks a bootstrap address (see
-        ``ISLAND_REJOIN_EVERY``): the main view holds someone but fewer than
-        ``l`` entries, and there is a bootstrap address to ask."""
-        return (period % ISLAND_REJOIN_EVERY == 0 and 0 < len(self._view) < self.l
-                and bool(self._bootstrap or self._rejoin))
-
-    def _island_contact(self) -> str | None:
-        """The bootstrap address this period asks besides its shuffle, if any: the
-        next one the main view does not hold (one it holds is shuffled with anyway)."""
-        if not self.island_due(self._period):
-            return None
-        held = set(self._view.addresses())
-        pool = [a for a in self._bootstrap + self._rejoin if a not in held]
-        if not pool:
-            return None
-        self._stats.bootstrap_attempts += 1
-        return pool[self._period // ISLAND_REJOIN_EVERY % len(pool)]
-
     def _prune_contacts(self) -> None:
-        horizon = self._period - 2 * self.c
-        self._failed = {a: p for a, p in self._failed.items() if p > horizon}
-        if self._distrusted:
-            self._distrusted = {n: u for n, u in self._distrusted.items() if u > self._period}
-        known = set(self._view.addresses())
-        for v in self._models.values():
-            known.update(v.addresses())
-        if len(self._proven) > 8 * (self.c + self.model_view_size * len(self._models)):
-            self._proven = {n: a for n, a in self._proven.items() if a in known}
+        self._standing.prune(self._period, self._period - 2 * self.c)
+        known = self._views.addresses()
+        if self._sybil is not None:
+            self._sybil.prune(known, 8 * (self.c + self.model_view_size * len(self._models)))
         self._last_contact = {a: t for a, t in self._last_contact.items() if a in known}
 
     # --------------------------------------------------------------- responder
@@ -574,96 +425,27 @@ class PeerSampler:
         """
         self._stats.shuffles_received += 1
         try:
-            sender, entries, model = self._check_request(req, now)
+            sender, entries, model = self._intake.request(req, now, self._period)
         except InvalidMessage as exc:
             self._stats.messages_rejected += 1
-            source = _sender_key(req)
+            source = sender_key(req)
             self._offences.log(now, source, logging.WARNING,
                                "dropped shuffle request from %s: %s", source, exc)
             return ShuffleReply((), None)
         self._last_contact[sender.address] = now
         if self._failed:
             self._failed.pop(sender.address, None)  # it is talking to us: alive
-        if self._distrusted and self._refused(sender.node_id):
+        if self._distrusted and self._standing.refused(sender.node_id, self._period):
             # only our own descriptor: it still proves who answers at this address
             return ShuffleReply((self._me,), model)
-        if self._rules is not None:
-            return self._guarded_request(sender, entries, model)
-        offered = [sender, *entries]
-        models = self._models
-        # _observe only acts on tags and model views: skip the call without either
-        if models or sender.tags:
-            self._observe(sender, fresh=True)
-        for d in entries:
-            if models or d.tags:
-                self._observe(d)
-        rng, length = self.rng, self.l
-        if model is None:
-            view: AnyView | None = self._view
-        else:
-            view = self._models.get(model)
-        if view is None:
-            # Holder lookup at a node that does not hold the model.
-            assert model is not None
-            return ShuffleReply(tuple(self._known_holders(model, sender.node_id)), model)
-        reply = view.random_subset(rng, length, exclude=sender.node_id)
-        if not entries or len(reply) < length:
-            # The initiator knows nobody else here, or we have little to give:
-            # offer ourselves too, so that small views (a model held by a few
-            # nodes, a fresh joiner) keep their links instead of passing them on.
-            reply = [self._me, *reply[: length - 1]]
-        if model is not None:
-            offered = [d for d in offered if model in d.tags]
-        view.merge(offered, [d.node_id for d in reply], sender.node_id)
-        return new_reply(tuple(reply), model)
-
-    def _guarded_request(
-        self, sender: Descriptor, entries: list[Descriptor], model: bytes | None
-    ) -> ShuffleReply:
-        """:meth:`on_request` under the Sybil rules.
-
-        What a request offers is unsolicited: at most ``unsolicited_per_source``
-        descriptors per sender and ``unsolicited_per_period`` in all are taken
-        per view and period (the rest are dropped and counted); each taken one
-        is only a candidate until probed (unless its address already proved
-        that id). The reply always starts with this node's own descriptor, so
-        every answer doubles as a proof of identity at this address.
-        """
-        offered = [sender, *entries]
-        src = (sender.node_id, model)
-        room = min(self._per_source - self._pushed.get(src, 0),
-                   self._per_period - self._pushed_total.get(model, 0))
-        room = max(room, 0)
-        if room < len(offered):
-            self._stats.unsolicited_dropped += len(offered) - room
-            offered = offered[:room]
-        self._pushed[src] = self._pushed.get(src, 0) + len(offered)
-        self._pushed_total[model] = self._pushed_total.get(model, 0) + len(offered)
-        proven = self._proven
-        view = self._view if model is None else self._models.get(model)
-        main = self._view
-        assert isinstance(main, RankedView)
-        for d in offered:
-            known = proven.get(d.node_id) == d.address
-            if model is None:
-                main.consider(d, proven=known, pulled=False)
-            self._observe(d, fresh=known, pulled=False)  # model views and holder cache
-        if view is None:
-            assert model is not None
-            return ShuffleReply(tuple(self._known_holders(model, sender.node_id)), model)
-        reply = [self._me, *view.random_subset(self.rng, self.l - 1, exclude=sender.node_id)]
-        return ShuffleReply(tuple(reply), model)
+        if self._sybil is not None:
+            return self._sybil.request(sender, entries, model, self._me, self._period,
+                                       self.rng, self._known_holders)
+        return self._cyclon.request(sender, entries, model, self._me, self._period,
+                                    self._known_holders)
 
     def _known_holders(self, model: bytes, exclude: bytes) -> list[Descriptor]:
-        found = self._directory.holders(model, self._period, self.l, exclude)
-        if len(found) < self.l:
-            seen = {d.node_id for d in found}
-            for d in self._view.descriptors():
-                if model in d.tags and d.node_id != exclude and d.node_id not in seen:
-                    found.append(d)
-                    if len(found) >= self.l:
-                        break
-        return found
+        return self._views.known_holders(model, exclude, self._period, self.l)
 
     # --------------------------------------------------------------- initiator
 
@@ -671,67 +453,17 @@ class PeerSampler:
         """Merge the answer ``address`` gave to ``req`` (which we sent)."""
         self._stats.replies_received += 1
         try:
-            received = self._check_reply(req, reply, now, address)
+            received = self._intake.reply(req, reply, now, self._period, address)
         except InvalidMessage as exc:
             self._stats.messages_rejected += 1
             self._offences.log(now, address, logging.WARNING,
                                "dropped shuffle reply from %s: %s", address, exc)
             return
         self._last_contact[address] = now
-        if self._rules is not None:
-            self._guarded_reply(address, req, received)
+        if self._sybil is not None:
+            self._sybil.reply(address, req, received, self._period)
             return
-        # The responder may include itself: that copy is first-hand news.
-        responder = None
-        for d in received:
-            if d.address == address:
-                responder = d.node_id
-                break
-        models = self._models
-        for d in received:
-            if models or d.tags:  # _observe acts on tags and model views only
-                self._observe(d, fresh=d.node_id == responder)
-        sent = [d.node_id for d in req.entries]
-        target = self._in_flight.get(req.view)
-        if target is not None and target.address == address:
-            del self._in_flight[req.view]
-        else:
-            target = None
-        view = self._view if req.view is None else self._models.get(req.view)
-        if view is None:  # we may have dropped the model meanwhile
-            return
-        if req.view is None:
-            view.merge(received, sent, responder)
-        else:
-            view.merge([d for d in received if req.view in d.tags], sent, responder)
-        if target is not None and (target.node_id in view or not view.is_full):
-            # It just answered, so it is alive: keep it if there is room
-            # (only small views have room; full ones behave as plain Cyclon,
-            # and a full view that does not know it would refuse the offer).
-            view.offer(with_age(target, 0))
-
-    def _guarded_reply(self, address: str, req: ShuffleRequest, received: list[Descriptor]) -> None:
-        """:meth:`on_reply` under the Sybil rules: what we pulled, and probe results.
-
-        The responder's own descriptor (at the address we contacted, signature
-        checked) proves that id at that address; everything else it sent is
-        a pulled candidate.
-        """
-        probe = self._probing.get(address)
-        if probe is not None and probe[1] is req:
-            del self._probing[address]
-            if not any(d.node_id == probe[0] and d.address == address for d in received):
-                self._stats.probes_failed += 1
-                log.info("probe of %s: no signed descriptor for the expected id", address)
-        main = self._view
-        assert isinstance(main, RankedView)
-        for d in received:
-            proven = d.address == address or self._proven.get(d.node_id) == d.address
-            if proven:
-                self._proven[d.node_id] = d.address
-            if d.address == address or req.view is None:
-                main.consider(d, proven=proven)
-            self._observe(d, fresh=proven)  # model views and holder cache
+        self._cyclon.reply(address, req, received, self._period)
 
     def on_failure(
         self, address: str, req: ShuffleRequest | None = None
@@ -747,23 +479,15 @@ class PeerSampler:
         for key, target in list(self._in_flight.items()):
             if target.address == address:
                 del self._in_flight[key]
-        self._view.remove_address(address)
-        for v in self._models.values():
-            v.remove_address(address)
-        self._directory.forget_address(address)
+        self._views.remove_address(address)
         self._last_contact.pop(address, None)
         self._failed[address] = self._period
-        probe = self._probing.get(address)
-        if probe is not None and (req is None or probe[1] is req):
-            del self._probing[address]
-            self._stats.probes_failed += 1
-        if self._proven:
-            for n in [n for n, a in self._proven.items() if a == address]:
-                del self._proven[n]
+        if self._sybil is not None:
+            self._sybil.failed(address, req)
         if req is None or self._round_shuffles.get(req.view) is not req:
             return []
         left = self._retries_left.get(req.view, self.retries)
-        view = self._view if req.view is None else self._models.get(req.view)
+        view = self._views.of(req.view)
         if left <= 0 or view is None:
             return []
         self._retries_left[req.view] = left - 1
@@ -785,46 +509,21 @@ class PeerSampler:
         """
         if periods < 1:
             raise ValueError(f"distrust: periods must be >= 1, got {periods!r}")
-        until = self._period + periods
-        before = self._distrusted.pop(node_id, until)
-        self._distrusted[node_id] = max(until, before)  # newest last
-        while len(self._distrusted) > _MAX_DISTRUSTED:
-            self._distrusted.pop(next(iter(self._distrusted)))
+        self._standing.distrust(node_id, self._period + periods)
         self._stats.distrusted += 1
-        held = 0
-        for v in (self._view, *self._models.values()):
-            d = v.pop(node_id)
-            if d is not None:
-                held += 1
-                self._directory.forget_address(d.address)
+        held = self._views.pop(node_id)
         for key, target in list(self._in_flight.items()):
             if target.node_id == node_id:
                 del self._in_flight[key]
-        self._proven.pop(node_id, None)
+        if self._sybil is not None:
+            self._sybil.forget(node_id)
         return held
-
-    def _refused(self, node_id: bytes) -> bool:
-        """Whether ``node_id`` is distrusted now (an expired entry is dropped)."""
-        until = self._distrusted.get(node_id)
-        if until is None:
-            return False
-        if until > self._period:
-            return True
-        del self._distrusted[node_id]
-        return False
 
     # ------------------------------------------------------------- persistence
 
     def snapshot(self) -> list[Descriptor]:
         """Every known peer (main view first, then model views), for a checkpoint."""
-        out = self._view.descriptors()
-        seen = {d.node_id for d in out}
-        for v in self._models.values():
-            for d in v.descriptors():
-                if d.node_id not in seen:
-                    seen.add(d.node_id)
-                    out.append(d)
-        return out
+        return self._views.snapshot()
 
     def restore(self, descriptors: Iterable[object]) -> int:
         """Reload peers from :meth:`snapshot` output; bad entries are skipped.
@@ -837,198 +536,24 @@ class PeerSampler:
         they were probed before they reached the checkpoint.
         """
         accepted = 0
-        guarded = self._rules is not None
         for raw in descriptors:
             try:
-                d = self._accept(raw)
+                d = self._intake.accept(raw)
             except InvalidDescriptor as exc:
                 self._stats.descriptors_rejected += 1
                 address = getattr(raw, "address", None)
                 if exc.field == "signature" and isinstance(address, str):
-                    if address not in self._rejoin and address != self._me.address:
-                        self._rejoin.append(address)
+                    self._contacts.add_rejoin(address, self._me.address)
                     continue
                 log.warning("skipped checkpointed peer: %s", exc)
                 continue
             if d is None:
                 continue
             accepted += 1
-            if guarded:
-                self._learn(d, proven=True, pulled=True)
+            if self._sybil is not None:
+                self._sybil.learn(d, self._period, proven=True, pulled=True)
             else:
                 self._view.offer(d)
-                self._observe(d)
+                self._views.observe(d, self._period)
         return accepted
-
-    # ------------------------------------------------------------- validation
-
-    def _observe(self, d: Descriptor, *, fresh: bool = False, pulled: bool = True) -> None:
-        """Feed one valid descriptor to the model views and the holder cache.
-
-        ``fresh``: ``d`` comes from the node itself (it is talking to us); under
-        the Sybil rules: its address proved that id. ``pulled``: it came in a
-        reply to this node's request (not in someone else's request).
-        """
-        tags = d.tags
-        models = self._models
-        for tag in tags:
-            v = models.get(tag)
-            if v is None:
-                self._directory.observe(tag, d, self._period)
-            elif isinstance(v, RankedView):
-                v.consider(d, proven=fresh, pulled=pulled)
-            else:
-                v.offer(d, fresh=fresh)
-        if models:
-            n = d.node_id
-            for m, v in models.items():
-                if m in tags:
-                    continue
-                if isinstance(v, RankedView):
-                    cur = v.get(n)
-                    if cur is not None and d.epoch > cur.epoch:  # a newer version without m
-                        v.pop(n)
-                    continue
-                age = v.age_of(n)
-                if age is not None and d.age < age:  # fresher news: it dropped m
-                    v.pop(n)
-
-    def _accept(self, raw: object, *, received: bool = False) -> Descriptor | None:
-        """Validate one descriptor; ``None`` if it names this node.
-
-        ``received``: it came in a message (an ``in_process`` core trusts those).
-        """
-        if received and self._in_process and type(raw) is Descriptor:
-            d = raw  # built or validated by the sending core (see in_process)
-        else:
-            d = validate_descriptor(raw, max_age=self.max_age, max_tags=MAX_TAGS)
-        if d.node_id == self._me.node_id or d.address == self._me.address:
-            return None
-        check = self._check_signature
-        if check is not None and not check(d):
-            raise self._signature_error(d)
-        return d
-
-    def _signature_error(self, d: Descriptor) -> InvalidDescriptor:
-        """Count a descriptor whose signature failed and say what was wrong."""
-        self._stats.signatures_rejected += 1
-        return InvalidDescriptor(
-            "signature", "missing" if not d.signature else "does not verify for this node id"
-        )
-
-    def _check_entries_shape(self, raw: object, what: str) -> Sequence[object]:
-        if type(raw) is not tuple and (
-            isinstance(raw, str | bytes) or not isinstance(raw, tuple | list)
-        ):
-            raise InvalidMessage(f"{what}.entries", f"expected a tuple, got {type(raw).__name__}")
-        if len(raw) > self.max_entries:
-            raise InvalidMessage(
-                f"{what}.entries", f"{len(raw)} entries exceed the limit of {self.max_entries}"
-            )
-        return raw
-
-    def _check_entries(
-        self, raw: object, what: str, now: float, source: str | ShuffleRequest
-    ) -> list[Descriptor]:
-        """The acceptable descriptors of ``raw``; problems are logged against ``source``
-        (an address, or a request: its sender, worked out only if there is a problem)."""
-        raw = self._check_entries_shape(raw, what)
-        out: list[Descriptor] = []
-        seen: set[bytes] = set()
-        problems: list[str] = []
-        # _accept, written out: this loop runs for every descriptor received
-        me_id, me_address = self._me.node_id, self._me.address
-        max_age, check = self.max_age, self._check_signature
-        failed, trusted = self._failed, self._in_process
-        for item in raw:
-            if trusted and type(item) is Descriptor:
-                d = item  # built or validated by the sending core (see in_process)
-            else:
-                try:
-                    d = validate_descriptor(item, max_age=max_age, max_tags=MAX_TAGS)
-                except InvalidDescriptor as exc:
-                    problems.append(str(exc))
-                    continue
-            n = d.node_id
-            if n == me_id or d.address == me_address:
-                problems.append("descriptor points at this node")
-                continue
-            if check is not None and not check(d):
-                problems.append(str(self._signature_error(d)))
-                continue
-            if n in seen:
-                problems.append("duplicate node id")
-                continue
-            seen.add(n)
-            if self._distrusted and self._refused(n):
-                continue  # distrusted for now: not malformed, just refused
-            failed_at = failed.get(d.address) if failed else None
-            if failed_at is not None:
-                if d.age >= self._period - failed_at:
-                    continue  # issued before it failed on us: stale, not malformed
-                del self._failed[d.address]  # issued since: it is back
-            out.append(d)
-        if problems:
-            self._stats.descriptors_rejected += len(problems)
-            if not isinstance(source, str):
-                source = _sender_key(source)
-            self._offences.log(
-                now, source, logging.WARNING,
-                "dropped %d of %d descriptors in %s from %s: %s",
-                len(problems),
-                len(raw),
-                what,
-                source,
-                "; ".join(sorted(set(problems))),
-            )
-        return out
-
-    def _check_view_field(self, raw: object, what: str) -> bytes | None:
-        if raw is None:
-            return None
-        if type(raw) is not bytes or len(raw) != TAG_LENGTH:
-            raise InvalidMessage(
-                f"{what}.view", f"expected None or a {TAG_LENGTH}-byte fingerprint"
-            )
-        return raw
-
-    def _check_request(
-        self, req: object, now: float
-    ) -> tuple[Descriptor, list[Descriptor], bytes | None]:
-        if not isinstance(req, ShuffleRequest):
-            raise InvalidMessage("request", f"expected ShuffleRequest, got {type(req).__name__}")
-        model = self._check_view_field(req.view, "request")
-        # cheap checks of the whole message before any signature is verified
-        self._check_entries_shape(req.entries, "request")
-        try:
-            sender = self._accept(req.sender, received=True)
-        except InvalidDescriptor as exc:
-            self._stats.descriptors_rejected += 1
-            raise InvalidMessage("request.sender", str(exc)) from None
-        if sender is None:
-            self._stats.descriptors_rejected += 1
-            raise InvalidMessage("request.sender", "sender claims to be this node")
-        entries = [
-            d for d in self._check_entries(req.entries, "request", now, req)
-            if d.node_id != sender.node_id
-        ]
-        return sender, entries, model
-
-    def _check_reply(
-        self, req: ShuffleRequest, reply: object, now: float, address: str
-    ) -> list[Descriptor]:
-        if not isinstance(reply, ShuffleReply):
-            raise InvalidMessage("reply", f"expected ShuffleReply, got {type(reply).__name__}")
-        if reply.view != req.view:
-            raise InvalidMessage("reply.view", "does not match the view of the request")
-        return self._check_entries(reply.entries, "reply", now, address)
-
-
-def _sender_key(req: object) -> str:
-    """Whom a request's log lines are counted against: the sender's whole node id
-    (the node checks it is the authenticated peer before the core sees it)."""
-    node_id = getattr(getattr(req, "sender", None), "node_id", None)
-    if isinstance(node_id, bytes) and node_id:
-        return node_id.hex()
-    return "unnamed sender"
 

@@ -7,12 +7,9 @@ import numpy as np
 from gossip import GuardSettings, PushSum
 
 FP = bytes(range(32))
-#: The creep budget measured against the creep (off by default: see GuardSettings.drift_cap).
-DRIFT_CAP = 4.0
 
 
 def guarded(values: np.ndarray, seed: int) -> PushSum:
-    """A push-sum core over a copy of ``values`` with the default merge guard and the
-    creep budget on."""
-    return PushSum(FP, values.copy(), rng=np.random.default_rng(seed),
-                   guard=GuardSettings(drift_cap=DRIFT_CAP))
+    """A push-sum core over a copy of ``values`` with the default merge guard (the creep
+    budget included)."""
+    return PushSum(FP, values.copy(), rng=np.random.default_rng(seed), guard=GuardSettings())

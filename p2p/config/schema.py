@@ -197,14 +197,16 @@ class GossipConfig:
                                 "with merge_guard: seconds without pushes to a peer that "
                                 "answered a push-pull request without a reply")
     clip_factor: float = setting(4.0, Number(minimum=0),
-                                 "with merge_guard: clipping radius, times the median of "
-                                 "recent partners' update norms (peers that acknowledged "
-                                 "a push of this node; 0: no clipping)")
-    drift_cap: float = setting(0.0, Number(minimum=0),
-                               "with merge_guard: creep budget, in clip radii, of the updates "
-                               "one partner (all other senders together) may add up to "
-                               "(4 stops the creep attack; 0: off, the default: at 1,000 "
-                               "nodes 4 refused thousands of honest merges)")
+                                 "with merge_guard: clipping radius, times the larger of the "
+                                 "median of recent partners' update norms (peers that "
+                                 "acknowledged a push of this node) and the median of this "
+                                 "node's own recent training steps (0: no clipping)")
+    drift_cap: float = setting(2.0, Number(minimum=0),
+                               "with merge_guard: creep budget: the movement all merges "
+                               "(pushes and replies, every sender together) made here, with "
+                               "own training taken back, stays within this many times the "
+                               "norm of this node's own training over the same horizon "
+                               "(0: off)")
     sender_share: float = setting(0.0, Number(minimum=0),
                                   "with merge_guard: one sender may hold at most this many "
                                   "times a fair share of the pushes merged here recently "
@@ -212,6 +214,11 @@ class GossipConfig:
                                   "not counted; 3 stops a one-identity random kicker); 0: "
                                   "no such bound, the default (8 made-up identities undo it, "
                                   "and nodes pushing at different rates were refused)")
+
+    recovery: bool = setting(True, Boolean(),
+                             "with merge_guard: roll back a round's merges that make the loss "
+                             "on this node's own held-out data jump for the worse, and stop "
+                             "trusting the peers whose merges moved the model most")
 
     @property
     def guard(self) -> GuardSettings | None:

@@ -73,6 +73,7 @@ from p2p.runtime.grouping.host import NodeGroupingHost
 from p2p.runtime.grouping.status import GroupsStatus
 from p2p.runtime.masking.driver import NodeMasking
 from p2p.runtime.masking.host import NodeMaskingHost
+from p2p.runtime.merge_recovery import NodeRecovery
 from p2p.runtime.node_transport import NodeTransport, node_admission, node_frame_limit
 from p2p.runtime.peer_book import PeerBook, peer_label
 from p2p.runtime.protocol import register_node_messages
@@ -249,6 +250,8 @@ class Node:
         self.gossiped: dict[str, PushSum] = {}
         self.strategy_supervisor = StrategySupervisor(self)
         self.strategy_supervisor.install()  # the node holds it first: node.strategy works inside
+        # merges that make the held-out loss jump are rolled back (gossip.recovery)
+        self.recovery = (NodeRecovery(self) if g.recovery and g.guard is not None else None)
 
     # ------------------------------------------------------------------ state
 
@@ -641,7 +644,10 @@ class Node:
                 self.counters["nonfinite_rounds"] = self.finite.events
                 return False
             self.finite.good()
-            self.sync.sync()
+            if self.recovery is not None:
+                await self.recovery.sync()  # rolled back if the merges made it worse
+            else:
+                self.sync.sync()
             self.strategy_supervisor.after_round()
             ev = (await self._evaluation()) if done_rounds % t.eval_every == 0 else None
             # the round and its evaluation become visible together

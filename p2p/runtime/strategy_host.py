@@ -131,17 +131,18 @@ class CheckedPushSum(PushSum):
         held = list(self._outstanding.values())
         if not held:
             return super()._reply(sender, q_a, push, r, clip)
+        est = self._est  # the core's state (gossip.estimate)
         free_w = self.available_weight
-        reserved_w = self._w - free_w
+        reserved_w = est.w - free_w
         reserved = sum(o.push.weight * o.sent for o in held)
-        free = (self._w * self._x - reserved) / free_w
-        self._x = self._z = free  # no noise is ever held here: x and z are one array
-        self._w = free_w
+        free = (est.w * est.x - reserved) / free_w
+        est.x = est.z = free  # no noise is ever held here: x and z are one array
+        est.w = free_w
         ack = super()._reply(sender, q_a, push, r, clip)
-        total_w = self._w + reserved_w
-        whole = (self._w * self._x + reserved) / total_w
-        self._x = self._z = whole
-        self._w = total_w
+        total_w = est.w + reserved_w
+        whole = (est.w * est.x + reserved) / total_w
+        est.x = est.z = whole
+        est.w = total_w
         return ack
 
 

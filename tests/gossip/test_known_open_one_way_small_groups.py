@@ -31,7 +31,7 @@ def _quiet(caplog: pytest.LogCaptureFixture) -> None:
 
 @pytest.mark.xfail(strict=True, reason="open: a one-way holder whose only partner is the "
                    "sender never leaves the warm-up radius (docs/gossip.md)")
-@pytest.mark.parametrize(("n", "seed"), [(2, 0), (3, 1)])
+@pytest.mark.parametrize(("n", "seed"), [(2, 0), (3, 6)])
 def test_small_one_way_group_converges_with_the_default_guard(n: int, seed: int) -> None:
     rng = np.random.default_rng(seed)
     sim = Simulation([ModelSpec("G", tuple(range(n)), rng.normal(1.0, 1.0, (n, 20)))],
@@ -41,5 +41,7 @@ def test_small_one_way_group_converges_with_the_default_guard(n: int, seed: int)
     spread = float(np.abs(xs - xs.mean(axis=0)).max())
     refused = sum(sim.cores[(i, "G")].counters.guard_refused for i in range(n))
     # without the guard these converge to ~1e-8 well within 300 rounds; at the
-    # review: n=2 spread 1.08 with 600 of 600 pushes refused, n=3 seed 1 spread 0.13
+    # review: n=2 spread 1.08 with 600 of 600 pushes refused, n=3 seed 1 spread 0.13;
+    # since the radius is drawn within 10 % (clip_jitter) other seeds stall: of seeds
+    # 0-9, n=3: 2, 5, 6 (6: 0.82); n=4: 0, 3, 5, 7, 9
     assert spread < 1e-3, f"{n} one-way holders: spread {spread:.3g}, {refused} refused"

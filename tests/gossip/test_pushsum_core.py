@@ -396,7 +396,7 @@ def test_reply_store_is_bounded_by_bytes() -> None:
         a = core()
         [(_, push)] = a.make_pushes([B], 0.0)
         b.on_push(bytes([i]), push, 0.1)
-    assert len(b._replies) == 2 and b._replies_bytes <= 2 * one
+    assert len(b._replies) == 2 and b._replies.nbytes <= 2 * one
 
 
 def _reply_ack(push: Push, **kw) -> PushAck:

@@ -830,7 +830,7 @@ def simulate_real(run: RealRun, mode: str) -> dict[str, object]:
         for name, core in node.cores.items():
             def maybe_unmask(force: bool = False, _orig: Any = core._maybe_unmask,
                              _core: Any = core, _key: tuple[bytes, str] = (me, name)) -> None:
-                was, held, w = _core.noisy, _core._held_steps, _core.weight
+                was, held, w = _core.noisy, _core._est.held_steps, _core.weight
                 held = None if held is None else w * held
                 _orig(force)
                 if was and not _core.noisy:
@@ -903,7 +903,7 @@ def simulate_real(run: RealRun, mode: str) -> dict[str, object]:
                 guard = _core._guard
                 if guard is not None and guard.settings.clipping and not flagged \
                         and not _core.noisy and _key in since_fold:
-                    x, clip = _core._x, guard.clip
+                    x, clip = _core._est.x, guard.clip
                     clip_log.append((since_fold[_key], float(np.linalg.norm(y - x)),
                                      clip.radius(float(np.linalg.norm(x)), sender,
                                                  with_fold_floor=False),
@@ -1052,7 +1052,7 @@ def simulate_real(run: RealRun, mode: str) -> dict[str, object]:
                 # the sender's own sources: its training held apart, its own part
                 parts = [v / (weight - fix_weight) for v in
                          _wave_parts(folds, name, sender, since, clear_training).values()]
-                held = node.cores[name]._held_steps
+                held = node.cores[name]._est.held_steps
                 own_src = ([] if held is None else [np.array(held, dtype=np.float64)]) + [own]
                 extra["own_sources"] = ([] if held is None else ["held"]) + ["own"]
                 # the sender's own fold before its noise began and what it trained in

@@ -239,3 +239,58 @@ class RandomKicker(Creeper):
         out: np.ndarray = u / np.linalg.norm(u)
         return out
 
+
+
+class Direction:
+    """Where reply poisoners push, shared by all the identities of one attacker: a fixed
+    unit vector, or one turning by ``turn`` radians per round in a random plane."""
+
+    def __init__(self, length: int, seed: int, turn: float = 0.0) -> None:
+        rng = np.random.default_rng(seed)
+        u, v = rng.standard_normal(length), rng.standard_normal(length)
+        u /= np.linalg.norm(u)
+        v -= (v @ u) * u
+        v /= np.linalg.norm(v)
+        self.u, self.v, self.turn = u, v, turn
+
+    def at(self, round: int) -> np.ndarray:
+        """The unit direction at ``round``."""
+        if not self.turn:
+            return self.u
+        angle = self.turn * round
+        out: np.ndarray = np.cos(angle) * self.u + np.sin(angle) * self.v
+        return out
+
+
+@dataclass
+class ReplyPoisoner:
+    """Answers honest push-pull requests with a reply ``norm`` away from the request along
+    ``direction`` (fixed or turning), giving the request's whole share back: a
+    reciprocating partner whose values lie (issue 31).  Pushes nothing itself; answers
+    one-way pushes with a plain ack.  ``honest_for``: answers its first so many requests
+    honestly (merged by its own core, as a member that turns); ``norm`` 0 is a generous
+    fake that echoes the request (a zero delta, the weight given back)."""
+
+    direction: Direction
+    norm: float = 30.0
+    honest_for: int = 0
+    answered: int = 0
+    round: int = 0
+
+    def pushes(self, round: int, core: PushSum, peers: Sequence[int],
+               rng: np.random.Generator) -> list[tuple[int, Push]]:
+        self.round = round
+        return []
+
+    def answer(self, core: PushSum, sender: int, push: Push) -> PushAck | None:
+        if not push.want_reply:
+            return PushAck(core.fingerprint, push.push_id)
+        self.answered += 1
+        if self.answered <= self.honest_for:
+            try:
+                return core.on_push(node_id(sender), push, float(self.round))
+            except RejectedPush:
+                return None
+        delta = self.norm * self.direction.at(self.round)
+        return PushAck(core.fingerprint, push.push_id, reply=encode(delta, "f32"),
+                       reply_weight=push.weight)
