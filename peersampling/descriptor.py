@@ -15,13 +15,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from common.tags import MAX_TAGS as MAX_TAGS  # the bound of the handshake too
+
 from .address import AddressError, parse_host_port
 from .errors import InvalidDescriptor
 
 #: A descriptor older than this many periods is treated as garbage, not as old.
 MAX_AGE = 10_000
-#: Upper bound on the number of partial models one node may advertise.
-MAX_TAGS = 256
 #: Fingerprints are sha256 digests.
 TAG_LENGTH = 32
 #: Node ids are Ed25519 public keys on the wire (32 bytes); simulations may use

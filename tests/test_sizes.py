@@ -21,13 +21,8 @@ KNOWN_LARGE: dict[str, str] = {
     "gossip/pushsum.py:PushSum": "split with issue 31's reply bounds",
     "peersampling/core.py": "PeerSampler is split with issue 31's view rules",
     "peersampling/core.py:PeerSampler": "split with issue 31's view rules",
-    "p2p/wire/transport.py": "Transport is split with issue 34's relays",
-    "p2p/wire/transport.py:Transport": "split with issue 34's relays",
     "p2p/runtime/strategy_host.py:CheckedPushSum": "a PushSum subclass: shrinks with PushSum",
-    "p2p/testing/memnet.py:MemoryTransport": "a Transport subclass: shrinks with Transport",
-    "p2p/simulation/network.py:SimTransport": "a Transport subclass: shrinks with Transport",
     "p2p/runtime/node.py:Node": "its status and tasks move out as the wave's features land",
-    "p2p/wire/codec.py": "the codec's field kinds move out with the wire's domain imports",
     "p2p/config/schema.py": "plug-in sections move to their strategies",
 }
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 # one bound for the models a node advertises, in its handshake as in its descriptors
-from peersampling.descriptor import MAX_TAGS
+from common.tags import MAX_TAGS
 
 __all__ = [
     "ERROR_BAD_REQUEST",
