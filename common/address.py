@@ -12,7 +12,10 @@ from __future__ import annotations
 import ipaddress
 from dataclasses import dataclass
 
-__all__ = ["MAX_HOST_LENGTH", "AddressError", "HostPort", "parse_host_port"]
+__all__ = [
+    "ADVERTISABLE", "LINK_LOCAL", "LOOPBACK", "MAX_HOST_LENGTH", "NAME", "PRIVATE", "PUBLIC",
+    "UNSPECIFIED", "AddressError", "HostPort", "address_scope", "advertisable", "parse_host_port",
+]
 
 MAX_HOST_LENGTH = 253
 _EXPECTED = '"host:port" such as "127.0.0.1:7400" or "[::1]:7400"'
@@ -71,3 +74,64 @@ def parse_host_port(text: object, *, allow_port_zero: bool = False) -> HostPort:
         raise AddressError(f"port {port} in {shown} is out of range; expected {low}..65535"
                            + (" (0 = pick a free port)" if allow_port_zero else ""))
     return HostPort(host, port)
+
+
+# --------------------------------------------------------------------------- scopes
+# Which hosts an address reaches decides whether it may be advertised to peers
+# on other hosts (docs/guide/deployment.md, "Addresses").
+
+#: Not an address to dial: ``0.0.0.0``, ``::`` (a listen address meaning "every interface").
+UNSPECIFIED = "unspecified"
+#: This host only: ``127.0.0.0/8``, ``::1``.
+LOOPBACK = "loopback"
+#: This link only: ``169.254.0.0/16``, ``fe80::/10``.
+LINK_LOCAL = "link-local"
+#: A private network (behind a NAT, most likely): RFC 1918, CGNAT ``100.64.0.0/10``, ``fc00::/7``.
+PRIVATE = "private"
+#: Any other IP address: reachable across the internet unless a firewall says otherwise.
+PUBLIC = "public"
+#: A host name: resolved by whoever dials it.
+NAME = "name"
+
+_PRIVATE_NETWORKS = tuple(ipaddress.ip_network(n) for n in (
+    "10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10", "fc00::/7"))
+
+
+def address_scope(host: str) -> str:
+    """Which hosts ``host`` (an IP literal or a name) reaches: one of :data:`UNSPECIFIED`,
+    :data:`LOOPBACK`, :data:`LINK_LOCAL`, :data:`PRIVATE`, :data:`PUBLIC`, :data:`NAME`.
+
+    Documentation ranges (``203.0.113.0/24`` ...) count as public: the real-network
+    testbed uses them for its public segment, inside network namespaces.
+    """
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        return LOOPBACK if host.lower() in ("localhost", "localhost.") else NAME
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    if ip.is_unspecified:
+        return UNSPECIFIED
+    if ip.is_loopback:
+        return LOOPBACK
+    if ip.is_link_local:
+        return LINK_LOCAL
+    if any(ip in net for net in _PRIVATE_NETWORKS if net.version == ip.version):
+        return PRIVATE
+    return PUBLIC
+
+
+#: Scopes an address may be advertised in to peers on other hosts, best first.
+ADVERTISABLE = (PUBLIC, NAME, PRIVATE)
+
+
+def advertisable(address: HostPort, *, local_swarm: bool = False) -> bool:
+    """Whether ``address`` may go into what a node tells peers about itself.
+
+    Never an unspecified or link-local one; a loopback one only in a swarm
+    that lives on this host (``local_swarm``: the node listens on loopback).
+    """
+    scope = address_scope(address.host)
+    if scope == LOOPBACK:
+        return local_swarm
+    return scope in ADVERTISABLE

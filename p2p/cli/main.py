@@ -2,7 +2,7 @@
 
 ::
 
-    p2p run --config node.toml --data-dir ./n0 [--listen H:P] [--bootstrap H:P,...]
+    p2p run --config node.toml --data-dir ./n0 [--listen H:P] [--advertise H:P] [--bootstrap H:P,...]
     p2p status|peers|models|metrics|groups (--data-dir DIR | --socket PATH) [--json]
     p2p checkpoint|stop (--data-dir DIR | --socket PATH)
     p2p keygen [--out FILE] [--force]
@@ -148,6 +148,10 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--listen", metavar="HOST:PORT",
                      help="TCP address to accept peers on, port 0 = any free port "
                           "(overrides node.listen)")
+    run.add_argument("--advertise", metavar="HOST:PORT",
+                     help="address other nodes should dial, a host name or IP (overrides "
+                          "node.advertise; default: the address peers confirm, see "
+                          "docs/guide/deployment.md)")
     run.add_argument("--bootstrap", metavar="HOST:PORT,...",
                      help="comma-separated peers to join through (overrides node.bootstrap; "
                           "an empty string means none)")

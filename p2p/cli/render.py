@@ -223,6 +223,7 @@ _STATUS_FIELDS: tuple[tuple[str, str, Callable[[object], str]], ...] = (
     ("id", "node id", _fmt_text),
     ("name", "name", _fmt_text),
     ("addresses", "addresses", _fmt_text),
+    ("reachable", "reachable", _fmt_text),
     ("uptime", "uptime", fmt_duration),
     ("round", "round", _fmt_int),
     ("steps", "steps", _fmt_int),
@@ -244,7 +245,7 @@ _STATUS_FIELDS: tuple[tuple[str, str, Callable[[object], str]], ...] = (
 
 # shown inside another row: collaboration_* in "collaborating", rounds in "training"
 _STATUS_FOLDED = frozenset({"collaboration_state", "collaboration_reason", "isolation_reason",
-                            "rounds"})
+                            "rounds", "reachable_reason", "confirmed_addresses"})
 
 
 def _collaboration(result: Mapping[str, Any]) -> Text:
@@ -259,6 +260,19 @@ def _collaboration(result: Mapping[str, Any]) -> Text:
         return Text("no (isolated: see above)", style="bold red")
     return Text("no" + (f": {reason}" if isinstance(reason, str) else ""),
                 style="" if benign else "bold red")
+
+
+def _reachable(result: Mapping[str, Any]) -> Text:
+    """``yes`` / ``no (why)`` / ``unknown (why)``: whether peers can dial this node,
+    and the addresses peers confirmed."""
+    value, reason = result.get("reachable"), result.get("reachable_reason")
+    if not isinstance(value, str):
+        return Text(MISSING)
+    text = value + (f" ({reason})" if isinstance(reason, str) and reason else "")
+    confirmed = result.get("confirmed_addresses")
+    if isinstance(confirmed, list) and confirmed:
+        text += "; confirmed by peers: " + ", ".join(str(a) for a in confirmed)
+    return Text(text, style="bold red" if value == "no" else "")
 
 
 def render_status(result: Mapping[str, Any]) -> RenderableType:
@@ -277,6 +291,8 @@ def render_status(result: Mapping[str, Any]) -> RenderableType:
                                       else "yes (no peer reachable)", style="bold red"))
         elif key == "collaborating":
             table.add_row(label, _collaboration(result))
+        elif key == "reachable":
+            table.add_row(label, _reachable(result))
         else:
             table.add_row(label, value)
     known = {key for key, _, _ in _STATUS_FIELDS} | _STATUS_FOLDED

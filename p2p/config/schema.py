@@ -664,6 +664,7 @@ def push_frame_bytes(parameters: int) -> int:
 CLI_OPTIONS: dict[str, str] = {
     "name": "node.name",
     "listen": "node.listen",
+    "advertise": "node.advertise",
     "bootstrap": "node.bootstrap",
     "data_dir": "node.data_dir",
     "seed": "node.seed",

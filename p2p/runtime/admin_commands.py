@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from p2p.runtime.assembly import LearningSetup
     from p2p.runtime.checkpoint import CheckpointStore
     from p2p.runtime.collaboration import CollaborationStatus
+    from p2p.runtime.connectivity import ReachabilityStatus
     from p2p.runtime.grouping.status import GroupsStatus
     from p2p.runtime.timing import TimingStats
     from p2p.wire.identity import Identity
@@ -105,6 +106,7 @@ class AdminSource(Protocol):
     def model_counters(self, name: str) -> dict[str, int]: ...
     def flat_model_counters(self) -> dict[str, int]: ...
     def strategy_status(self) -> dict[str, Any]: ...
+    def reachability(self) -> ReachabilityStatus: ...
     async def save_checkpoint(self) -> int: ...
     def request_stop(self) -> None: ...
 
@@ -189,6 +191,7 @@ class NodeAdmin:
         training = training_summary(rounds, p.round, n.resumed_at)
         if spent is not None and spent.budget_spent:
             training = budget_summary(spent, p.round)
+        reach = n.reachability()
         return StatusReport(
             id=n.identity.node_id.hex(),
             name=n.config.node.name,
@@ -212,6 +215,9 @@ class NodeAdmin:
             masking=n.masking_status(),
             groups=groups_summary(n.groups_status()),
             strategy=n.strategy_status(),
+            reachable=reach.reachable,
+            reachable_reason=reach.reason,
+            confirmed_addresses=list(reach.confirmed),
         )
 
     def groups(self) -> dict[str, Any]:

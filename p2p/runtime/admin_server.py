@@ -172,6 +172,11 @@ class StatusReport:
     groups: dict[str, Any] | None = None  # clustering on: summary of the ``groups`` command
     # the collaboration strategy ([strategy]): its name and what it reports
     strategy: dict[str, Any] | None = None
+    # connectivity (docs/guide/deployment.md): "yes" / "no" / "unknown", why, and the
+    # addresses several peers confirmed
+    reachable: str | None = None
+    reachable_reason: str | None = None
+    confirmed_addresses: list[str] | None = None
 
 
 @dataclass(frozen=True)

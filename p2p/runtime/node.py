@@ -63,6 +63,8 @@ from p2p.runtime.checkpoint import (
 )
 from p2p.runtime.collaboration import CollaborationStatus
 from p2p.runtime.collaboration_watch import CollaborationWatch
+from p2p.runtime.connectivity import NodeConnectivity, ReachabilityStatus
+from p2p.runtime.connectivity.dialback import DialBackRequest
 from p2p.runtime.grouping.agreement import FindGroups, JoinGroup
 from p2p.runtime.grouping.driver import NodeGrouping
 from p2p.runtime.grouping.host import NodeGroupingHost
@@ -178,6 +180,10 @@ class Node:
         if transport is None and isinstance(self.transport, Transport):
             # A taken port stops the node here, before it resumes or logs as if started.
             self.transport.bind()
+        # observed addresses, dial-backs, what to advertise (docs/guide/deployment.md)
+        self.connectivity = NodeConnectivity(self.transport, advertise=config.node.advertise,
+                                             bootstrap=config.node.bootstrap)
+        self.requests.add(DialBackRequest, self.connectivity.serve_dial_back)
         # sampled holders and their addresses; its sampler is created once the
         # listener is bound (port 0 picks the port then)
         self.peers = PeerBook(config.peer_sampling.period)
@@ -298,6 +304,10 @@ class Node:
     def strategy_status(self) -> dict[str, Any]:
         """What the strategy reports (``p2p status``, ``p2p metrics``, the swarm's JSON)."""
         return self.strategy_supervisor.status()
+
+    def reachability(self) -> ReachabilityStatus:
+        """Whether peers can dial this node, why, and the addresses peers confirmed."""
+        return self.connectivity.status()
 
     def collaboration(self) -> CollaborationStatus:
         """Whether a known peer holds one of this node's models, and if not why."""
@@ -442,8 +452,9 @@ class Node:
     async def run(self, *, task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED) -> None:
         """Run until stopped (admin ``stop``, a signal, or cancellation)."""
         async with trio.open_nursery() as nursery:
-            await nursery.start(self.transport.serve, self.handle_request)
-            self._start_sampler(self.transport.listen_address)
+            bound = await nursery.start(self.transport.serve, self.handle_request)
+            self._start_sampler(self.connectivity.start(bound))
+            nursery.start_soon(self.connectivity.run)
             if self.standalone:
                 await nursery.start(serve_admin, self.data_dir / ADMIN_SOCKET, self.admin)
                 nursery.start_soon(self._watch_signals)
@@ -491,6 +502,7 @@ class Node:
             c=ps.view_size, l=ps.shuffle_length, in_process=self.in_process_peers,
         )
         self.peers.start(sampler)
+        self.connectivity.attach(sampler)
         sampler.restore(self.restored_view)
         sampler.bootstrap([f"{b.host}:{b.port}" for b in self.config.node.bootstrap])
 

@@ -9,6 +9,7 @@ subsystem means adding its surface here, not editing the codec.
 from __future__ import annotations
 
 from gossip import WIRE_MESSAGES as GOSSIP_MESSAGES
+from p2p.runtime.connectivity.dialback import DIALBACK_MESSAGES
 from p2p.runtime.grouping.messages import GROUPING_MESSAGES
 from p2p.strategy.fedlinked_messages import FEDLINKED_MESSAGES
 from p2p.strategy.graph_messages import GRAPH_MESSAGES
@@ -21,6 +22,7 @@ __all__ = ["NODE_MESSAGES", "register_node_messages"]
 #: Every message a node speaks, as (class, wire type name) pairs.
 NODE_MESSAGES: tuple[codec.WireMessage, ...] = (
     *P2P_MESSAGES,
+    *DIALBACK_MESSAGES,
     *PEER_SAMPLING_MESSAGES,
     *GOSSIP_MESSAGES,
     *GROUPING_MESSAGES,

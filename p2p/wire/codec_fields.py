@@ -480,8 +480,10 @@ def _compile_fast(cls: type, fields: list[tuple[str, object, _FieldCodec]]) -> t
     None); see the comment above."""
     env: dict[str, object] = {"_Invalid": _Invalid, "CLS": cls, "NAMES": frozenset(
         name for name, _, _ in fields)}
-    enc = ["def fast_encode(msg):", " try:"]
-    dec = ["def fast_decode(data):", " if data.keys() != NAMES:", "  return None", " try:"]
+    # "pass": a message without fields (Observe) still has a body in each try
+    enc = ["def fast_encode(msg):", " try:", "  pass"]
+    dec = ["def fast_decode(data):", " if data.keys() != NAMES:", "  return None", " try:",
+           "  pass"]
     for i, (name, tp, field) in enumerate(fields):
         kind, what = _fast_kind(tp)
         v = f"v{i}"

@@ -9,7 +9,9 @@ dial; none is ever closed to admit an incoming connection.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
 import trio
@@ -21,7 +23,7 @@ from p2p.wire.errors import PeerUnreachable, RemoteError
 from p2p.wire.handshake import PeerInfo
 from p2p.wire.messages import ERROR_HANDSHAKE, ERROR_SESSION_REFUSED, Error
 from p2p.wire.peer_text import printable
-from p2p.wire.side import TransportSide
+from p2p.wire.side import Connector, TransportSide
 from p2p.wire.stream import ConnectionFailure, MessageStream
 
 __all__ = ["Dialer"]
@@ -166,6 +168,30 @@ class Dialer:
         return conn
 
     async def _dial(self, address: str, node_id: bytes | None) -> _Outgoing:
+        ms, peer = await self._open(address, node_id, self._t._connector)
+        conn = _Outgoing(address, ms, peer, last_used=trio.current_time())
+        self.pool[address] = conn
+        return conn
+
+    @contextlib.asynccontextmanager
+    async def session(self, address: str, node_id: bytes | None, *,
+                      connector: Connector | None = None,
+                      ) -> AsyncIterator[tuple[MessageStream, PeerInfo]]:
+        """A connection of its own to ``address`` (connected and handshaken, never
+        pooled), closed when the block ends: a dial-back that must not ride a
+        pooled connection, a relay's circuit. ``connector``: how to reach the
+        address (default: the transport's). Raises :class:`PeerUnreachable`."""
+        ms, peer = await self._open(address, node_id, connector or self._t._connector)
+        try:
+            yield ms, peer
+        finally:
+            self.open -= 1
+            await ms.aclose()
+
+    async def _open(self, address: str, node_id: bytes | None,
+                    connector: Connector) -> tuple[MessageStream, PeerInfo]:
+        """Connect and run the handshake within ``connect_timeout``; counted in
+        :attr:`open` until the caller gives it back."""
         if self.open >= self._t.max_outgoing and not await self._evict_idle_outgoing():
             raise PeerUnreachable(address, f"outgoing connection limit of {self._t.max_outgoing} "
                                   "reached")
@@ -174,7 +200,7 @@ class Dialer:
         try:
             with trio.move_on_after(self._t.connect_timeout) as scope:
                 try:
-                    stream = await self._t._connector(address)
+                    stream = await connector(address)
                 except (OSError, ValueError, trio.BrokenResourceError) as exc:
                     raise PeerUnreachable(address, _connect_failure(exc)) from None
                 ms = self._t._message_stream(stream, source_of(address))
@@ -195,9 +221,7 @@ class Dialer:
             if ms is not None:
                 await ms.aclose()
             raise
-        conn = _Outgoing(address, ms, peer, last_used=trio.current_time())
-        self.pool[address] = conn
-        return conn
+        return ms, peer
 
     async def _evict_idle_outgoing(self) -> bool:
         """Close the least recently used idle outgoing connection; False if none is idle."""

@@ -114,11 +114,16 @@ class HandshakeError(Exception):
 
 @dataclass(frozen=True)
 class PeerInfo:
-    """The authenticated peer at the other end of a connection."""
+    """The authenticated peer at the other end of a connection.
+
+    ``remote``: where an incoming connection comes from, ``"host:port"`` as this
+    node sees it (a label for in-memory streams; ``""`` on outgoing connections).
+    """
 
     node_id: bytes
     listen_address: str
     tags: frozenset[bytes]
+    remote: str = ""
 
 
 @dataclass(frozen=True)

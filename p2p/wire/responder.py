@@ -11,13 +11,14 @@ log line (rate-limited per source); the server keeps running.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import logging
 from collections.abc import Awaitable, Callable
 
 import trio
 
-from common.address import HostPort
+from common.address import AddressError, HostPort, parse_host_port
 from p2p.wire import codec
 from p2p.wire.admission import Decision, source_of
 from p2p.wire.codec import Message
@@ -30,6 +31,8 @@ from p2p.wire.messages import (
     ERROR_SESSION_REFUSED,
     NOT_REQUESTS,
     Error,
+    Observe,
+    Observed,
     Ping,
     Pong,
 )
@@ -117,6 +120,7 @@ class Responder:
                     return
                 raise ConnectionFailure(f"session refused: {decision.reason}", "protocol")
             self._close_inbound(decision)
+            peer = dataclasses.replace(peer, remote=remote)  # what handlers may check it by
             logger.debug("accepted %s (node %s)", remote, peer.node_id.hex()[:16])
             limiter = (
                 _RateLimiter(self._t.max_messages_per_second)
@@ -217,6 +221,8 @@ class Responder:
                         remote: str) -> Message:
         if isinstance(msg, Ping):
             return Pong(msg.nonce)
+        if isinstance(msg, Observe):
+            return Observed(peer.remote if _is_host_port(peer.remote) else "")
         if isinstance(msg, NOT_REQUESTS):
             return Error(ERROR_BAD_REQUEST, f"{type(msg).__name__} is not a request")
         try:
@@ -249,3 +255,12 @@ class _RateLimiter:
             self.tokens = 1.0
             self.updated = trio.current_time()
         self.tokens -= 1.0
+
+
+def _is_host_port(remote: str) -> bool:
+    """Whether a connection's remote label is an address (in-memory streams have labels)."""
+    try:
+        parse_host_port(remote)
+    except AddressError:
+        return False
+    return True

@@ -438,6 +438,11 @@ class _Source:
     def strategy_status(self) -> dict[str, Any]:
         return {"name": "partial"}  # the default strategy reports only its name
 
+    def reachability(self) -> Any:
+        from p2p.runtime.connectivity import ReachabilityStatus
+
+        return ReachabilityStatus("no", "2 peers could not dial back", "10.0.0.1:7400", ())
+
     async def save_checkpoint(self) -> int:
         return 123
 

@@ -17,6 +17,7 @@ from gossip.compression import ENCODINGS, EncodedVector, encode
 from gossip.masking.epochs import PairAccept, PairOffer
 from gossip.messages import Push, PushAck
 from p2p.runtime.grouping.messages import GROUPING_MESSAGES
+from p2p.runtime.connectivity import DIALBACK_MESSAGES
 from p2p.runtime.protocol import NODE_MESSAGES, register_node_messages
 from p2p.strategy.fedlinked_messages import FEDLINKED_MESSAGES
 from p2p.strategy.graph_messages import GRAPH_MESSAGES
@@ -453,10 +454,11 @@ def test_each_package_brings_its_wire_surface() -> None:
                                     (PairOffer, "pair_offer"), (PairAccept, "pair_accept"))
     assert peersampling.WIRE_MESSAGES == (
         (ShuffleRequest, "shuffle_request"), (ShuffleReply, "shuffle_reply"))
-    # plus the runtime's own surface: automatic grouping's record exchange (issue 16) and
-    # the strategies' pulls (issue 18)
+    # plus the runtime's own surface: automatic grouping's record exchange (issue 16),
+    # the strategies' pulls (issue 18) and dial-backs (issue 34)
     assert set(NODE_MESSAGES) == {*MESSAGES, *gossip.WIRE_MESSAGES, *peersampling.WIRE_MESSAGES,
-                                  *GROUPING_MESSAGES, *FEDLINKED_MESSAGES, *GRAPH_MESSAGES}
+                                  *GROUPING_MESSAGES, *FEDLINKED_MESSAGES, *GRAPH_MESSAGES,
+                                  *DIALBACK_MESSAGES}
     # the wire's own messages need no registration: the handshake relies on them
     assert all(codec.is_registered(cls) for cls, _ in MESSAGES)
 

@@ -1,0 +1,159 @@
+"""What a node knows of how peers reach it (sans-IO): observed addresses, dial-backs,
+the address it advertises.
+
+Peers tell the node which address its connections come from (an ``Observed``
+reply, as libp2p's identify does); a host observed by ``confirmations``
+distinct peers is *confirmed*. Peers then try to dial the node back there (a
+``DialBack``, as libp2p's AutoNAT does), and the latest result of each peer
+counts: reachable "yes" once ``confirmations`` peers succeeded and successes
+outnumber failures, "no" the other way round, "unknown" until then. A peer may
+lie either way, hence several peers and the majority.
+
+The advertised address, best first: ``node.advertise``; a confirmed address
+that peers could dial back; the listen address, when it means something to a
+peer on another host (never ``0.0.0.0``, ``::``, link-local, nor loopback
+outside a one-host swarm); else the interface address the driver found.
+See docs/guide/deployment.md.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+
+from common.address import (
+    LOOPBACK,
+    PUBLIC,
+    AddressError,
+    HostPort,
+    address_scope,
+    advertisable,
+    parse_host_port,
+)
+
+__all__ = ["DIAL_BACK_RESULTS_KEPT", "Reachability", "ReachabilityStatus"]
+
+#: Hosts whose observations are remembered, and observers per host.
+MAX_OBSERVED_HOSTS = 16
+MAX_OBSERVERS = 16
+#: Dial-back results remembered (the latest of each peer, newest peers kept).
+DIAL_BACK_RESULTS_KEPT = 8
+#: Seconds a dial-back result counts.
+DIAL_BACK_TTL = 1800.0
+
+
+@dataclass(frozen=True)
+class ReachabilityStatus:
+    """What ``p2p status`` shows about connectivity."""
+
+    reachable: str  # "yes", "no" or "unknown"
+    reason: str  # why (empty for "yes")
+    advertised: str  # the address in this node's descriptor and HELLO
+    confirmed: tuple[str, ...]  # addresses confirmed by several peers
+
+
+class Reachability:
+    """One node's observed addresses and dial-back results (see the module docstring).
+
+    ``listen``: the bound address; ``advertise``: ``node.advertise`` (or None);
+    ``interface_host``: the address of the interface that routes to the
+    bootstrap peers, used when ``listen`` is unspecified.
+    """
+
+    def __init__(self, listen: HostPort, advertise: HostPort | None = None, *,
+                 interface_host: str | None = None, confirmations: int = 2) -> None:
+        if confirmations < 1:
+            raise ValueError(f"confirmations must be >= 1, got {confirmations}")
+        self.listen = listen
+        self.advertise = advertise
+        self.interface_host = interface_host
+        self.confirmations = confirmations
+        # a swarm on this host only: loopback addresses are fine to advertise
+        self.local_swarm = address_scope(listen.host) == LOOPBACK
+        self._observed: OrderedDict[str, set[bytes]] = OrderedDict()  # host -> observers
+        # peer -> (address dialled, ok, reason, when): its latest dial-back
+        self._results: OrderedDict[bytes, tuple[str, bool, str, float]] = OrderedDict()
+        self.problem = ""  # what the driver could not do (an unresolvable name...)
+
+    # ------------------------------------------------------------------ input
+
+    def observed(self, peer: bytes, address: str) -> None:
+        """Peer ``peer`` sees this node's connections come from ``address``."""
+        try:
+            host = parse_host_port(address).host
+        except AddressError:
+            return  # in-memory labels, or a peer's junk: nothing to learn
+        if address_scope(host) == LOOPBACK and not self.local_swarm:
+            return
+        observers = self._observed.pop(host, set())
+        if len(observers) < MAX_OBSERVERS:
+            observers.add(peer)
+        self._observed[host] = observers  # newest last
+        while len(self._observed) > MAX_OBSERVED_HOSTS:
+            self._observed.popitem(last=False)
+
+    def dial_back(self, peer: bytes, address: str, ok: bool, reason: str, now: float) -> None:
+        """Peer ``peer`` tried to dial this node at ``address``; ``reason`` if it failed."""
+        self._results.pop(peer, None)
+        self._results[peer] = (address, ok, reason, now)
+        while len(self._results) > DIAL_BACK_RESULTS_KEPT:
+            self._results.popitem(last=False)
+
+    # ------------------------------------------------------------------ output
+
+    def confirmed(self) -> list[HostPort]:
+        """Addresses several peers observed: the host they saw with the listen port."""
+        return [HostPort(host, self.listen.port) for host, peers in self._observed.items()
+                if len(peers) >= self.confirmations]
+
+    def _recent(self, now: float) -> list[tuple[str, bool, str, float]]:
+        return [r for r in self._results.values() if now - r[3] < DIAL_BACK_TTL]
+
+    def reachable(self, now: float) -> tuple[str, str]:
+        """("yes" | "no" | "unknown", why)."""
+        recent = self._recent(now)
+        ok = [r for r in recent if r[1]]
+        failed = [r for r in recent if not r[1]]
+        if len(ok) >= self.confirmations and len(ok) > len(failed):
+            return "yes", ""
+        if len(failed) >= self.confirmations and len(failed) > len(ok):
+            last = failed[-1]
+            return "no", (f"{len(failed)} peers could not dial back {last[0]} (last: "
+                          f"{last[2]}): behind a NAT or a firewall? Forward the port and set "
+                          "node.advertise, or use a relay")
+        if self.problem:
+            return "unknown", self.problem
+        if not recent:
+            if not self.confirmed() and address_scope(self.listen_host()) != PUBLIC:
+                return "unknown", (f"no peer has confirmed an address yet (listening on "
+                                   f"{self.listen})")
+            return "unknown", "no peer has tried to dial back yet"
+        return "unknown", (f"{len(ok)} dial-backs succeeded and {len(failed)} failed; "
+                           f"{self.confirmations} agreeing peers are needed")
+
+    def listen_host(self) -> str:
+        """The host this node listens on, or its interface address for ``0.0.0.0``/``::``."""
+        if address_scope(self.listen.host) == "unspecified" and self.interface_host:
+            return self.interface_host
+        return self.listen.host
+
+    def advertised(self, now: float) -> str:
+        """The address to put in this node's descriptor (see the module docstring)."""
+        if self.advertise is not None:
+            return str(self.advertise)
+        dialled = {r[0] for r in self._recent(now) if r[1]}
+        for address in self.confirmed():
+            if str(address) in dialled:
+                return str(address)
+        own = HostPort(self.listen_host(), self.listen.port)
+        if advertisable(own, local_swarm=self.local_swarm):
+            return str(own)
+        for address in self.confirmed():  # better than nothing: peers may be told later
+            if advertisable(address, local_swarm=self.local_swarm):
+                return str(address)
+        return str(own)  # nothing better known yet (the status says why)
+
+    def status(self, now: float) -> ReachabilityStatus:
+        reachable, reason = self.reachable(now)
+        return ReachabilityStatus(reachable, reason, self.advertised(now),
+                                  tuple(str(a) for a in self.confirmed()))

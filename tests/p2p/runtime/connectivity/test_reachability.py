@@ -1,0 +1,108 @@
+"""Reachability (sans-IO): observed addresses, dial-back majorities, the advertised address."""
+
+from __future__ import annotations
+
+import pytest
+
+from common.address import HostPort, address_scope, advertisable
+from p2p.runtime.connectivity import DialBackGate, Reachability
+
+A, B, C, D = (bytes([i]) * 32 for i in range(1, 5))
+
+
+@pytest.mark.parametrize(("host", "scope"), [
+    ("0.0.0.0", "unspecified"), ("::", "unspecified"), ("127.0.0.1", "loopback"),
+    ("::1", "loopback"), ("localhost", "loopback"), ("169.254.9.9", "link-local"),
+    ("fe80::1", "link-local"), ("10.1.2.3", "private"), ("172.20.0.1", "private"),
+    ("192.168.0.7", "private"), ("100.64.1.1", "private"), ("fd12::1", "private"),
+    ("::ffff:10.0.0.1", "private"), ("203.0.113.5", "public"), ("8.8.8.8", "public"),
+    ("2001:db8::5", "public"), ("node.example.org", "name"),
+])
+def test_address_scope(host: str, scope: str) -> None:
+    assert address_scope(host) == scope
+
+
+def test_never_advertised_unspecified_link_local_or_foreign_loopback() -> None:
+    assert not advertisable(HostPort("0.0.0.0", 7661))
+    assert not advertisable(HostPort("::", 7661))
+    assert not advertisable(HostPort("fe80::1", 7661))
+    assert not advertisable(HostPort("127.0.0.1", 7661))
+    assert advertisable(HostPort("127.0.0.1", 7661), local_swarm=True)
+    assert advertisable(HostPort("10.0.0.5", 7661))
+    assert advertisable(HostPort("203.0.113.5", 7661))
+
+
+def test_listen_on_every_interface_is_advertised_as_the_confirmed_dialled_address() -> None:
+    r = Reachability(HostPort("0.0.0.0", 7661), interface_host="10.0.0.5")
+    assert r.advertised(0.0) == "10.0.0.5:7661"  # never 0.0.0.0
+    r.observed(A, "203.0.113.7:40001")
+    assert r.confirmed() == []  # one peer is not enough: it may lie
+    r.observed(B, "203.0.113.7:40002")
+    assert r.confirmed() == [HostPort("203.0.113.7", 7661)]
+    assert r.reachable(0.0)[0] == "unknown"
+    r.dial_back(A, "203.0.113.7:7661", True, "", 1.0)
+    assert r.reachable(1.0)[0] == "unknown"  # one success may be a lie too
+    r.dial_back(B, "203.0.113.7:7661", True, "", 2.0)
+    assert r.reachable(2.0) == ("yes", "")
+    assert r.advertised(2.0) == "203.0.113.7:7661"
+    assert r.status(2.0).confirmed == ("203.0.113.7:7661",)
+
+
+def test_a_node_behind_nat_says_it_is_unreachable_and_why() -> None:
+    r = Reachability(HostPort("10.0.0.5", 7661))
+    for peer in (A, B):
+        r.observed(peer, "198.51.100.2:5555")
+        r.dial_back(peer, "198.51.100.2:7661", False, "connect failed: connection timed out",
+                    0.0)
+    state, why = r.reachable(0.0)
+    assert state == "no"
+    assert "198.51.100.2:7661" in why and "NAT" in why
+    # a confirmed but undialled public address is not advertised over the LAN one
+    assert r.advertised(0.0) == "10.0.0.5:7661"
+
+
+def test_one_lying_peer_does_not_settle_reachability() -> None:
+    r = Reachability(HostPort("10.0.0.5", 7661))
+    r.dial_back(A, "198.51.100.2:7661", True, "", 0.0)  # the liar
+    r.dial_back(B, "198.51.100.2:7661", False, "refused", 0.0)
+    r.dial_back(C, "198.51.100.2:7661", False, "refused", 0.0)
+    assert r.reachable(0.0)[0] == "no"
+    r.dial_back(D, "198.51.100.2:7661", True, "", 0.0)
+    assert r.reachable(0.0)[0] == "unknown"  # 2 against 2: not settled
+
+
+def test_loopback_observations_count_only_in_a_one_host_swarm() -> None:
+    remote = Reachability(HostPort("10.0.0.5", 7661))
+    local = Reachability(HostPort("127.0.0.1", 7661))
+    for r in (remote, local):
+        r.observed(A, "127.0.0.1:1")
+        r.observed(B, "127.0.0.1:2")
+    assert remote.confirmed() == []
+    assert local.confirmed() == [HostPort("127.0.0.1", 7661)]
+    assert local.advertised(0.0) == "127.0.0.1:7661"
+
+
+def test_advertise_setting_wins_and_junk_observations_are_ignored() -> None:
+    r = Reachability(HostPort("0.0.0.0", 7661), HostPort("node.example.org", 7000))
+    r.observed(A, "mem-client-3")
+    r.observed(B, "not an address")
+    assert r.confirmed() == []
+    assert r.advertised(0.0) == "node.example.org:7000"
+
+
+def test_dial_back_gate_dials_only_the_requesters_ip_and_rate_limits() -> None:
+    gate = DialBackGate(interval=30.0, per_minute=3, concurrent=2)
+    address, _ = gate.admit("198.51.100.2:40001", 7661, 0.0)
+    assert address == "198.51.100.2:7661"  # its own IP, the port it asked for
+    again, why = gate.admit("198.51.100.2:40002", 7661, 1.0)
+    assert again is None and "per 30 s" in why
+    assert gate.admit("mem-client-1", 7661, 1.0)[0] is None  # no IP: nothing to dial
+    assert gate.admit("198.51.100.3:1", 7661, 1.0)[0] == "198.51.100.3:7661"
+    busy, why = gate.admit("198.51.100.4:1", 7661, 1.0)
+    assert busy is None and "busy" in why  # two running
+    gate.done()
+    gate.done()
+    assert gate.admit("[2001:db8::9]:1", 7661, 2.0)[0] == "[2001:db8::9]:7661"
+    assert gate.admit("198.51.100.5:1", 7661, 3.0)[0] is None  # 3 in the last minute
+    assert gate.admit("198.51.100.5:1", 7661, 61.0)[0] == "198.51.100.5:7661"
+    assert gate.refused == 4 and gate.served == 4
