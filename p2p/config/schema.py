@@ -113,7 +113,8 @@ class NodeSection:
     listen: HostPort = setting(HostPort("127.0.0.1", 0), Address(allow_port_zero=True),
                                "address to accept peers on; port 0 = any free port")
     advertise: HostPort | None = setting(None, Address(),
-                                         "address other nodes should dial, if not `listen`")
+                                         "address other nodes should dial (host name or IP); default: "
+                                         "the address peers confirm")
     bootstrap: tuple[HostPort, ...] = setting((), AddressList(), "peers to join through")
     data_dir: Path | None = setting(None, FilePath(),
                                     "identity key, checkpoint and admin socket")

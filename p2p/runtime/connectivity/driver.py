@@ -176,7 +176,7 @@ class NodeConnectivity:
                 reply = await self.transport.request(address, Observe(), node_id=node_id)
                 if not isinstance(reply, Observed):
                     continue
-                peer = node_id if node_id is not None else address.encode()
+                peer = node_id or self._node_id_at(address) or address.encode()
                 core.observed(peer, reply.address)
                 answered = True
                 if settled or self.advertise is not None and not core.confirmed():
@@ -191,6 +191,15 @@ class NodeConnectivity:
         if core.reachable(trio.current_time())[0] != "unknown" and not settled:
             self._settled_at = trio.current_time()
         return answered
+
+    def _node_id_at(self, address: str) -> bytes | None:
+        """The node the pooled connection to ``address`` proved to be (a bootstrap
+        peer is asked by address: counted once, whichever way it is reached)."""
+        if isinstance(self.transport, Transport):
+            conn = self.transport.dialer.pool.get(address)
+            if conn is not None:
+                return conn.peer.node_id
+        return None
 
     def _apply(self, now: float) -> str:
         """Advertise what the core chose, in HELLOs and the signed descriptor."""

@@ -199,6 +199,7 @@ def run_swarm(spec: SwarmSpec, workdir: Path, hosts: list[Host] | None,
     first = ""
     t0 = time.monotonic()
     try:
+        logs: list[Path] = []
         for i in range(spec.nodes):
             data_dir = workdir / f"node{i}"
             data_dir.mkdir(mode=0o700, parents=True)
@@ -213,15 +214,17 @@ def run_swarm(spec: SwarmSpec, workdir: Path, hosts: list[Host] | None,
                 cmd = ["ip", "netns", "exec", host.ns, *cmd, "--listen", f"0.0.0.0:{PORT}"]
                 if i:  # the first node is the bootstrap, given by name
                     cmd += ["--bootstrap", f"{hosts[0].name}:{PORT}"]
-            log = workdir / f"node{i}.log"
-            with open(log, "ab") as out:
+            logs.append(workdir / f"node{i}.log")
+            with open(logs[-1], "ab") as out:
                 procs.append(subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT,
                                               env=env, start_new_session=True, cwd=ROOT))
             started.append(time.monotonic())
             joined.append(None)
             clients.append(AdminClient.for_data_dir(data_dir, timeout=10.0))
-            status = _wait_status(clients[-1], procs[-1], log, 300.0)
-            first = first or status["addresses"][0]
+            if i == 0:  # the others start together once the bootstrap listens
+                first = _wait_status(clients[0], procs[0], logs[0], 300.0)["addresses"][0]
+        for client, proc, log in zip(clients, procs, logs, strict=True):
+            _wait_status(client, proc, log, 300.0)
         deadline = time.monotonic() + timeout
         while True:
             statuses = [c.request("status") for c in clients]
@@ -238,10 +241,10 @@ def run_swarm(spec: SwarmSpec, workdir: Path, hosts: list[Host] | None,
         nodes = []
         for i, s in enumerate(statuses):
             advertised = s["addresses"][0] if s.get("addresses") else ""
-            host = advertised.rpartition(":")[0].strip("[]")
+            ip = advertised.rpartition(":")[0].strip("[]")
             lan = None if hosts is None else hosts[i % len(hosts)].lan
             nodes.append({"node": i, "lan": lan, "accuracy": s["accuracy"],
-                          "advertised": advertised, "scope": address_scope(host),
+                          "advertised": advertised, "scope": address_scope(ip),
                           "reachable": s.get("reachable"),
                           "reason": s.get("reachable_reason"),
                           "confirmed": s.get("confirmed_addresses"),

@@ -16,8 +16,8 @@ import peersampling
 from gossip.compression import ENCODINGS, EncodedVector, encode
 from gossip.masking.epochs import PairAccept, PairOffer
 from gossip.messages import Push, PushAck
-from p2p.runtime.grouping.messages import GROUPING_MESSAGES
 from p2p.runtime.connectivity import DIALBACK_MESSAGES
+from p2p.runtime.grouping.messages import GROUPING_MESSAGES
 from p2p.runtime.protocol import NODE_MESSAGES, register_node_messages
 from p2p.strategy.fedlinked_messages import FEDLINKED_MESSAGES
 from p2p.strategy.graph_messages import GRAPH_MESSAGES
