@@ -133,10 +133,13 @@ class Lab:
             if self.symmetric and k == len(self.lans):
                 masquerade.append("--random-fully")
             sh("ip", "netns", "exec", nat, *masquerade)
-            # a home router: replies to what the LAN opened get in, nothing else does
-            sh("ip", "netns", "exec", nat, "iptables", "-A", "FORWARD", "-i", "wan", "-m",
-               "conntrack", "--ctstate", "ESTABLISHED,RELATED", "-j", "ACCEPT")
-            sh("ip", "netns", "exec", nat, "iptables", "-A", "FORWARD", "-i", "wan", "-j", "DROP")
+            # a home router: replies to what the LAN opened get in, nothing else does,
+            # and the router itself stays silent (no reset) to unsolicited packets
+            for chain in ("FORWARD", "INPUT"):
+                sh("ip", "netns", "exec", nat, "iptables", "-A", chain, "-i", "wan", "-m",
+                   "conntrack", "--ctstate", "ESTABLISHED,RELATED", "-j", "ACCEPT")
+                sh("ip", "netns", "exec", nat, "iptables", "-A", chain, "-i", "wan", "-j",
+                   "DROP")
             for j in range(count):
                 self._host(f"lan{k}h{j}", f"10.{k}.0.{10 + j}", k, nat, "br0", f"10.{k}.0.1")
         names = "".join(f"{h.ip} {h.name}\n" for h in self.hosts)
