@@ -27,7 +27,6 @@ import argparse
 import json
 import os
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
@@ -38,22 +37,14 @@ from pathlib import Path
 from typing import Any
 
 from common.address import address_scope
+from lab.reliability.netns import SKIP, Skip, sh, stop_daemons
 from p2p.cli.admin_client import AdminClient, AdminClientError
 from p2p.config import render_config_toml
 from p2p.swarm import SwarmSpec, default_permutations, node_config
 
 ROOT = Path(__file__).resolve().parents[3]  # the checkout (scripts/lab/GROUP/FILE)
-SKIP = 77
 PORT = 7661
 UNUSABLE = ("unspecified", "loopback", "link-local")
-
-
-class Skip(Exception):
-    """This machine does not allow the experiment."""
-
-
-def sh(*cmd: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(cmd, capture_output=True, text=True, check=check)
 
 
 def preflight() -> None:
@@ -263,15 +254,7 @@ def run_swarm(spec: SwarmSpec, workdir: Path, hosts: list[Host] | None,
                 "join_seconds_behind_nat_median": statistics.median(behind) if behind else None,
                 "seconds": time.monotonic() - t0}
     finally:
-        for p in procs:
-            if p.poll() is None:
-                os.killpg(p.pid, signal.SIGTERM)
-        for p in procs:
-            try:
-                p.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(p.pid, signal.SIGKILL)
-                p.wait()
+        stop_daemons(procs, 20.0)
 
 
 def main(argv: list[str] | None = None) -> int:
