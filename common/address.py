@@ -4,7 +4,8 @@ The rule: ``host:port`` where the host is a name or IPv4 address without
 spaces or colons, or ``[v6]:port`` where ``v6`` is an IPv6 literal (brackets are
 required, so ``::1:7400`` is rejected rather than guessed). Ports are
 1..65535; port 0 ("any free port") only where a caller allows it (a listen
-address).
+address). A node reached through a relay has a *circuit* address,
+``<relay host:port>/circuit/<node id, hex>`` (docs/guide/deployment.md).
 """
 
 from __future__ import annotations
@@ -13,8 +14,9 @@ import ipaddress
 from dataclasses import dataclass
 
 __all__ = [
-    "ADVERTISABLE", "LINK_LOCAL", "LOOPBACK", "MAX_HOST_LENGTH", "NAME", "PRIVATE", "PUBLIC",
-    "UNSPECIFIED", "AddressError", "HostPort", "address_scope", "advertisable", "parse_host_port",
+    "ADVERTISABLE", "CIRCUIT", "LINK_LOCAL", "LOOPBACK", "MAX_HOST_LENGTH", "NAME", "PRIVATE",
+    "PUBLIC", "UNSPECIFIED", "AddressError", "Circuit", "HostPort", "address_scope",
+    "advertisable", "is_circuit", "parse_dial_address", "parse_host_port",
 ]
 
 MAX_HOST_LENGTH = 253
@@ -74,6 +76,47 @@ def parse_host_port(text: object, *, allow_port_zero: bool = False) -> HostPort:
         raise AddressError(f"port {port} in {shown} is out of range; expected {low}..65535"
                            + (" (0 = pick a free port)" if allow_port_zero else ""))
     return HostPort(host, port)
+
+
+# --------------------------------------------------------------------------- circuits
+
+#: What separates a relay's address from the node id it relays to.
+CIRCUIT = "/circuit/"
+#: Node ids in circuit addresses: 1 to 64 bytes (Ed25519 keys are 32), in hex.
+_MAX_TARGET = 64
+
+
+@dataclass(frozen=True, order=True)
+class Circuit:
+    """A node reached through a relay: ``<relay>/circuit/<target hex>``."""
+
+    relay: HostPort
+    target: bytes
+
+    def __str__(self) -> str:
+        return f"{self.relay}{CIRCUIT}{self.target.hex()}"
+
+
+def is_circuit(text: str) -> bool:
+    """Whether ``text`` has the form of a circuit address (checked by
+    :func:`parse_dial_address`)."""
+    return CIRCUIT in text
+
+
+def parse_dial_address(text: object) -> HostPort | Circuit:
+    """A direct ``host:port`` or a :class:`Circuit`; raises :class:`AddressError`."""
+    if not isinstance(text, str) or CIRCUIT not in text:
+        return parse_host_port(text)
+    relay_text, _, target_text = text.partition(CIRCUIT)
+    relay = parse_host_port(relay_text)
+    try:
+        target = bytes.fromhex(target_text)
+    except ValueError:
+        target = b""
+    if not 0 < len(target) <= _MAX_TARGET or target_text != target.hex():
+        raise AddressError(f"the node id in {text[:160]!r} is not 1 to {_MAX_TARGET} bytes "
+                           "in lower-case hex; expected \"<relay host:port>/circuit/<node id>\"")
+    return Circuit(relay, target)
 
 
 # --------------------------------------------------------------------------- scopes

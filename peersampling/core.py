@@ -293,10 +293,12 @@ class PeerSampler:
         self._reissue(me)
         self._sync_model_views()
 
-    def set_address(self, address: str) -> None:
-        """Change the address advertised for this node."""
-        parse_address(address)
-        self._reissue(replace(self._me, address=address))
+    def set_address(self, address: str, alternates: Sequence[str] = ()) -> None:
+        """Change the addresses advertised for this node: ``address``, then
+        ``alternates`` in order (raises :class:`InvalidDescriptor` for a bad one)."""
+        me = validate_descriptor(replace(self._me, address=address,
+                                         alternates=tuple(alternates)), max_age=self.max_age)
+        self._reissue(me)
 
     def _reissue(self, me: Descriptor) -> None:
         """Adopt a changed self-descriptor; a signing node issues it under a new epoch."""

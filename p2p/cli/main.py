@@ -3,6 +3,7 @@
 ::
 
     p2p run --config node.toml --data-dir ./n0 [--listen H:P] [--advertise H:P] [--bootstrap H:P,...]
+    p2p run --relay-only --config node.toml --data-dir ./relay --listen 0.0.0.0:7661
     p2p status|peers|models|metrics|groups (--data-dir DIR | --socket PATH) [--json]
     p2p checkpoint|stop (--data-dir DIR | --socket PATH)
     p2p keygen [--out FILE] [--force]
@@ -163,6 +164,10 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--log-level", choices=LOG_LEVELS, type=str.lower,
                      help="minimum level logged (overrides node.log_level)")
     _add_override_options(run)
+    run.add_argument("--relay-only", action="store_true",
+                     help="run a bootstrap-and-relay node: peer sampling, reachability and "
+                          "relaying for nodes behind NATs (relay.serve), no model, no data, "
+                          "no torch (see docs/guide/deployment.md)")
     run.add_argument("--fresh", action="store_true",
                      help="start over: move an existing checkpoint aside (to "
                           "DIR/checkpoint.<date-time>.old) instead of resuming it; needed when "
@@ -233,7 +238,8 @@ def _add_override_options(run: argparse.ArgumentParser) -> None:
 def _cmd_run(args: argparse.Namespace) -> int:
     config = load_config(args.config)
     config = config.with_overrides(**{option: getattr(args, option) for option in CLI_OPTIONS})
-    check_task_fit(config)  # before the identity key is created or torch is loaded
+    if not args.relay_only:  # a relay-only node reads no data
+        check_task_fit(config)  # before the identity key is created or torch is loaded
     if config.node.data_dir is None:
         raise UsageError("no data directory: pass --data-dir DIR or set node.data_dir in "
                          f"{args.config}")
@@ -247,12 +253,16 @@ def _cmd_run(args: argparse.Namespace) -> int:
         if lock.data_dir.is_dir():
             lock.acquire()  # before torch loads, which takes seconds
         _probe_listen(config)
-        from p2p.runtime.checkpoint import check_data_dir_writable  # imports torch
+        from p2p.runtime.data_dir import check_data_dir_writable
 
         check_data_dir_writable(lock.data_dir)
         lock.acquire()  # a new directory: now that it exists (no-op when held)
         if config.security.swarm_key_file is not None:
             load_swarm_key(config.security.swarm_key_file)  # fail now, not after start-up
+        if args.relay_only:
+            from p2p.runtime.relay_node import run_relay_node
+
+            return run_relay_node(config)
         return _start_node(config, fresh=args.fresh)
     finally:
         lock.release()
@@ -463,10 +473,12 @@ def _run_command(args: argparse.Namespace) -> int:
                 traceback.print_exc()
             _error(str(exc))
             return status
-        checkpoint = sys.modules.get("p2p.runtime.checkpoint")  # only loaded by `run`
-        if checkpoint is not None and isinstance(exc, checkpoint.CheckpointError):
+        data_dir = sys.modules.get("p2p.runtime.data_dir")  # only loaded by `run`
+        if data_dir is not None and isinstance(exc, data_dir.CheckpointError):
             _error(str(exc))
-            usage = (checkpoint.DataDirError, checkpoint.CheckpointConflict)  # fixed by a flag
+            checkpoint = sys.modules.get("p2p.runtime.checkpoint")
+            conflict = () if checkpoint is None else (checkpoint.CheckpointConflict,)
+            usage = (data_dir.DataDirError, *conflict)  # fixed by a flag
             return EXIT_USAGE if isinstance(exc, usage) else EXIT_FAILURE
         if debug:
             traceback.print_exc()

@@ -217,6 +217,30 @@ def fmt_groups(value: object) -> str:
     return f"{_fmt_text(phase)}, epoch {epoch}"
 
 
+def fmt_relay(value: object) -> str:
+    """``status``'s ``relay``: what this node relays for others and the relays it
+    reserved with: ``reserved with 203.0.113.10:7661 (active, 2 circuits)``;
+    ``relaying: 3 circuits, 5 reservations, 1.2 MB``."""
+    r = _mapping(value)
+    if not r:
+        return MISSING
+    parts = []
+    if r.get("serving"):
+        parts.append(f"relaying: {_fmt_int(r.get('circuits'))} circuits, "
+                     f"{_fmt_int(r.get('reservations'))} reservations, "
+                     f"{fmt_bytes(r.get('bytes_relayed'))} relayed, "
+                     f"{_fmt_int(r.get('circuits_refused'))} circuits refused")
+    held = [_mapping(x) for x in r.get("reserved_with") or []]
+    if held:
+        parts.append("reserved with " + ", ".join(
+            f"{h.get('relay')} ({h.get('state')}"
+            + (f": {h.get('reason')}" if h.get("reason") else "")
+            + f", {_fmt_int(h.get('circuits'))} circuits)" for h in held))
+    if r.get("reservation_problem"):
+        parts.append(str(r["reservation_problem"]))
+    return "; ".join(parts) or "not relaying, no reservation"
+
+
 # --------------------------------------------------------------------------- renderers
 
 _STATUS_FIELDS: tuple[tuple[str, str, Callable[[object], str]], ...] = (
@@ -224,6 +248,7 @@ _STATUS_FIELDS: tuple[tuple[str, str, Callable[[object], str]], ...] = (
     ("name", "name", _fmt_text),
     ("addresses", "addresses", _fmt_text),
     ("reachable", "reachable", _fmt_text),
+    ("relay", "relay", fmt_relay),
     ("uptime", "uptime", fmt_duration),
     ("round", "round", _fmt_int),
     ("steps", "steps", _fmt_int),
@@ -308,6 +333,7 @@ def _peer_table(title: str, peers: list[Mapping[str, Any]]) -> Table:
     table.add_column("age", justify="right")
     table.add_column("last contact", justify="right", no_wrap=True)
     table.add_column("failures", justify="right")
+    table.add_column("path", no_wrap=True)
     table.add_column("models")
     for peer in sorted(peers, key=lambda p: (p.get("age") if _is_number(p.get("age")) else 1e18,
                                              str(p.get("id", "")))):
@@ -319,10 +345,11 @@ def _peer_table(title: str, peers: list[Mapping[str, Any]]) -> Table:
             fmt_age(peer.get("last_contact")) if "last_contact" in peer else MISSING,
             Text(_fmt_int(failures), style="red") if _is_number(failures) and failures
             else _fmt_int(failures),
+            _fmt_text(peer.get("path")),
             _fmt_text(peer.get("models")),
         )
     if not peers:
-        table.add_row("(none)", "", "", "", "", "")
+        table.add_row("(none)", "", "", "", "", "", "")
     return table
 
 

@@ -56,6 +56,7 @@ from p2p.config.kinds import (
     setting,
     settings_of,
 )
+from p2p.config.relay_section import RelayConfig
 from p2p.strategy.registry import STRATEGIES, STRATEGY_NAMES
 from p2p.wire.framing import DEFAULT_MAX_FRAME_SIZE
 from p2p.wire.sealing import CIPHERS, DEFAULT_CIPHER
@@ -84,6 +85,7 @@ __all__ = [
     "NodeConfig",
     "NodeSection",
     "PeerSamplingConfig",
+    "RelayConfig",
     "SecurityConfig",
     "StrategyConfig",
     "PUSH_OVERHEAD_BYTES",
@@ -697,6 +699,7 @@ class NodeConfig:
     data: DataConfig = field(default_factory=DataConfig)
     security: SecurityConfig = field(default_factory=SecurityConfig)
     limits: LimitsConfig = field(default_factory=LimitsConfig)
+    relay: RelayConfig = field(default_factory=RelayConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     clustering: ClusteringConfig = field(default_factory=ClusteringConfig)
     strategy: StrategyConfig = field(default_factory=StrategyConfig)

@@ -26,6 +26,7 @@ from p2p.runtime.admin_server import (
     StatusReport,
     StopReport,
 )
+from p2p.runtime.relay.book import RELAY_TAG
 from p2p.wire.transport import ByteCount
 
 if TYPE_CHECKING:
@@ -107,8 +108,23 @@ class AdminSource(Protocol):
     def flat_model_counters(self) -> dict[str, int]: ...
     def strategy_status(self) -> dict[str, Any]: ...
     def reachability(self) -> ReachabilityStatus: ...
+    def relay_status(self) -> dict[str, Any]: ...
     async def save_checkpoint(self) -> int: ...
     def request_stop(self) -> None: ...
+
+
+def relay_counters(relay: Mapping[str, Any], transport: object) -> dict[str, int]:
+    """``metrics``' ``relay.*`` (what this node relays) and ``paths.*`` (its open
+    outgoing connections by path) counters."""
+    counters = {f"relay.{k}": v for k, v in relay.items()
+                if isinstance(v, int) and not isinstance(v, bool)}
+    counters["relay.reservations_active"] = sum(
+        1 for r in relay.get("reserved_with", []) if r.get("state") == "active")
+    paths = getattr(transport, "path_counts", None)
+    if callable(paths):
+        for path, count in paths().items():
+            counters[f"paths.{path}"] = count
+    return counters
 
 
 def _seconds_ago(instant: float | None) -> float | None:
@@ -218,6 +234,7 @@ class NodeAdmin:
             reachable=reach.reachable,
             reachable_reason=reach.reason,
             confirmed_addresses=list(reach.confirmed),
+            relay=n.relay_status(),
         )
 
     def groups(self) -> dict[str, Any]:
@@ -226,9 +243,10 @@ class NodeAdmin:
 
     def peers(self) -> PeersReport:
         n = self._node
-        names = n.by_fingerprint
+        names = {**n.by_fingerprint, RELAY_TAG: "relay"}
         view: list[PeerReport] = []
         models: dict[str, list[PeerReport]] = {name: [] for name in n.cores}
+        path_to = getattr(n.transport, "path_to", None)  # a TCP transport knows; a test one may not
         for entry in n.sampler.peer_entries():
             d = entry.descriptor
             row = PeerReport(
@@ -238,6 +256,7 @@ class NodeAdmin:
                 last_contact=_seconds_ago(entry.last_contact),
                 failures=n.peer_failures.get(d.node_id, 0),
                 models=sorted(names.get(t, t.hex()[:12]) for t in d.tags),
+                path=None if path_to is None else path_to(d.address),
             )
             if entry.view is None:
                 view.append(row)
@@ -283,6 +302,7 @@ class NodeAdmin:
         wire = getattr(n.transport, "bytes_sent", None)  # a TCP transport counts; a test one may not
         if isinstance(wire, ByteCount):
             counters["transport.bytes_sent"] = wire.total
+        counters.update(relay_counters(n.relay_status(), n.transport))
         if n.progress.test_loss is not None:
             counters["test_loss"] = n.progress.test_loss
         spent = n.privacy_spent()

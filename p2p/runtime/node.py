@@ -74,6 +74,7 @@ from p2p.runtime.masking.host import NodeMaskingHost
 from p2p.runtime.node_transport import NodeTransport, node_admission, node_frame_limit
 from p2p.runtime.peer_book import PeerBook, peer_label
 from p2p.runtime.protocol import register_node_messages
+from p2p.runtime.relay.host import NodeRelay
 from p2p.runtime.signed_sampling import signed_sampler
 from p2p.runtime.state import COUNTER_SEP, resume_from, snapshot_state
 from p2p.runtime.strategy_host import StrategySupervisor
@@ -180,9 +181,13 @@ class Node:
         if transport is None and isinstance(self.transport, Transport):
             # A taken port stops the node here, before it resumes or logs as if started.
             self.transport.bind()
-        # observed addresses, dial-backs, what to advertise (docs/guide/deployment.md)
+        # relaying for others (relay.serve) and reservations with relays; observed
+        # addresses, dial-backs, what to advertise (docs/guide/deployment.md)
+        self.relay = NodeRelay(self.transport, self.requests, config.relay,
+                               self.identity.node_id, on_change=self._relays_changed)
         self.connectivity = NodeConnectivity(self.transport, advertise=config.node.advertise,
-                                             bootstrap=config.node.bootstrap)
+                                             bootstrap=config.node.bootstrap, relay=self.relay)
+        self.connectivity.on_tags = self.retag
         self.requests.add(DialBackRequest, self.connectivity.serve_dial_back)
         # sampled holders and their addresses; its sampler is created once the
         # listener is bound (port 0 picks the port then)
@@ -309,6 +314,10 @@ class Node:
         """Whether peers can dial this node, why, and the addresses peers confirmed."""
         return self.connectivity.status()
 
+    def relay_status(self) -> dict[str, Any]:
+        """Relaying for others and the reservations held (``p2p status``'s ``relay``)."""
+        return self.relay.status()
+
     def collaboration(self) -> CollaborationStatus:
         """Whether a known peer holds one of this node's models, and if not why."""
         return self.collaboration_watch.status()
@@ -365,9 +374,16 @@ class Node:
         """Held while the trainer trains or the network is read or written."""
         return self._model_lock
 
+    def own_tags(self) -> frozenset[bytes]:
+        """What this node advertises holding: its models, and the relay tag if it relays."""
+        return frozenset(self.by_fingerprint) | self.relay.tags()
+
+    def _relays_changed(self) -> None:
+        self.connectivity.refresh()
+
     def retag(self) -> None:
-        """Advertise ``by_fingerprint`` again (HELLO tags, own descriptor) after it grew."""
-        tags = frozenset(self.by_fingerprint)
+        """Advertise :meth:`own_tags` again (HELLO tags, own descriptor) after they changed."""
+        tags = self.own_tags()
         if isinstance(self.transport, Transport):
             self.transport.tags = tags
         if self.peers.started is not None:
@@ -455,6 +471,7 @@ class Node:
             bound = await nursery.start(self.transport.serve, self.handle_request)
             self._start_sampler(self.connectivity.start(bound))
             nursery.start_soon(self.connectivity.run)
+            nursery.start_soon(self.relay.run)
             if self.standalone:
                 await nursery.start(serve_admin, self.data_dir / ADMIN_SOCKET, self.admin)
                 nursery.start_soon(self._watch_signals)
@@ -497,12 +514,13 @@ class Node:
         # Signed self-descriptor, the Sybil-resistant rules and rate-limited
         # lines (docs/peersampling.md), as every process of a swarm runs them.
         sampler = signed_sampler(
-            self.identity, address, frozenset(self.by_fingerprint),
+            self.identity, address, self.own_tags(),
             rng=random.Random(int.from_bytes(os.urandom(8), "big")),
             c=ps.view_size, l=ps.shuffle_length, in_process=self.in_process_peers,
         )
         self.peers.start(sampler)
         self.connectivity.attach(sampler)
+        self.relay.attach(sampler)
         sampler.restore(self.restored_view)
         sampler.bootstrap([f"{b.host}:{b.port}" for b in self.config.node.bootstrap])
 

@@ -14,6 +14,7 @@ from p2p.runtime.grouping.messages import GROUPING_MESSAGES
 from p2p.strategy.fedlinked_messages import FEDLINKED_MESSAGES
 from p2p.strategy.graph_messages import GRAPH_MESSAGES
 from p2p.wire import codec
+from p2p.wire.circuit import CIRCUIT_MESSAGES
 from p2p.wire.messages import MESSAGES as P2P_MESSAGES
 from peersampling import WIRE_MESSAGES as PEER_SAMPLING_MESSAGES
 
@@ -23,6 +24,7 @@ __all__ = ["NODE_MESSAGES", "register_node_messages"]
 NODE_MESSAGES: tuple[codec.WireMessage, ...] = (
     *P2P_MESSAGES,
     *DIALBACK_MESSAGES,
+    *CIRCUIT_MESSAGES,
     *PEER_SAMPLING_MESSAGES,
     *GOSSIP_MESSAGES,
     *GROUPING_MESSAGES,

@@ -157,6 +157,7 @@ class MemoryTransport(Transport):
         """
         if self.closed:
             raise RuntimeError("transport is closed")
+        self.handler = handler
         address = self.listen_address
         if address in self.network.servers:
             raise OSError(f"address {address} already in use (in-memory network)")

@@ -4,18 +4,21 @@ A connection is opened by the requester (connect, then the handshake within
 ``connect_timeout``), pooled per address, reused while it is fresh and closed
 after ``idle_timeout``. Outgoing connections are capped apart from incoming
 ones (``max_outgoing``): the least recently used idle one makes room for a new
-dial; none is ever closed to admit an incoming connection.
+dial; none is ever closed to admit an incoming connection. Each connection has
+a *path*: ``direct``, ``relayed`` (through a relay's circuit), or a direct one
+that replaced a relayed one (``punched``, ``reversed``: :meth:`Dialer.adopt`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 
 import trio
 
+from common.address import is_circuit
 from p2p.wire import codec
 from p2p.wire.admission import source_of
 from p2p.wire.codec import Message
@@ -26,9 +29,15 @@ from p2p.wire.peer_text import printable
 from p2p.wire.side import Connector, TransportSide
 from p2p.wire.stream import ConnectionFailure, MessageStream
 
-__all__ = ["Dialer"]
+__all__ = ["DIRECT_PATHS", "Dialer"]
 
 logger = logging.getLogger("p2p.wire.transport")
+
+#: Paths that do not go through a relay.
+DIRECT_PATHS = frozenset({"direct", "punched", "reversed"})
+#: A circuit is a connection to the relay, a relay round trip and the handshake
+#: through it: it gets this many times ``connect_timeout``.
+CIRCUIT_TIMEOUT_FACTOR = 2
 
 
 @dataclass(eq=False)
@@ -39,6 +48,8 @@ class _Outgoing:
     last_used: float
     lock: trio.Lock = field(default_factory=trio.Lock)
     closed: bool = False
+    path: str = "direct"
+    retired: bool = False  # replaced by a better path: closed once its request ends
 
 
 class Dialer:
@@ -49,6 +60,11 @@ class Dialer:
         self.pool: dict[str, _Outgoing] = {}
         self._dial_locks: dict[str, trio.Lock] = {}
         self.open = 0  # open outgoing connections, handshaking ones included
+        #: Told of each new relayed connection (address, peer): hole punching's cue.
+        self.on_relayed: Callable[[str, PeerInfo], None] | None = None
+        #: The addresses to try, in order, when ``address`` does not answer (a
+        #: signed descriptor's alternates); None: none.
+        self.alternates: Callable[[str], Sequence[str]] | None = None
 
     async def request(
         self,
@@ -110,6 +126,8 @@ class Dialer:
                 conn.last_used = trio.current_time()
             finally:
                 conn.lock.release()
+                if conn.retired:
+                    await self._drop(conn)
             try:
                 reply = codec.decode(reply_payload.toreadonly())  # handed over: no copy
             except codec.DecodeError as exc:
@@ -168,10 +186,53 @@ class Dialer:
         return conn
 
     async def _dial(self, address: str, node_id: bytes | None) -> _Outgoing:
-        ms, peer = await self._open(address, node_id, self._t._connector)
-        conn = _Outgoing(address, ms, peer, last_used=trio.current_time())
+        """Connect to ``address``, else to its :attr:`alternates` in order."""
+        routes = [address, *(self.alternates(address) if self.alternates else ())]
+        failures: list[PeerUnreachable] = []
+        for route in routes:
+            try:
+                ms, peer = await self.open_session(route, node_id, self._t._connector)
+                break
+            except PeerUnreachable as exc:
+                failures.append(exc)
+        else:
+            if len(failures) == 1:
+                raise failures[0]
+            raise PeerUnreachable(address, "; ".join(
+                [failures[0].reason] + [f"alternate {f.address}: {f.reason}"
+                                        for f in failures[1:]]))
+        conn = _Outgoing(address, ms, peer, last_used=trio.current_time(),
+                         path="relayed" if is_circuit(route) else "direct")
         self.pool[address] = conn
+        if conn.path == "relayed" and self.on_relayed is not None:
+            self.on_relayed(address, peer)
         return conn
+
+    async def adopt(self, address: str, stream: trio.abc.Stream, node_id: bytes,
+                    path: str) -> None:
+        """Make ``stream`` (connected to node ``node_id``, say by a hole punch) the
+        pooled connection to ``address``, after a handshake as initiator on it.
+
+        The connection it replaces is closed once no request uses it. Raises
+        :class:`PeerUnreachable` (and closes ``stream``) if the handshake fails.
+        """
+
+        async def given(_: str) -> trio.abc.Stream:
+            return stream
+
+        ms, peer = await self.open_session(address, node_id, given, seal=False)
+        old = self.pool.get(address)
+        self.pool[address] = _Outgoing(address, ms, peer, last_used=trio.current_time(),
+                                       path=path)
+        if old is not None:
+            old.retired = True
+            if not old.lock.locked():
+                await self._drop(old)
+
+    def path(self, address: str) -> str | None:
+        """The path of the open connection to ``address`` (None: none open)."""
+        conn = self.pool.get(address)
+        return None if conn is None or conn.closed else conn.path
 
     @contextlib.asynccontextmanager
     async def session(self, address: str, node_id: bytes | None, *,
@@ -181,32 +242,37 @@ class Dialer:
         pooled), closed when the block ends: a dial-back that must not ride a
         pooled connection, a relay's circuit. ``connector``: how to reach the
         address (default: the transport's). Raises :class:`PeerUnreachable`."""
-        ms, peer = await self._open(address, node_id, connector or self._t._connector)
+        ms, peer = await self.open_session(address, node_id, connector or self._t._connector)
         try:
             yield ms, peer
         finally:
             self.open -= 1
             await ms.aclose()
 
-    async def _open(self, address: str, node_id: bytes | None,
-                    connector: Connector) -> tuple[MessageStream, PeerInfo]:
-        """Connect and run the handshake within ``connect_timeout``; counted in
-        :attr:`open` until the caller gives it back."""
+    async def open_session(self, address: str, node_id: bytes | None, connector: Connector,
+                           *, seal: bool | None = None) -> tuple[MessageStream, PeerInfo]:
+        """Connect and run the handshake within ``connect_timeout`` (twice that
+        through a relay); counted in :attr:`open` until the caller gives it back
+        (``open -= 1``). ``seal``: seal even without a swarm key (default: for
+        a circuit address). Raises :class:`PeerUnreachable`."""
         if self.open >= self._t.max_outgoing and not await self._evict_idle_outgoing():
             raise PeerUnreachable(address, f"outgoing connection limit of {self._t.max_outgoing} "
                                   "reached")
         self.open += 1
         ms: MessageStream | None = None
+        timeout = self._t.connect_timeout * (CIRCUIT_TIMEOUT_FACTOR if is_circuit(address)
+                                             else 1)
         try:
-            with trio.move_on_after(self._t.connect_timeout) as scope:
+            with trio.move_on_after(timeout) as scope:
                 try:
                     stream = await connector(address)
                 except (OSError, ValueError, trio.BrokenResourceError) as exc:
                     raise PeerUnreachable(address, _connect_failure(exc)) from None
                 ms = self._t._message_stream(stream, source_of(address))
                 try:
-                    peer = await self._t._handshake(ms, initiator=True,
-                                                    expected_node_id=node_id)
+                    peer = await self._t._handshake(
+                        ms, initiator=True, expected_node_id=node_id,
+                        seal=is_circuit(address) if seal is None else seal)
                 except ConnectionFailure as exc:
                     if exc.kind == "protocol":
                         self._t._offence(source_of(address), "closing connection to %s: %s",
@@ -215,7 +281,7 @@ class Dialer:
             # (no stream yet means the timeout struck while connecting)
             if scope.cancelled_caught or ms is None:
                 raise PeerUnreachable(address, "connect and handshake timed out after "
-                                               f"{self._t.connect_timeout:g} s")
+                                               f"{timeout:g} s")
         except BaseException:
             self.open -= 1
             if ms is not None:

@@ -6,7 +6,9 @@ Incoming connections are admitted by :class:`~p2p.wire.admission.Admission`
 sessions closed first). Each admitted connection answers one request at a time:
 Ping by the transport itself, every other request by the node's handler.
 Everything that goes wrong with one connection closes that connection with one
-log line (rate-limited per source); the server keeps running.
+log line (rate-limited per source); the server keeps running. A handler may
+answer with a :class:`Handover`: the reply is sent, then the connection leaves
+the request/reply loop (and its admission slot) to carry something else.
 """
 
 from __future__ import annotations
@@ -15,10 +17,11 @@ import dataclasses
 import itertools
 import logging
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 
 import trio
 
-from common.address import AddressError, HostPort, parse_host_port
+from common.address import AddressError, HostPort, is_circuit, parse_host_port
 from p2p.wire import codec
 from p2p.wire.admission import Decision, source_of
 from p2p.wire.codec import Message
@@ -39,7 +42,7 @@ from p2p.wire.messages import (
 from p2p.wire.side import TransportSide
 from p2p.wire.stream import ConnectionFailure, MessageStream
 
-__all__ = ["REFUSAL_FIRST_WAIT", "Handler", "Responder"]
+__all__ = ["REFUSAL_FIRST_WAIT", "Handler", "Handover", "Responder"]
 
 logger = logging.getLogger("p2p.wire.transport")
 
@@ -49,6 +52,21 @@ Handler = Callable[[PeerInfo, Message], Awaitable[Message | None]]
 #: sending its first request, which is read (never handled) before the refusal
 #: is sent as its reply (:meth:`Transport._refuse_session`).
 REFUSAL_FIRST_WAIT = 5.0
+
+
+@dataclass(frozen=True)
+class Handover:
+    """A handler's answer that ends the request/reply use of its connection.
+
+    ``reply`` is sent as usual; then the connection's stream leaves framing
+    (:meth:`MessageStream.detach`) and its admission slot, and ``take(stream,
+    peer)`` runs with it (a relay's circuit, a session changing direction).
+    The stream is closed when ``take`` returns. Not a wire message: the
+    responder never encodes it.
+    """
+
+    reply: Message
+    take: Callable[[trio.abc.Stream, PeerInfo], Awaitable[None]]
 
 
 class Responder:
@@ -110,7 +128,8 @@ class Responder:
         try:
             admission = self._t.admission
             peer = await self._t._handshake(ms, initiator=False, expected_node_id=None,
-                                            first_frame=lambda: admission.first_frame(conn))
+                                            first_frame=lambda: admission.first_frame(conn),
+                                            seal=is_circuit(remote))  # through a relay
             decision = admission.finish_handshake(conn, peer.node_id, trio.current_time())
             if not decision.admitted:
                 if decision.rule == "max_sessions":  # this node is full: no offence of the peer's
@@ -121,33 +140,7 @@ class Responder:
                 raise ConnectionFailure(f"session refused: {decision.reason}", "protocol")
             self._close_inbound(decision)
             peer = dataclasses.replace(peer, remote=remote)  # what handlers may check it by
-            logger.debug("accepted %s (node %s)", remote, peer.node_id.hex()[:16])
-            limiter = (
-                _RateLimiter(self._t.max_messages_per_second)
-                if self._t.max_messages_per_second is not None
-                else None
-            )
-            idle_wait = self._t.idle_timeout * 2
-            with ms.deadlines():  # one cancel scope for the connection, not one per step
-                while True:
-                    payload = await ms.receive_payload(idle_wait, self._t.read_timeout)
-                    try:
-                        # Read-only: the frame's buffer is handed over, arrays view it.
-                        msg = codec.decode(payload.toreadonly())
-                    except codec.DecodeError as exc:
-                        raise ConnectionFailure(f"bad message: {exc}") from None
-                    if limiter is not None:
-                        await limiter.wait()  # throttle a flooding peer: it waits for replies
-                    reply = await self._dispatch(handler, peer, msg, remote)
-                    # Work keeps a session from looking silent: a ping keeps TCP alive
-                    # but is none, nor is junk or a request refused with an Error.
-                    if type(msg) is not Ping and not isinstance(reply, Error):
-                        admission.request(conn, trio.current_time())
-                    # The next request is awaited right after: no yield of the send's own.
-                    await ms.send_parts(self._encode_reply(reply, msg), reply_follows=True)
-                    # Let go of this request's frame before the next one is allocated
-                    # (the allocator hands the same, cache-warm, block back).
-                    del payload, msg, reply
+            handover = await self._requests(conn, ms, handler, peer, remote)
         except ConnectionFailure as exc:
             if exc.quiet:
                 logger.debug("connection from %s ended: %s", remote, exc.reason)
@@ -155,8 +148,59 @@ class Responder:
                 self._t._busy(source, "closing connection from %s: %s", remote, exc.reason)
             else:
                 self._t._offence(source, "closing connection from %s: %s", remote, exc.reason)
+            return
         except Exception:  # a bug must not take the whole server down
             logger.exception("closing connection from %s: unexpected error", remote)
+            return
+        # The connection is handed over: no longer a session, so it holds no slot.
+        self._inbound.pop(conn, None)
+        self._t.admission.close(conn)
+        stream = ms.detach()
+        try:
+            await handover.take(stream, peer)
+        except Exception:
+            logger.exception("closing connection from %s: unexpected error after handover",
+                             remote)
+        finally:
+            await trio.aclose_forcefully(stream)
+
+    async def _requests(self, conn: int, ms: MessageStream, handler: Handler, peer: PeerInfo,
+                        remote: str) -> Handover:
+        """Answer ``peer``'s requests until one is answered with a :class:`Handover`
+        (returned once its reply is sent); raises :class:`ConnectionFailure` when
+        the connection ends."""
+        admission = self._t.admission
+        logger.debug("accepted %s (node %s)", remote, peer.node_id.hex()[:16])
+        limiter = (
+            _RateLimiter(self._t.max_messages_per_second)
+            if self._t.max_messages_per_second is not None
+            else None
+        )
+        idle_wait = self._t.idle_timeout * 2
+        with ms.deadlines():  # one cancel scope for the connection, not one per step
+            while True:
+                payload = await ms.receive_payload(idle_wait, self._t.read_timeout)
+                try:
+                    # Read-only: the frame's buffer is handed over, arrays view it.
+                    msg = codec.decode(payload.toreadonly())
+                except codec.DecodeError as exc:
+                    raise ConnectionFailure(f"bad message: {exc}") from None
+                if limiter is not None:
+                    await limiter.wait()  # throttle a flooding peer: it waits for replies
+                reply = await self._dispatch(handler, peer, msg, remote)
+                if isinstance(reply, Handover):
+                    await ms.send_parts(self._encode_reply(reply.reply, msg))
+                    return reply
+                # Work keeps a session from looking silent: a ping keeps TCP alive
+                # but is none, nor is junk or a request refused with an Error.
+                if type(msg) is not Ping and not isinstance(reply, Error):
+                    admission.request(conn, trio.current_time())
+                # The next request is awaited right after: no yield of the send's own.
+                await ms.send_parts(self._encode_reply(reply, msg), reply_follows=True)
+                # Let go of this request's frame before the next one is allocated
+                # (the allocator hands the same, cache-warm, block back).
+                del payload, msg, reply
+        raise AssertionError("unreachable")  # the loop only ends by returning or raising
 
     async def _refuse_session(self, ms: MessageStream, reason: str) -> None:
         """Tell a peer whose handshake completed that this node has no session

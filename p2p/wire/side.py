@@ -43,7 +43,8 @@ class TransportSide(Protocol):
 
     async def _handshake(self, ms: MessageStream, *, initiator: bool,
                          expected_node_id: bytes | None,
-                         first_frame: Callable[[], None] | None = None) -> PeerInfo: ...
+                         first_frame: Callable[[], None] | None = None,
+                         seal: bool = False) -> PeerInfo: ...
 
     async def _tell_before_closing(self, ms: MessageStream, error: Error) -> None: ...
 

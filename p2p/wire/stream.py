@@ -47,7 +47,7 @@ from p2p.wire.handshake import SessionKeys
 from p2p.wire.msgpack_views import LARGE_BIN, first_large_bin
 from p2p.wire.sealing import TAG_SIZE, Opener, Sealer, SealError
 
-__all__ = ["Buffer", "ByteCount", "ConnectionFailure", "MessageStream"]
+__all__ = ["Buffer", "ByteCount", "ConnectionFailure", "MessageStream", "Prepended"]
 
 #: Bytes the transport sends without copying them first.
 Buffer = bytes | bytearray | memoryview
@@ -152,6 +152,7 @@ class MessageStream:
         # answer cannot be there yet, so that receive waits for the socket
         # rather than trying a read bound to fail first (see _read_frame).
         self._answer_awaited = False
+        self._detached = False  # see detach()
         if isinstance(stream, trio.SocketStream):
             _lift_send_limit(stream)
 
@@ -504,11 +505,52 @@ class MessageStream:
         except codec.DecodeError as exc:
             raise ConnectionFailure(f"bad message: {exc}") from None
 
+    def detach(self) -> trio.abc.Stream:
+        """Leave framing: the underlying stream, to carry something else from here
+        (a relayed circuit, a session that changes direction).
+
+        Bytes already received past the last frame read (whole frames not yet
+        read included, in their wire form) are handed over first by a
+        :class:`Prepended` stream. :meth:`aclose` no longer closes the stream:
+        it is the caller's now.
+        """
+        rest = b"".join(_HEADER_PACK(len(p)) + bytes(p) for p in self._pending)
+        self._pending.clear()
+        rest += self._decoder.take_buffered()
+        stream, self._detached = self.stream, True
+        return Prepended(rest, stream) if rest else stream
+
     async def aclose(self) -> None:
         """Close the underlying stream without waiting (and give back the frame
-        budget an unfinished frame held)."""
+        budget an unfinished frame held); after :meth:`detach`, only the latter."""
         self._decoder.release()
-        await trio.aclose_forcefully(self.stream)
+        if not self._detached:
+            await trio.aclose_forcefully(self.stream)
+
+
+class Prepended(trio.abc.Stream):
+    """``inner`` with ``data`` received first (what framing had read ahead)."""
+
+    def __init__(self, data: bytes, inner: trio.abc.Stream) -> None:
+        self._data = data
+        self.inner = inner
+
+    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
+        await self.inner.send_all(data)
+
+    async def wait_send_all_might_not_block(self) -> None:
+        await self.inner.wait_send_all_might_not_block()
+
+    async def receive_some(self, max_bytes: int | None = None) -> bytes | bytearray:
+        if self._data:
+            await trio.lowlevel.checkpoint()
+            size = len(self._data) if max_bytes is None else max_bytes
+            out, self._data = self._data[:size], self._data[size:]
+            return out
+        return await self.inner.receive_some(max_bytes)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
 
 
 class _Deadlines:

@@ -11,7 +11,9 @@ closed when silent for twice that long). Each connection's frames go through a
 
 The connection logic only needs a :class:`trio.abc.Stream`, so tests can run
 it over ``trio.testing.memory_stream_pair()`` via :meth:`Transport.serve_stream`
-and the ``connector`` argument.
+and the ``connector`` argument. A circuit address (``<relay>/circuit/<id>``)
+is reached through the relay (:mod:`p2p.wire.circuit`); TCP connections go out
+from the listen port (``SO_REUSEPORT``, :func:`~p2p.wire.listen.connect_from`).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from collections.abc import Callable
 
 import trio
 
-from common.address import HostPort, parse_host_port
+from common.address import Circuit, HostPort, parse_dial_address, parse_host_port
 from common.log_limit import LogLimiter
 from p2p.wire.admission import (
     DEFAULT_FRAME_BUDGET,
@@ -32,16 +34,17 @@ from p2p.wire.admission import (
     AdmissionLimits,
     FrameBudget,
 )
+from p2p.wire.circuit import open_circuit
 from p2p.wire.codec import Message
-from p2p.wire.dialer import Dialer
+from p2p.wire.dialer import DIRECT_PATHS, Dialer
 from p2p.wire.errors import PeerUnreachable, Rejected, RemoteError, TransportError
 from p2p.wire.framing import DEFAULT_MAX_FRAME_SIZE
 from p2p.wire.handshake import Handshake, HandshakeError, PeerInfo
 from p2p.wire.identity import Identity
-from p2p.wire.listen import bind_tcp_listeners
+from p2p.wire.listen import bind_tcp_listeners, connect_from
 from p2p.wire.messages import ERROR_HANDSHAKE, Error
 from p2p.wire.peer_text import printable
-from p2p.wire.responder import REFUSAL_FIRST_WAIT, Handler, Responder
+from p2p.wire.responder import REFUSAL_FIRST_WAIT, Handler, Handover, Responder
 from p2p.wire.sealing import DEFAULT_CIPHER, check_cipher
 from p2p.wire.side import Connector
 from p2p.wire.stream import ByteCount, ConnectionFailure, MessageStream
@@ -53,9 +56,11 @@ __all__ = [
     "HANDSHAKE_MAX_FRAME_SIZE",
     "REFUSAL_FIRST_WAIT",
     "ByteCount",
+    "DIRECT_PATHS",
     "ConnectionFailure",
     "Connector",
     "Handler",
+    "Handover",
     "MessageStream",
     "PeerUnreachable",
     "Rejected",
@@ -94,11 +99,6 @@ def parse_address(address: str) -> tuple[str, int]:
 def format_address(host: str, port: int) -> str:
     """Inverse of :func:`parse_address` (brackets IPv6 literals)."""
     return str(HostPort(host, port))
-
-
-async def _tcp_connect(address: str) -> trio.abc.Stream:
-    host, port = parse_address(address)
-    return await trio.open_tcp_stream(host, port)
 
 
 
@@ -175,8 +175,14 @@ class Transport:
         if max_messages_per_second is not None and max_messages_per_second <= 0:
             raise ValueError(f"max_messages_per_second must be > 0, got {max_messages_per_second}")
         self.max_messages_per_second = max_messages_per_second
-        self._connector: Connector = connector or _tcp_connect
+        # How a direct address is reached (TCP, or a test's in-memory network);
+        # _connector adds circuits through relays on top.
+        self._base_connector: Connector = connector or self._tcp_connect
+        self._connector: Connector = self._connect
+        #: Dial TCP from the listen port (docs/design/transport.md#hole-punching).
+        self.dial_from_listen_port = True
         self._bound_address: str | None = None
+        self.handler: Handler | None = None  # what serve() answers requests with
         self.max_outgoing = max_outgoing or max_connections
         self.admission = Admission(admission or AdmissionLimits.for_connections(
             max_connections, idle_limit=2 * idle_timeout))
@@ -240,7 +246,8 @@ class Transport:
         the cause and the fix. Idempotent.
         """
         if self._bound_sockets is None:
-            self._bound_sockets = bind_tcp_listeners(self.listen_host or None, self.listen_port)
+            self._bound_sockets = bind_tcp_listeners(self.listen_host or None, self.listen_port,
+                                                     reuse_port=True)
 
     async def serve(
         self, handler: Handler, task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED
@@ -254,6 +261,7 @@ class Transport:
         """
         if self._closed:
             raise RuntimeError("transport is closed")
+        self.handler = handler
         self.bind()
         bound, self._bound_sockets = self._bound_sockets or [], None
         listeners = [trio.SocketListener(trio.socket.from_stdlib_socket(s)) for s in bound]
@@ -289,6 +297,37 @@ class Transport:
 
     # -- client -----------------------------------------------------------------
 
+    async def _connect(self, address: str) -> trio.abc.Stream:
+        """A stream to ``address``: through its relay for a circuit address."""
+        target = parse_dial_address(address)  # AddressError is a ValueError: unreachable
+        if isinstance(target, Circuit):
+            return await open_circuit(self.dialer, target, self._base_connector,
+                                      self.connect_timeout)
+        return await self._base_connector(address)
+
+    async def _tcp_connect(self, address: str) -> trio.abc.Stream:
+        host, port = parse_address(address)
+        bound = self._bound_address
+        if not self.dial_from_listen_port or bound is None:
+            return await trio.open_tcp_stream(host, port)
+        local = parse_host_port(bound)
+        unspecified = local.host in ("0.0.0.0", "::")
+        return await connect_from(host, port, "" if unspecified else local.host, local.port)
+
+    def path_counts(self) -> dict[str, int]:
+        """Open outgoing connections by path."""
+        counts: dict[str, int] = {}
+        for address in self.dialer.addresses:
+            path = self.dialer.path(address)
+            if path is not None:
+                counts[path] = counts.get(path, 0) + 1
+        return counts
+
+    def path_to(self, address: str) -> str | None:
+        """How the pooled connection to ``address`` goes: ``direct``, ``relayed``,
+        ``punched`` or ``reversed`` (None: no connection open)."""
+        return self.dialer.path(address)
+
     async def request(self, address: str, msg: Message, timeout: float | None = None, *,
                       node_id: bytes | None = None) -> Message:
         """Send ``msg`` to ``address`` and return the peer's reply.
@@ -317,8 +356,10 @@ class Transport:
 
     async def _handshake(
         self, ms: MessageStream, *, initiator: bool, expected_node_id: bytes | None,
-        first_frame: Callable[[], None] | None = None,
+        first_frame: Callable[[], None] | None = None, seal: bool = False,
     ) -> PeerInfo:
+        """Run the handshake on ``ms``; ``seal``: seal the session even without a
+        swarm key (both ends must say so: a session through a relay)."""
         hs = self.handshake_class(
             self.identity,
             initiator=initiator,
@@ -327,6 +368,7 @@ class Transport:
             swarm_key=self.swarm_key,
             cipher=self.cipher,
             expected_node_id=expected_node_id,
+            seal=seal,
         )
         ms.set_receive_limit(min(self.max_frame_size, HANDSHAKE_MAX_FRAME_SIZE), exact=True)
         deadline_scope = trio.move_on_after(self.connect_timeout)

@@ -5,8 +5,9 @@ Every ``PROBE_INTERVAL`` (sooner at the start, backing off while no peer
 answers) it asks up to ``PROBES`` peers (bootstrap and sampled) what address
 they see (``Observe``), then, while its reachability is not settled, asks them
 to dial it back (:mod:`.dialback`). When the address worth advertising changes
-(:class:`.reachability.Reachability`) the transport's HELLO and the signed
-descriptor follow. Names (``node.advertise``, bootstrap) are resolved here:
+(:class:`.reachability.Reachability`), or the relays holding its reservations
+(:class:`~p2p.runtime.relay.host.NodeRelay`), the transport's HELLO and the
+signed descriptor follow. Names (``node.advertise``, bootstrap) are resolved here:
 one that does not resolve is a line in the log and in ``p2p status``, and is
 tried again. See docs/guide/deployment.md.
 """
@@ -16,14 +17,20 @@ from __future__ import annotations
 import logging
 import random
 import socket
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import trio
 
 from common.address import NAME, AddressError, HostPort, address_scope, parse_host_port
 from p2p.runtime.connectivity.dialback import DialBackGate, DialBackReply, DialBackRequest
-from p2p.runtime.connectivity.reachability import Reachability, ReachabilityStatus
+from p2p.runtime.connectivity.reachability import (
+    Reachability,
+    ReachabilityStatus,
+    plan_addresses,
+    wants_relay,
+)
 from p2p.runtime.node_transport import NodeTransport
+from p2p.runtime.relay.host import NodeRelay
 from p2p.wire.handshake import PeerInfo
 from p2p.wire.messages import Observe, Observed, Ping, Pong
 from p2p.wire.peer_text import printable
@@ -84,15 +91,21 @@ class NodeConnectivity:
     """
 
     def __init__(self, transport: NodeTransport, *, advertise: HostPort | None,
-                 bootstrap: Sequence[HostPort], seed: int | None = None) -> None:
+                 bootstrap: Sequence[HostPort], seed: int | None = None,
+                 relay: NodeRelay | None = None) -> None:
         self.transport = transport
         self.advertise = advertise
         self.bootstrap = list(bootstrap)
         self.gate = DialBackGate()
         self.core: Reachability | None = None  # made once the transport is bound
+        self.relay = relay
         self._rng = random.Random(seed)
         self._sampler: PeerSampler | None = None
         self._settled_at = -RECHECK  # when reachability last became settled
+        self._direct = ""  # the address when nothing is probed (an in-memory transport)
+        self._relay_tags: frozenset[bytes] = frozenset()
+        #: Called when what the node adds to its tags changes (it starts or stops relaying).
+        self.on_tags: Callable[[], None] | None = None
 
     @property
     def probing(self) -> bool:
@@ -102,15 +115,31 @@ class NodeConnectivity:
     def start(self, bound: str) -> str:
         """The transport listens on ``bound``: the address to advertise first."""
         listen = _host_port(bound)
-        if listen is None or not self.probing:
-            return self.transport.listen_address
-        self.core = Reachability(listen, self.advertise,
-                                 interface_host=interface_host([*self.bootstrap, listen]))
+        self._direct = self.transport.listen_address
+        if listen is not None and self.probing:
+            self.core = Reachability(listen, self.advertise,
+                                     interface_host=interface_host([*self.bootstrap, listen]))
         return self._apply(trio.current_time())
 
+    def refresh(self) -> None:
+        """Advertise again (the relays holding this node's reservations changed)."""
+        self._apply(trio.current_time())
+
     def attach(self, sampler: PeerSampler) -> None:
-        """Peer sampling started: its descriptor follows the advertised address."""
+        """Peer sampling started: its descriptor follows the advertised address, and
+        a peer that does not answer at its address is tried at its descriptor's
+        alternates."""
         self._sampler = sampler
+        if isinstance(self.transport, Transport):
+            self.transport.dialer.alternates = self._alternates_of
+
+    def _alternates_of(self, address: str) -> tuple[str, ...]:
+        sampler = self._sampler
+        if sampler is not None:
+            for entry in sampler.peer_entries():
+                if entry.descriptor.address == address:
+                    return entry.descriptor.alternates
+        return ()
 
     def status(self) -> ReachabilityStatus:
         if self.core is None:
@@ -202,15 +231,32 @@ class NodeConnectivity:
         return None
 
     def _apply(self, now: float) -> str:
-        """Advertise what the core chose, in HELLOs and the signed descriptor."""
-        assert self.core is not None
-        address = self.core.advertised(now)
+        """Advertise what the core chose (relayed addresses first while peers
+        cannot dial this node), in HELLOs and the signed descriptor."""
+        core = self.core
+        direct = self._direct if core is None else core.advertised(now)
+        reachable = "unknown" if core is None else core.reachable(now)[0]
+        relayed: list[str] = []
+        if self.relay is not None:
+            relay = self.relay
+            relay.reachable = reachable
+            use = relay.config.use
+            # nothing is probed in memory: relays there only when asked for
+            relay.set_needed(wants_relay(use if core is not None or use != "auto" else "never",
+                                         reachable, direct))
+            relayed = relay.relayed_addresses(now)
+            if relay.tags() != self._relay_tags:
+                self._relay_tags = relay.tags()
+                if self.on_tags is not None:
+                    self.on_tags()
+        address, alternates = plan_addresses(direct, relayed, reachable)
         if isinstance(self.transport, Transport) and self.transport.advertise_address != address:
             if self.transport.advertise_address is not None:
                 logger.info("advertising %s (was %s)", address, self.transport.advertise_address)
             self.transport.advertise_address = address
-        if self._sampler is not None and self._sampler.self_descriptor.address != address:
-            self._sampler.set_address(address)
+        me = None if self._sampler is None else self._sampler.self_descriptor
+        if me is not None and (me.address, me.alternates) != (address, alternates):
+            self._sampler.set_address(address, alternates)  # type: ignore[union-attr]
         return address
 
     # ------------------------------------------------------------------ serving

@@ -13,7 +13,9 @@ The advertised address, best first: ``node.advertise``; a confirmed address
 that peers could dial back; the listen address, when it means something to a
 peer on another host (never ``0.0.0.0``, ``::``, link-local, nor loopback
 outside a one-host swarm); else the interface address the driver found.
-See docs/guide/deployment.md.
+A node that peers cannot dial puts its relayed addresses first and its own
+address last (:func:`plan_addresses`; :func:`wants_relay` says when it
+reserves with relays). See docs/guide/deployment.md.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from dataclasses import dataclass
 
 from common.address import (
     LOOPBACK,
+    PRIVATE,
     PUBLIC,
     AddressError,
     HostPort,
@@ -31,7 +34,8 @@ from common.address import (
     parse_host_port,
 )
 
-__all__ = ["DIAL_BACK_RESULTS_KEPT", "Reachability", "ReachabilityStatus"]
+__all__ = ["DIAL_BACK_RESULTS_KEPT", "Reachability", "ReachabilityStatus", "plan_addresses",
+           "wants_relay"]
 
 #: Hosts whose observations are remembered, and observers per host.
 MAX_OBSERVED_HOSTS = 16
@@ -157,3 +161,37 @@ class Reachability:
         reachable, reason = self.reachable(now)
         return ReachabilityStatus(reachable, reason, self.advertised(now),
                                   tuple(str(a) for a in self.confirmed()))
+
+
+def wants_relay(use: str, reachable: str, direct: str) -> bool:
+    """Whether a node reserves with relays: ``relay.use`` "always" or "never", or
+    ("auto") when peers could not dial it back, or while that is unknown and its
+    own address is a private one (a NAT's LAN)."""
+    if use != "auto":
+        return use == "always"
+    if reachable != "unknown":
+        return reachable == "no"
+    try:
+        host = parse_host_port(direct).host
+    except AddressError:
+        return False
+    return address_scope(host) == PRIVATE
+
+
+def plan_addresses(direct: str, relayed: list[str],
+                   reachable: str) -> tuple[str, tuple[str, ...]]:
+    """(the address to advertise, the alternates tried after it, in order).
+
+    Relayed addresses come first unless peers can dial the node; its own
+    address then comes last, and only if it means something on another host.
+    """
+    if not relayed or reachable == "yes":
+        return direct, ()
+    alternates = list(relayed[1:])
+    try:
+        own = parse_host_port(direct)
+    except AddressError:
+        own = None
+    if own is not None and advertisable(own):
+        alternates.append(direct)
+    return relayed[0], tuple(alternates)

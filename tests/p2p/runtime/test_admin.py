@@ -443,6 +443,10 @@ class _Source:
 
         return ReachabilityStatus("no", "2 peers could not dial back", "10.0.0.1:7400", ())
 
+    def relay_status(self) -> dict[str, Any]:
+        return {"serving": False, "reserved_with": [
+            {"relay": "203.0.113.1:7661", "state": "active", "reason": "", "circuits": 2}]}
+
     async def save_checkpoint(self) -> int:
         return 123
 
@@ -464,6 +468,8 @@ async def test_node_admin_needs_only_its_narrow_source(tmp_path: Path) -> None:
     counters = admin.metrics().counters
     assert counters["rejected_messages"] == 1 and counters["global.pushes_sent"] == 7
     assert counters["round"] == 3 and "test_loss" not in counters
+    assert counters["relay.reservations_active"] == 1
+    assert status.relay is not None and status.relay["reserved_with"][0]["state"] == "active"
     report = await admin.checkpoint()
     assert (report.bytes, report.round) == (123, 3)
     assert admin.stop().stopping and source.stop_requested
