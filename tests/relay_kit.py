@@ -55,7 +55,7 @@ class Lab:
 @asynccontextmanager
 async def relay_lab(*, swarm_key: bytes | None = None, limits: RelayLimits | None = None,
                     service: type[RelayService] = RelayService,
-                    waiting: int = 2) -> AsyncIterator[Lab]:
+                    waiting: int = 1) -> AsyncIterator[Lab]:
     """A relay, a node behind a NAT holding a reservation with it (already active),
     and a peer; yields once the reservation holds."""
     register_node_messages()

@@ -22,6 +22,7 @@ from p2p.runtime.collaboration import (
     ContactLog,
     assess,
 )
+from p2p.runtime.relay.book import RELAY_TAG
 
 if TYPE_CHECKING:
     from p2p.config import NodeConfig
@@ -31,6 +32,9 @@ if TYPE_CHECKING:
 __all__ = ["CollaborationWatch", "WatchedNode"]
 
 logger = logging.getLogger(__name__)
+
+#: The tags of a relay that holds no model (a relay-only node).
+_RELAY_ONLY = frozenset({RELAY_TAG})
 
 
 class WatchedNode(Protocol):
@@ -61,7 +65,9 @@ class CollaborationWatch:
         if sampler is not None:
             for entry in sampler.peer_entries():
                 d = entry.descriptor
-                peers[d.node_id] = peers.get(d.node_id, frozenset()) | d.tags
+                if d.tags == _RELAY_ONLY:  # a relay-only node: no collaborator
+                    continue
+                peers[d.node_id] = peers.get(d.node_id, frozenset()) | (d.tags - _RELAY_ONLY)
         if peers or isolated:
             self._recent_peers = peers
         else:  # every known peer is out of the views for a shuffle right now

@@ -59,7 +59,8 @@ TRAINING = "relay-only: relays circuits and serves peer sampling; holds no model
 class RelayNode:
     """A node that only relays and serves peer sampling (see the module docstring)."""
 
-    def __init__(self, config: NodeConfig, *, transport: Transport | None = None) -> None:
+    def __init__(self, config: NodeConfig, *, transport: Transport | None = None,
+                 standalone: bool = True) -> None:
         if config.node.data_dir is None:
             raise ConfigError("node.data_dir: required (set it in the file or pass --data-dir)")
         self.data_dir = check_data_dir_writable(config.node.data_dir)
@@ -90,6 +91,7 @@ class RelayNode:
         self.connectivity.on_tags = self._retag
         self.requests.add(DialBackRequest, self.connectivity.serve_dial_back)
         self.sampler: PeerSampler | None = None
+        self.standalone = standalone  # False in tests: no admin socket, no signal handlers
         self._stop = trio.Event()
         self.admin = RelayAdmin(self)
 
@@ -114,8 +116,9 @@ class RelayNode:
             self.sampler.bootstrap([str(b) for b in self.config.node.bootstrap])
             nursery.start_soon(self.connectivity.run)
             nursery.start_soon(self._peer_sampling, self.sampler)
-            await nursery.start(serve_admin, self.data_dir / ADMIN_SOCKET, self.admin)
-            nursery.start_soon(self._watch_signals)
+            if self.standalone:
+                await nursery.start(serve_admin, self.data_dir / ADMIN_SOCKET, self.admin)
+                nursery.start_soon(self._watch_signals)
             logger.info("relay-only node %s listening on %s", self.identity.node_id[:6].hex(),
                         self.transport.listen_address)
             task_status.started(self.transport.listen_address)

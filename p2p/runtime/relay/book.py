@@ -52,6 +52,10 @@ class RelayStats:
     reservations_refused: int = 0
     bytes_relayed: int = 0
     refusals: Counter[str] = field(default_factory=Counter)  # by cap
+    # the most ever open at once: in all, from one node, to one node
+    peak_circuits: int = 0
+    peak_per_initiator: int = 0
+    peak_per_target: int = 0
 
 
 class RelayBook:
@@ -131,7 +135,13 @@ class RelayBook:
         cid = self._next
         self._next += 1
         self.circuits[cid] = CircuitRecord(initiator, source, target, reservation.source, now)
-        self.stats.circuits_opened += 1
+        s = self.stats
+        s.circuits_opened += 1
+        s.peak_circuits = max(s.peak_circuits, len(self.circuits))
+        s.peak_per_initiator = max(s.peak_per_initiator, sum(
+            c.initiator == initiator for c in self.circuits.values()))
+        s.peak_per_target = max(s.peak_per_target, sum(
+            c.target == target for c in self.circuits.values()))
         return cid, ""
 
     def _cap(self, initiator: bytes, source: str, target: bytes, target_source: str) -> str:

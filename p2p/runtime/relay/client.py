@@ -62,7 +62,7 @@ class RelayReservations:
 
     def __init__(self, transport: Transport, node_id: bytes, *,
                  candidates: Callable[[], Sequence[tuple[str, bytes | None]]],
-                 on_change: Callable[[], None], wanted: int = 2, waiting: int = 2) -> None:
+                 on_change: Callable[[], None], wanted: int = 2, waiting: int = 1) -> None:
         self.transport = transport
         self.node_id = node_id
         self.candidates = candidates

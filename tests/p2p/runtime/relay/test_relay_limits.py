@@ -1,0 +1,91 @@
+"""A relay under a flood of circuit requests stays within its limits (virtual time):
+circuits at once, circuits per node, the rate of each circuit, its duration; and its
+books (sans-IO) refuse what is over a cap, saying which."""
+
+from __future__ import annotations
+
+import trio
+from relay_kit import Echo, relay_lab
+
+from p2p.runtime.relay.book import RelayBook
+from p2p.wire.circuit import RelayLimits
+from p2p.wire.identity import Identity
+from p2p.wire.transport import PeerUnreachable, Transport
+
+A, B, C, T = (bytes([i]) * 32 for i in range(1, 5))
+
+
+def test_books_cap_circuits_per_node_source_and_target() -> None:
+    book = RelayBook(RelayLimits(max_circuits=5, circuits_per_peer=2, max_reservations=2,
+                                 waiting_per_peer=1, reservation_ttl=10.0))
+    assert book.open(A, "h1", T, 0.0) == (None, "no reservation: that node holds no "
+                                                "reservation with this relay")
+    assert book.wait(T, "ht", 0.0) is None
+    assert "already waiting" in (book.wait(T, "ht", 0.0) or "")  # one connection each here
+    assert book.wait(C, "hc", 0.0) is None
+    assert "relay full" in (book.wait(B, "hb", 0.0) or "")  # two nodes hold reservations
+    first, _ = book.open(A, "h1", T, 1.0)
+    assert first is not None and book.open(A, "h1", T, 1.0)[0] is not None
+    assert book.open(A, "h2", T, 1.0)[1].startswith("per-peer limit")  # A: 2 open
+    assert book.open(B, "h1", T, 1.0)[1].startswith("per-source limit")  # h1: 2 open
+    assert book.open(B, "h3", T, 1.0)[1].startswith("per-target limit")  # T: 2 open
+    book.close(first)
+    assert book.open(B, "h3", T, 1.0)[0] is not None
+    assert book.open(T, "ht", T, 1.0)[1] == "a circuit to yourself"
+    book.end_wait(T, 2.0)
+    assert book.reserved(T, 11.9) and not book.reserved(T, 12.0)  # the ttl after the last wait
+    assert book.stats.refusals["per-peer limit"] == 1
+
+
+async def test_a_flood_of_circuit_requests_stays_within_the_relays_limits(
+        autojump_clock: trio.abc.Clock) -> None:
+    # one target: the cap of circuits at once binds before the per-target one
+    limits = RelayLimits(max_circuits=3, circuits_per_peer=4, circuit_rate=50_000,
+                         circuit_duration=30.0)
+    async with relay_lab(limits=limits) as lab:
+        book = lab.service.book
+        outcomes = {"served": 0, "refused": 0}
+
+        async def flooder(k: int) -> None:
+            me = lab.net.transport(Identity.generate(), f"10.9.{k}.1:7661")
+            for _ in range(3):  # three rounds of two sessions held together
+                async with trio.open_nursery() as hold:
+                    for _ in range(2):
+                        hold.start_soon(one_session, me)
+
+        async def one_session(me: Transport) -> None:
+            try:
+                async with me.dialer.session(lab.circuit, None) as (ms, _):
+                    await ms.send(Echo(b"x" * 20_000))
+                    await ms.receive(60, 60)
+                    outcomes["served"] += 1
+                    await trio.sleep(1.0)  # held open a while
+            except PeerUnreachable:
+                outcomes["refused"] += 1
+
+        async with trio.open_nursery() as flood:
+            for k in range(6):
+                flood.start_soon(flooder, k)
+        peak = book.stats
+        assert peak.peak_circuits == limits.max_circuits  # reached, never passed
+        assert peak.peak_per_initiator <= limits.circuits_per_peer
+        assert peak.peak_per_target <= limits.circuits_per_peer
+        assert outcomes["served"] > 0 and outcomes["refused"] > 0
+        assert book.stats.circuits_refused == outcomes["refused"] >= 1
+        assert not book.circuits  # every circuit closed with its session
+
+        # the rate of one circuit: 200 kB each way through 50 kB/s
+        started = trio.current_time()
+        big = b"y" * 200_000
+        assert await lab.peer.request(lab.circuit, Echo(big), timeout=60) == Echo(big)
+        burst = max(limits.circuit_rate // 4, 64 * 1024)
+        assert trio.current_time() - started >= (len(big) - burst) / limits.circuit_rate
+
+        # the duration: the relay ends the circuit; the next request finds the pooled
+        # connection closed and opens another circuit
+        opened = book.stats.circuits_opened
+        await trio.sleep(limits.circuit_duration)
+        assert not book.circuits
+        assert await lab.peer.request(lab.circuit, Echo(b"again")) == Echo(b"again")
+        assert book.stats.circuits_opened == opened + 1
+
