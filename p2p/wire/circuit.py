@@ -39,7 +39,7 @@ class RelayLimits:
     max_reservations: int = 64  # nodes holding a reservation at once
     circuit_rate: int = 1 << 20  # bytes per second, each way, per circuit (0: no limit)
     circuit_duration: float = 600.0  # seconds a circuit may last
-    circuits_per_peer: int = 4  # circuits a node (or a source address) opens, or is reached by
+    circuits_per_peer: int = 4  # circuits a node (or a source address) opens; twice to one target
     waiting_per_peer: int = 2  # connections a node may wait on at once
     reservation_ttl: float = 60.0  # seconds a reservation outlives its last wait
 

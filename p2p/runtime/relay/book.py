@@ -49,6 +49,7 @@ class RelayStats:
 
     circuits_opened: int = 0
     circuits_refused: int = 0
+    circuits_evicted: int = 0  # closed to make room for a source that had none
     reservations_refused: int = 0
     bytes_relayed: int = 0
     refusals: Counter[str] = field(default_factory=Counter)  # by cap
@@ -115,23 +116,48 @@ class RelayBook:
     # ------------------------------------------------------------------ circuits
 
     def open(self, initiator: bytes, source: str, target: bytes,
-             now: float) -> tuple[int | None, str]:
-        """A circuit from ``initiator`` (at ``source``) to ``target``: (its id, "")
-        or (None, why not). The target must hold a reservation."""
+             now: float) -> tuple[int | None, str, list[int]]:
+        """A circuit from ``initiator`` (at ``source``) to ``target``: (its id, "",
+        circuits to close to make room) or (None, why not, []). The target must
+        hold a reservation.
+
+        Caps per node id and per source refuse. The caps of circuits at once and
+        of circuits to one target make room by fair shares instead: a source
+        without a circuit (to that target) takes the oldest circuit of the
+        source holding the most, if it holds two or more; so a flood from a few
+        hosts cannot keep the others out.
+        """
         self._expire(now)
         reservation = self._reservations.get(target)
-        why = ""
+        lim = self.limits
+        per = lim.circuits_per_peer
+        open_ = list(self.circuits.items())
+        why, evict = "", list[int]()
         if reservation is None:
             why = "no reservation: that node holds no reservation with this relay"
         elif target == initiator:
             why = "a circuit to yourself"
+        elif sum(c.initiator == initiator for _, c in open_) >= per:
+            why = f"per-peer limit: this node has {per} circuits open through this relay"
+        elif sum(c.source == source for _, c in open_) >= per:
+            why = f"per-source limit: {per} circuits open from {source}"
         else:
-            why = self._cap(initiator, source, target, reservation.source)
+            to_target = [(i, c) for i, c in open_ if c.target == target]
+            if len(to_target) >= 2 * per:
+                why, evict = self._make_room(to_target, source,
+                                             f"per-target limit: the target has {2 * per} "
+                                             "circuits open to it")
+            if not why and len(open_) - len(evict) >= lim.max_circuits:
+                why, evict = self._make_room([x for x in open_ if x[0] not in evict], source,
+                                             f"circuit limit: {lim.max_circuits} circuits open")
         if why:
             self.stats.circuits_refused += 1
             self.stats.refusals[why.split(":")[0]] += 1
-            return None, why
+            return None, why, []
         assert reservation is not None
+        for cid in evict:
+            self.close(cid)
+        self.stats.circuits_evicted += len(evict)
         cid = self._next
         self._next += 1
         self.circuits[cid] = CircuitRecord(initiator, source, target, reservation.source, now)
@@ -142,23 +168,21 @@ class RelayBook:
             c.initiator == initiator for c in self.circuits.values()))
         s.peak_per_target = max(s.peak_per_target, sum(
             c.target == target for c in self.circuits.values()))
-        return cid, ""
+        return cid, "", evict
 
-    def _cap(self, initiator: bytes, source: str, target: bytes, target_source: str) -> str:
-        lim = self.limits
-        if len(self.circuits) >= lim.max_circuits:
-            return f"circuit limit: {lim.max_circuits} circuits open"
-        per = lim.circuits_per_peer
-        open_ = self.circuits.values()
-        if sum(c.initiator == initiator for c in open_) >= per:
-            return f"per-peer limit: this node has {per} circuits open through this relay"
-        if sum(c.source == source for c in open_) >= per:
-            return f"per-source limit: {per} circuits open from {source}"
-        if sum(c.target == target for c in open_) >= per:
-            return f"per-target limit: the target has {per} circuits open to it"
-        if sum(c.target_source == target_source for c in open_) >= per * 2:
-            return f"per-target limit: {per * 2} circuits open to {target_source}"
-        return ""
+    @staticmethod
+    def _make_room(among: list[tuple[int, CircuitRecord]], source: str,
+                   why: str) -> tuple[str, list[int]]:
+        """("", [the circuit to close]) when ``source`` holds none of ``among`` and
+        another source holds two or more (its oldest goes); else (why, [])."""
+        counts = Counter(c.source for _, c in among)
+        if counts.get(source):
+            return why, []
+        top, held = counts.most_common(1)[0] if counts else ("", 0)
+        if held < 2:
+            return why, []
+        oldest = min((c.opened, i) for i, c in among if c.source == top)[1]
+        return "", [oldest]
 
     def count(self, cid: int, direction: int, nbytes: int) -> None:
         """``nbytes`` went through circuit ``cid`` (0: initiator to target, 1: back)."""
@@ -176,5 +200,6 @@ class RelayBook:
         s = self.stats
         return {"reservations": len(self._reservations), "circuits": len(self.circuits),
                 "circuits_opened": s.circuits_opened, "circuits_refused": s.circuits_refused,
+                "circuits_evicted": s.circuits_evicted,
                 "reservations_refused": s.reservations_refused,
                 "bytes_relayed": s.bytes_relayed}

@@ -69,8 +69,11 @@ class _Bucket:
 class _Circuit:
     """Two handed-over connections, piped once both are there."""
 
-    def __init__(self, book: RelayBook, cid: int, initiator: bytes) -> None:
+    def __init__(self, book: RelayBook, cid: int, initiator: bytes,
+                 forget: Callable[[int], object]) -> None:
         self.book = book
+        self.service_forget = forget
+        self.ended = False
         self.cid = cid
         self.initiator = initiator
         self.streams: list[trio.abc.Stream | None] = [None, None]
@@ -78,6 +81,13 @@ class _Circuit:
         self.scopes: list[trio.CancelScope] = []
         self.opened = trio.current_time()
         self.claimed = False  # a waiting connection of the target was given to it
+
+    def end(self) -> None:
+        """Stop both ways now (or never start them)."""
+        self.ended = True
+        for scope in self.scopes:
+            scope.cancel()
+        self.joined.set()
 
     async def run(self, side: int, stream: trio.abc.Stream) -> None:
         """Side 0 (the initiator's) or 1 (the target's): copy what comes in on
@@ -90,17 +100,16 @@ class _Circuit:
             with trio.move_on_after(JOIN_WAIT):
                 await self.joined.wait()
             other = self.streams[1 - side]
-            if not self.joined.is_set() or other is None:
+            if not self.joined.is_set() or other is None or self.ended:
                 return
             limits = self.book.limits
             with trio.CancelScope(deadline=self.opened + limits.circuit_duration) as scope:
                 self.scopes.append(scope)
                 await self._copy(stream, other, side, _Bucket(limits.circuit_rate))
         finally:
-            for scope in self.scopes:  # one way ended: the circuit ends
-                scope.cancel()
-            self.joined.set()
+            self.end()
             record = self.book.close(self.cid)
+            self.service_forget(self.cid)
             if record is not None:
                 logger.debug("circuit %d closed after %.1f s: %d / %d bytes", self.cid,
                              trio.current_time() - record.opened, *record.sent)
@@ -135,6 +144,7 @@ class RelayService:
         self.book = RelayBook(limits)
         self.serving = serving
         self._waiting: dict[bytes, list[_Waiting]] = {}
+        self._circuits: dict[int, _Circuit] = {}  # open, by id
         self._freed = trio.Event()  # a connection started waiting
 
     def register(self, requests: RequestDispatcher) -> None:
@@ -180,15 +190,21 @@ class RelayService:
                             msg: RelayConnect) -> Error | RelayConnected | Handover:
         if not self.serving():
             return self._refuse("this node is not a relay (relay.serve is off)")
-        cid, why = self.book.open(peer.node_id, source_of(peer.remote), msg.target,
-                                  trio.current_time())
+        cid, why, evicted = self.book.open(peer.node_id, source_of(peer.remote), msg.target,
+                                           trio.current_time())
         if cid is None:
             return self._refuse(f"circuit refused: {why}")
-        circuit = _Circuit(self.book, cid, peer.node_id)
+        for old in evicted:  # closed to make room (fair shares): the book forgot them
+            gone = self._circuits.pop(old, None)
+            if gone is not None:
+                gone.end()
+        circuit = self._circuits[cid] = _Circuit(self.book, cid, peer.node_id,
+                                                 lambda c: self._circuits.pop(c, None))
         with trio.move_on_after(CLAIM_WAIT):
             while not self._claim(msg.target, circuit):
                 await self._freed.wait()
         if not circuit.claimed:
+            self._circuits.pop(cid, None)
             self.book.close(cid)
             return self._refuse("circuit refused: the target has no connection waiting at "
                                 "the moment (busy); try again")

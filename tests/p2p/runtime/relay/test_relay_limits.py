@@ -12,28 +12,39 @@ from p2p.wire.circuit import RelayLimits
 from p2p.wire.identity import Identity
 from p2p.wire.transport import PeerUnreachable, Transport
 
-A, B, C, T = (bytes([i]) * 32 for i in range(1, 5))
+A, B, C, D, E, F, G, T = (bytes([i]) * 32 for i in range(1, 9))
 
 
-def test_books_cap_circuits_per_node_source_and_target() -> None:
+def test_books_cap_circuits_per_node_and_source_and_share_the_rest_fairly() -> None:
     book = RelayBook(RelayLimits(max_circuits=5, circuits_per_peer=2, max_reservations=2,
                                  waiting_per_peer=1, reservation_ttl=10.0))
     assert book.open(A, "h1", T, 0.0) == (None, "no reservation: that node holds no "
-                                                "reservation with this relay")
+                                                "reservation with this relay", [])
     assert book.wait(T, "ht", 0.0) is None
     assert "already waiting" in (book.wait(T, "ht", 0.0) or "")  # one connection each here
     assert book.wait(C, "hc", 0.0) is None
     assert "relay full" in (book.wait(B, "hb", 0.0) or "")  # two nodes hold reservations
-    first, _ = book.open(A, "h1", T, 1.0)
-    assert first is not None and book.open(A, "h1", T, 1.0)[0] is not None
+    assert book.open(A, "h1", T, 1.0)[0] is not None
+    assert book.open(A, "h1", C, 1.0)[0] is not None
     assert book.open(A, "h2", T, 1.0)[1].startswith("per-peer limit")  # A: 2 open
     assert book.open(B, "h1", T, 1.0)[1].startswith("per-source limit")  # h1: 2 open
-    assert book.open(B, "h3", T, 1.0)[1].startswith("per-target limit")  # T: 2 open
-    book.close(first)
-    assert book.open(B, "h3", T, 1.0)[0] is not None
     assert book.open(T, "ht", T, 1.0)[1] == "a circuit to yourself"
-    book.end_wait(T, 2.0)
-    assert book.reserved(T, 11.9) and not book.reserved(T, 12.0)  # the ttl after the last wait
+    # 4 circuits to T at most (twice the per-peer cap): a source without one takes the
+    # oldest of the source holding the most, if that one holds two or more
+    oldest_h3 = book.open(B, "h3", T, 2.0)[0]
+    assert book.open(D, "h3", T, 3.0)[0] is not None
+    assert book.open(E, "h4", T, 4.0)[0] is not None  # T: h1, h3, h3, h4
+    cid, why, evicted = book.open(F, "h5", T, 5.0)
+    assert cid is not None and why == "" and evicted == [oldest_h3]
+    assert book.open(G, "h4", T, 6.0)[1].startswith("per-target limit")  # h4 has one
+    # 5 at once at most: the same rule over every circuit (h1 holds two)
+    assert len(book.circuits) == 5
+    cid, why, evicted = book.open(G, "h6", C, 7.0)
+    assert cid is not None and len(evicted) == 1 and len(book.circuits) == 5
+    assert sum(c.source == "h1" for c in book.circuits.values()) == 1  # h1 gave one up
+    assert book.stats.circuits_evicted == 2 and book.stats.peak_circuits == 5
+    book.end_wait(T, 8.0)
+    assert book.reserved(T, 17.9) and not book.reserved(T, 18.0)  # the ttl after the last wait
     assert book.stats.refusals["per-peer limit"] == 1
 
 
