@@ -7,7 +7,6 @@ import json
 from pathlib import Path
 
 import pytest
-
 from lab.attack.circuit_flood import main
 
 
