@@ -120,6 +120,8 @@ def relay_counters(relay: Mapping[str, Any], transport: object) -> dict[str, int
                 if isinstance(v, int) and not isinstance(v, bool)}
     counters["relay.reservations_active"] = sum(
         1 for r in relay.get("reserved_with", []) if r.get("state") == "active")
+    for key, value in relay.get("hole_punch", {}).items():
+        counters[f"punch.{key}"] = value
     paths = getattr(transport, "path_counts", None)
     if callable(paths):
         for path, count in paths().items():

@@ -65,6 +65,7 @@ from p2p.runtime.collaboration import CollaborationStatus
 from p2p.runtime.collaboration_watch import CollaborationWatch
 from p2p.runtime.connectivity import NodeConnectivity, ReachabilityStatus
 from p2p.runtime.connectivity.dialback import DialBackRequest
+from p2p.runtime.connectivity.puncher import NodePunch
 from p2p.runtime.grouping.agreement import FindGroups, JoinGroup
 from p2p.runtime.grouping.driver import NodeGrouping
 from p2p.runtime.grouping.host import NodeGroupingHost
@@ -189,6 +190,9 @@ class Node:
                                              bootstrap=config.node.bootstrap, relay=self.relay)
         self.connectivity.on_tags = self.retag
         self.requests.add(DialBackRequest, self.connectivity.serve_dial_back)
+        # relayed sessions moved to direct connections (relay.hole_punch)
+        self.punch = NodePunch.for_node(self.transport, self.connectivity, self.requests,
+                                        enabled=config.relay.hole_punch)
         # sampled holders and their addresses; its sampler is created once the
         # listener is bound (port 0 picks the port then)
         self.peers = PeerBook(config.peer_sampling.period)
@@ -315,8 +319,10 @@ class Node:
         return self.connectivity.status()
 
     def relay_status(self) -> dict[str, Any]:
-        """Relaying for others and the reservations held (``p2p status``'s ``relay``)."""
-        return self.relay.status()
+        """Relaying for others, the reservations held and hole punches (``p2p status``'s
+        ``relay``)."""
+        punched = {} if self.punch is None else {"hole_punch": self.punch.status()}
+        return {**self.relay.status(), **punched}
 
     def collaboration(self) -> CollaborationStatus:
         """Whether a known peer holds one of this node's models, and if not why."""
@@ -472,6 +478,8 @@ class Node:
             self._start_sampler(self.connectivity.start(bound))
             nursery.start_soon(self.connectivity.run)
             nursery.start_soon(self.relay.run)
+            if self.punch is not None:
+                nursery.start_soon(self.punch.run)
             if self.standalone:
                 await nursery.start(serve_admin, self.data_dir / ADMIN_SOCKET, self.admin)
                 nursery.start_soon(self._watch_signals)

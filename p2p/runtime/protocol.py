@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from gossip import WIRE_MESSAGES as GOSSIP_MESSAGES
 from p2p.runtime.connectivity.dialback import DIALBACK_MESSAGES
+from p2p.runtime.connectivity.punch import PUNCH_MESSAGES
 from p2p.runtime.grouping.messages import GROUPING_MESSAGES
 from p2p.strategy.fedlinked_messages import FEDLINKED_MESSAGES
 from p2p.strategy.graph_messages import GRAPH_MESSAGES
@@ -25,6 +26,7 @@ NODE_MESSAGES: tuple[codec.WireMessage, ...] = (
     *P2P_MESSAGES,
     *DIALBACK_MESSAGES,
     *CIRCUIT_MESSAGES,
+    *PUNCH_MESSAGES,
     *PEER_SAMPLING_MESSAGES,
     *GOSSIP_MESSAGES,
     *GROUPING_MESSAGES,

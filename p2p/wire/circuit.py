@@ -66,8 +66,11 @@ class RelayLimit:
 @dataclass(frozen=True)
 class RelayWait:
     """Reserve a slot at the relay (or keep it) and wait on this connection for a
-    circuit to this node; answered by :class:`RelayIdle` after a while without
-    one, or :class:`RelayIncoming`."""
+    circuit to this node, up to ``seconds`` (the relay may wait less; 0: answer
+    at once, the reservation made); answered by :class:`RelayIdle` when none
+    came, or :class:`RelayIncoming`."""
+
+    seconds: float
 
 
 @dataclass(frozen=True)

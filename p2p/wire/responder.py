@@ -61,12 +61,14 @@ class Handover:
     ``reply`` is sent as usual; then the connection's stream leaves framing
     (:meth:`MessageStream.detach`) and its admission slot, and ``take(stream,
     peer)`` runs with it (a relay's circuit, a session changing direction).
-    The stream is closed when ``take`` returns. Not a wire message: the
-    responder never encodes it.
+    The stream is closed when ``take`` returns, unless ``close`` is False
+    (``take`` gave it to someone else). Not a wire message: the responder
+    never encodes it.
     """
 
     reply: Message
     take: Callable[[trio.abc.Stream, PeerInfo], Awaitable[None]]
+    close: bool = True
 
 
 class Responder:
@@ -156,13 +158,16 @@ class Responder:
         self._inbound.pop(conn, None)
         self._t.admission.close(conn)
         stream = ms.detach()
+        close = True
         try:
             await handover.take(stream, peer)
+            close = handover.close
         except Exception:
             logger.exception("closing connection from %s: unexpected error after handover",
                              remote)
         finally:
-            await trio.aclose_forcefully(stream)
+            if close:
+                await trio.aclose_forcefully(stream)
 
     async def _requests(self, conn: int, ms: MessageStream, handler: Handler, peer: PeerInfo,
                         remote: str) -> Handover:

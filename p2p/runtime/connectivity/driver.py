@@ -141,6 +141,18 @@ class NodeConnectivity:
                     return entry.descriptor.alternates
         return ()
 
+    def punch_candidates(self) -> list[str]:
+        """Where peers may reach this node by hole punching (none when not probed)."""
+        return [] if self.core is None else self.core.punch_candidates()
+
+    def reachable(self) -> bool:
+        """Whether peers could dial this node back."""
+        return self.core is not None and self.core.reachable(trio.current_time())[0] == "yes"
+
+    def local_swarm(self) -> bool:
+        """Whether the node listens on loopback (a swarm on this host only)."""
+        return self.core is not None and self.core.local_swarm
+
     def status(self) -> ReachabilityStatus:
         if self.core is None:
             return ReachabilityStatus("unknown", "not probed: in-memory transport",

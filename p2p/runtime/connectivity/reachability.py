@@ -40,6 +40,8 @@ __all__ = ["DIAL_BACK_RESULTS_KEPT", "Reachability", "ReachabilityStatus", "plan
 #: Hosts whose observations are remembered, and observers per host.
 MAX_OBSERVED_HOSTS = 16
 MAX_OBSERVERS = 16
+#: Addresses offered to a peer for a hole punch.
+MAX_CANDIDATES = 8
 #: Dial-back results remembered (the latest of each peer, newest peers kept).
 DIAL_BACK_RESULTS_KEPT = 8
 #: Seconds a dial-back result counts.
@@ -75,6 +77,7 @@ class Reachability:
         # a swarm on this host only: loopback addresses are fine to advertise
         self.local_swarm = address_scope(listen.host) == LOOPBACK
         self._observed: OrderedDict[str, set[bytes]] = OrderedDict()  # host -> observers
+        self._seen: OrderedDict[str, None] = OrderedDict()  # observed "host:port", newest last
         # peer -> (address dialled, ok, reason, when): its latest dial-back
         self._results: OrderedDict[bytes, tuple[str, bool, str, float]] = OrderedDict()
         self.problem = ""  # what the driver could not do (an unresolvable name...)
@@ -95,6 +98,25 @@ class Reachability:
         self._observed[host] = observers  # newest last
         while len(self._observed) > MAX_OBSERVED_HOSTS:
             self._observed.popitem(last=False)
+        seen = str(parse_host_port(address))
+        self._seen.pop(seen, None)
+        self._seen[seen] = None  # newest last
+        while len(self._seen) > MAX_OBSERVED_HOSTS:
+            self._seen.popitem(last=False)
+
+    def punch_candidates(self) -> list[str]:
+        """Where a peer may reach this node by hole punching, best first: the
+        addresses peers saw its connections come from (newest first; the node
+        dials from its listen port, so they are its NAT's mappings of it), each
+        of those hosts at the listen port (a NAT that keeps the port), and its
+        own address (a peer on its LAN)."""
+        seen = [parse_host_port(a) for a in reversed(self._seen)]
+        out = [str(a) for a in seen]
+        out += [str(HostPort(a.host, self.listen.port)) for a in seen]
+        own = HostPort(self.listen_host(), self.listen.port)
+        if advertisable(own, local_swarm=self.local_swarm):
+            out.append(str(own))
+        return list(dict.fromkeys(out))[:MAX_CANDIDATES]
 
     def dial_back(self, peer: bytes, address: str, ok: bool, reason: str, now: float) -> None:
         """Peer ``peer`` tried to dial this node at ``address``; ``reason`` if it failed."""

@@ -179,8 +179,10 @@ class RelayReservations:
             # Nothing past an answer is read as a frame of this session: after
             # RelayIncoming the bytes are the initiator's.
             ms.set_receive_limit(ms.max_frame_size, exact=True)
+            seconds = 0.0  # the first answer confirms the reservation at once
             while True:
-                await ms.send(RelayWait())
+                await ms.send(RelayWait(seconds))
+                seconds = KEEPALIVE
                 reply = await ms.receive(KEEPALIVE + t.read_timeout, t.read_timeout)
                 now = trio.current_time()
                 if isinstance(reply, Error):

@@ -1,8 +1,8 @@
 """A relay's service (trio): reservations wait here, circuits are piped here.
 
 ``RelayWait`` holds the connection of a node that reserved until a circuit
-for it comes (then the connection is handed over to the circuit) or
-``keepalive`` seconds pass (then :class:`RelayIdle` is answered and the node
+for it comes (then the connection is handed over to the circuit) or up to
+``KEEPALIVE`` seconds pass (then :class:`RelayIdle` is answered and the node
 waits again: the connection stays fresh through its NAT). ``RelayConnect``
 claims one of the target's waiting connections and pipes the two: bytes are
 copied as they come, each way at most ``circuit_rate`` bytes per second, for
@@ -172,7 +172,7 @@ class RelayService:
         self._freed.set()
         self._freed = trio.Event()
         try:
-            with trio.move_on_after(KEEPALIVE):
+            with trio.move_on_after(min(max(msg.seconds, 0.0), KEEPALIVE)):
                 await slot.claimed.wait()
         finally:
             if slot in slots:
