@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import pytest
 import trio
+from relay_kit import Echo
 
 from p2p.runtime.connectivity import puncher
 from p2p.runtime.connectivity.punch import PunchPolicy, usable_candidates
@@ -25,7 +26,6 @@ from p2p.wire.dispatch import RequestDispatcher
 from p2p.wire.handshake import PeerInfo
 from p2p.wire.identity import Identity
 from p2p.wire.transport import Transport
-from relay_kit import Echo
 
 P, Q = b"p" * 32, b"q" * 32
 
