@@ -1,5 +1,6 @@
 """What the relay tests share: a relay, a node behind a NAT that reserves with it, and
-a peer that reaches that node through it, all on one in-memory network."""
+a peer that reaches that node through it, on one in-memory network (:func:`relay_lab`)
+or over sockets, punching holes (:func:`punch_pair`)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from dataclasses import dataclass, field
 
 import trio
 
+from p2p.runtime.connectivity.puncher import NodePunch
 from p2p.runtime.protocol import register_node_messages
 from p2p.runtime.relay.client import RelayReservations
 from p2p.runtime.relay.service import RelayService
@@ -96,6 +98,64 @@ async def relay_lab(*, swarm_key: bytes | None = None, limits: RelayLimits | Non
                          what="the reservation holds")
         lab = Lab(net, relay, svc, behind, reservations, peer, received, dialled)
         yield lab
+        nursery.cancel_scope.cancel()
+    for t in (relay, behind, peer):
+        await t.aclose()
+
+
+@dataclass
+class Pair:
+    relay: Transport
+    behind: Transport
+    peer: Transport
+    behind_punch: NodePunch
+    peer_punch: NodePunch
+    circuit: str
+    remotes: list[str]  # how the node behind saw each request's connection
+
+
+@asynccontextmanager
+async def punch_pair(*, host: str = "127.0.0.1", peer_reachable: bool = False,
+                     behind_offers: list[str] | None = None) -> AsyncIterator[Pair]:
+    """A relay, a node reachable only through it (it reserved) and a peer, over real
+    sockets on ``host``; each punches holes (:class:`NodePunch`) with its bound
+    address as its only candidate (``behind_offers``: the node behind's instead)."""
+    register_node_messages()
+    relay, behind, peer = (Transport(Identity.generate(), host, 0, connect_timeout=5.0)
+                           for _ in range(3))
+    service = RelayService(RelayLimits(), serving=lambda: True)
+    relay_requests = RequestDispatcher()
+    service.register(relay_requests)
+    remotes: list[str] = []
+
+    async def echo(info: PeerInfo, msg: Echo) -> Message:
+        remotes.append(info.remote)
+        return Echo(msg.data)
+
+    def punch(t: Transport, reachable: bool, offers: list[str] | None) -> NodePunch:
+        return NodePunch(t, candidates=lambda: offers if offers is not None else [
+            str(t.bound_address)], reachable=lambda: reachable, local_swarm=lambda: True)
+
+    behind_punch = punch(behind, False, behind_offers)
+    peer_punch = punch(peer, peer_reachable, None)
+    behind_requests, peer_requests = RequestDispatcher(), RequestDispatcher()
+    behind_requests.add(Echo, echo)
+    behind_punch.register(behind_requests)
+    peer_punch.register(peer_requests)
+    async with trio.open_nursery() as nursery:
+        relay_address = await nursery.start(relay.serve, relay_requests)
+        await nursery.start(behind.serve, behind_requests)
+        await nursery.start(peer.serve, peer_requests)
+        reservations = RelayReservations(behind, behind.identity.node_id,
+                                         candidates=lambda: [(relay_address, None)],
+                                         on_change=lambda: None, wanted=1)
+        reservations.needed = True
+        nursery.start_soon(reservations.run)
+        nursery.start_soon(behind_punch.run)
+        nursery.start_soon(peer_punch.run)
+        await wait_until(lambda: reservations.relayed_addresses(trio.current_time()))
+        circuit = reservations.relayed_addresses(trio.current_time())[0]
+        yield Pair(relay, behind, peer, behind_punch, peer_punch, circuit, remotes)
         nursery.cancel_scope.cancel()
     for t in (relay, behind, peer):
         await t.aclose()

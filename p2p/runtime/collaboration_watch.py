@@ -75,7 +75,7 @@ class CollaborationWatch:
         return assess(
             node.learning.fingerprints, peers.values(),
             isolated=isolated,
-            bootstrap=[f"{b.host}:{b.port}" for b in node.config.node.bootstrap],
+            bootstrap=[str(b) for b in node.config.node.bootstrap],
             contacts=self.contacts, swarm_key=node.swarm_key is not None,
         )
 

@@ -530,7 +530,7 @@ class Node:
         self.connectivity.attach(sampler)
         self.relay.attach(sampler)
         sampler.restore(self.restored_view)
-        sampler.bootstrap([f"{b.host}:{b.port}" for b in self.config.node.bootstrap])
+        sampler.bootstrap([str(b) for b in self.config.node.bootstrap])  # [v6]:port too
 
     async def _watch_signals(self) -> None:
         with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:

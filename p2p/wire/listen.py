@@ -92,12 +92,15 @@ def bind_tcp_listeners(host: str | None, port: int, *,
             sock = socket.socket(family, kind, proto)
             sockets.append(sock)
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            # "[::]" alone is dual-stack: IPv4 peers too (as ::ffff:a.b.c.d, which
+            # the responder reads as a.b.c.d); otherwise, as trio does, an IPv6
+            # socket never also takes the IPv4 port
+            v6only = int(not (host == "::" and len(infos) == 1))
             if family == socket.AF_INET6:
-                # as trio does: an IPv6 socket never also takes the IPv4 port
-                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, v6only)
             if reuse_port and REUSE_PORT:
                 if port:  # another listener with SO_REUSEPORT would not refuse us
-                    _check_free(family, kind, proto, address)
+                    _check_free(family, kind, proto, address, v6only)
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
             sock.bind(address)
             sock.listen(_BACKLOG)
@@ -111,13 +114,14 @@ def bind_tcp_listeners(host: str | None, port: int, *,
     return sockets
 
 
-def _check_free(family: int, kind: int, proto: int, address: tuple[object, ...]) -> None:
+def _check_free(family: int, kind: int, proto: int, address: tuple[object, ...],
+                v6only: int) -> None:
     """Raise ``OSError(EADDRINUSE)`` if any socket holds ``address`` (a bind
     without ``SO_REUSEPORT`` conflicts with every other socket on the port)."""
     with socket.socket(family, kind, proto) as probe:
         probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         if family == socket.AF_INET6:
-            probe.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            probe.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, v6only)
         probe.bind(address)
 
 

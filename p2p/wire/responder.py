@@ -93,7 +93,7 @@ class Responder:
                 continue
             try:
                 peer_host, peer_port = stream.socket.getpeername()[:2]
-                remote = str(HostPort(peer_host, peer_port))
+                remote = str(HostPort(_unmapped(peer_host), peer_port))
             except OSError:
                 remote = "unknown"
             nursery.start_soon(self.serve_stream, stream, handler, remote)
@@ -313,3 +313,10 @@ def _is_host_port(remote: str) -> bool:
     except AddressError:
         return False
     return True
+
+
+def _unmapped(host: str) -> str:
+    """``a.b.c.d`` for an IPv4 peer on a dual-stack listener (``::ffff:a.b.c.d``)."""
+    if host.startswith("::ffff:") and "." in host:
+        return host[len("::ffff:"):]
+    return host

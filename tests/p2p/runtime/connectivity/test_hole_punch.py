@@ -5,27 +5,13 @@ an attempt that cannot connect leaves the session relayed and backs off. And the
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
-from dataclasses import dataclass
-
 import pytest
 import trio
-from relay_kit import Echo
+from relay_kit import Echo, punch_pair
 
 from p2p.runtime.connectivity import puncher
 from p2p.runtime.connectivity.punch import PunchPolicy, usable_candidates
-from p2p.runtime.connectivity.puncher import NodePunch
-from p2p.runtime.protocol import register_node_messages
-from p2p.runtime.relay.client import RelayReservations
-from p2p.runtime.relay.service import RelayService
 from p2p.testing import wait_until
-from p2p.wire.circuit import RelayLimits
-from p2p.wire.codec import Message
-from p2p.wire.dispatch import RequestDispatcher
-from p2p.wire.handshake import PeerInfo
-from p2p.wire.identity import Identity
-from p2p.wire.transport import Transport
 
 P, Q = b"p" * 32, b"q" * 32
 
@@ -63,62 +49,6 @@ def test_only_addresses_worth_dialling_are_dialled() -> None:
     assert [str(a) for a in usable_candidates(offered, local_swarm=False)] == [
         "203.0.113.7:7661", "10.0.0.5:7661"]
     assert "127.0.0.1:7661" in [str(a) for a in usable_candidates(offered, local_swarm=True)]
-
-
-@dataclass
-class Pair:
-    relay: Transport
-    behind: Transport
-    peer: Transport
-    behind_punch: NodePunch
-    peer_punch: NodePunch
-    circuit: str
-    remotes: list[str]  # how the node behind saw each request's connection
-
-
-@asynccontextmanager
-async def punch_pair(*, peer_reachable: bool = False,
-                     behind_offers: list[str] | None = None) -> AsyncIterator[Pair]:
-    """A relay, a node reachable only through it (it reserved) and a peer, on loopback."""
-    register_node_messages()
-    relay, behind, peer = (Transport(Identity.generate(), "127.0.0.1", 0, connect_timeout=5.0)
-                           for _ in range(3))
-    service = RelayService(RelayLimits(), serving=lambda: True)
-    relay_requests = RequestDispatcher()
-    service.register(relay_requests)
-    remotes: list[str] = []
-
-    async def echo(info: PeerInfo, msg: Echo) -> Message:
-        remotes.append(info.remote)
-        return Echo(msg.data)
-
-    def punch(t: Transport, reachable: bool, offers: list[str] | None) -> NodePunch:
-        return NodePunch(t, candidates=lambda: offers if offers is not None else [
-            str(t.bound_address)], reachable=lambda: reachable, local_swarm=lambda: True)
-
-    behind_punch = punch(behind, False, behind_offers)
-    peer_punch = punch(peer, peer_reachable, None)
-    behind_requests, peer_requests = RequestDispatcher(), RequestDispatcher()
-    behind_requests.add(Echo, echo)
-    behind_punch.register(behind_requests)
-    peer_punch.register(peer_requests)
-    async with trio.open_nursery() as nursery:
-        relay_address = await nursery.start(relay.serve, relay_requests)
-        await nursery.start(behind.serve, behind_requests)
-        await nursery.start(peer.serve, peer_requests)
-        reservations = RelayReservations(behind, behind.identity.node_id,
-                                         candidates=lambda: [(relay_address, None)],
-                                         on_change=lambda: None, wanted=1)
-        reservations.needed = True
-        nursery.start_soon(reservations.run)
-        nursery.start_soon(behind_punch.run)
-        nursery.start_soon(peer_punch.run)
-        await wait_until(lambda: reservations.relayed_addresses(trio.current_time()))
-        circuit = reservations.relayed_addresses(trio.current_time())[0]
-        yield Pair(relay, behind, peer, behind_punch, peer_punch, circuit, remotes)
-        nursery.cancel_scope.cancel()
-    for t in (relay, behind, peer):
-        await t.aclose()
 
 
 async def test_a_relayed_session_moves_to_a_punched_connection() -> None:
