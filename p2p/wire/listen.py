@@ -149,6 +149,10 @@ async def connect_from(host: str, port: int, local_host: str,
             try:
                 await sock.bind((here, local_port))
                 await sock.connect(sockaddr)
+                if sock.getsockname()[:2] == sock.getpeername()[:2]:
+                    # dialled its own port on its own host: TCP connects a socket to
+                    # itself then; the listener must answer instead
+                    raise OSError(errno.EADDRINUSE, "connected to itself")
             except OSError as exc:
                 if exc.errno not in (errno.EADDRINUSE, errno.EADDRNOTAVAIL):
                     raise

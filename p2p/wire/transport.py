@@ -301,6 +301,9 @@ class Transport:
         """A stream to ``address``: through its relay for a circuit address."""
         target = parse_dial_address(address)  # AddressError is a ValueError: unreachable
         if isinstance(target, Circuit):
+            if str(target.relay) in (self.listen_address, self._bound_address):
+                raise PeerUnreachable(address, "the relay is this node itself (the peer "
+                                               "reserved with it: it reaches out itself)")
             return await open_circuit(self.dialer, target, self._base_connector,
                                       self.connect_timeout)
         return await self._base_connector(address)

@@ -1,4 +1,6 @@
-"""The real-network testbed, small: 2 NATs, 3 daemons (a public one and one behind each NAT).
+"""The real-network testbed, small: a relay-only bootstrap and 3 learning daemons, one on
+the public segment and one behind each of two NATs, until the two behind NATs talk over
+a punched connection.
 
 Runs ``scripts/reliability/netlab.py`` with 2 rounds. Needs root, iproute2 and
 iptables (CI runs as root); skipped with the reason otherwise. Only the
@@ -20,8 +22,7 @@ MISSING = [tool for tool in ("ip", "tc", "iptables") if shutil.which(tool) is No
 
 
 @pytest.mark.e2e
-def test_nodes_behind_nats_advertise_usable_addresses_and_know_they_are_unreachable(
-        tmp_path: Path) -> None:
+def test_nodes_behind_nats_reserve_relays_and_punch_a_direct_path(tmp_path: Path) -> None:
     if os.geteuid() != 0:
         pytest.skip("the netns testbed needs root (network namespaces, iptables)")
     if MISSING:
@@ -29,8 +30,9 @@ def test_nodes_behind_nats_advertise_usable_addresses_and_know_they_are_unreacha
                     "(Debian: apt-get install iproute2 iptables)")
     out = tmp_path / "netlab.json"
     proc = subprocess.run([sys.executable, "-m", "lab.reliability.netlab", "--public", "1",
-                           "--lans", "1,1", "--rounds", "2", "--no-compare",
-                           "--json", str(out)], capture_output=True, text=True, timeout=600)
+                           "--lans", "1,1", "--no-symmetric", "--rounds", "2", "--no-compare",
+                           "--until-punched", "120", "--json", str(out)],
+                          capture_output=True, text=True, timeout=600)
     if proc.returncode == 77:
         pytest.skip(proc.stderr.strip())
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -39,8 +41,12 @@ def test_nodes_behind_nats_advertise_usable_addresses_and_know_they_are_unreacha
     run = r["runs"][0]
     assert run["unusable_advertised"] == []  # never 0.0.0.0, loopback or link-local
     public, *behind = run["nodes"]
-    assert public["advertised"] == "203.0.113.10:7661"  # --listen 0.0.0.0, its own address
+    assert public["advertised"] == "203.0.113.11:7661"  # --listen 0.0.0.0, its own address
     for node in behind:
-        assert node["advertised"].startswith(f"10.{node['lan']}.0.")  # its LAN address
-        assert node["reachable"] != "yes"  # nobody could dial it back through its NAT
-        assert node["view_size"] >= 1  # it joined through the public node, by name
+        # its relayed address, through a relay on the public segment (found by sampling)
+        relay, _, _ = node["advertised"].partition("/circuit/")
+        assert relay.startswith("203.0.113.") and node["relayed"], node
+        assert node["reserved_with"] and node["reachable"] != "yes"
+        assert node["view_size"] >= 1  # it joined through the relay, given by name
+    assert run["sessions_across_networks"]["lan1-lan2"]["punched"] >= 1
+    assert run["relay_bytes"] > 0
