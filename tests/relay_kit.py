@@ -74,7 +74,8 @@ async def relay_lab(*, swarm_key: bytes | None = None, limits: RelayLimits | Non
     behind = net.transport(Identity.generate(), BEHIND, swarm_key=swarm_key)
     peer = net.transport(Identity.generate(), PEER, swarm_key=swarm_key)
     net.unreachable.add(BEHIND)
-    svc = service(limits or RelayLimits(), serving=lambda: True)
+    svc = service(limits or RelayLimits(), serving=lambda: True, node_id=relay.identity.node_id)
+    relay.local_circuit = svc.local_circuit
     relay_requests = RequestDispatcher()
     svc.register(relay_requests)
     received: list[bytes] = []
@@ -93,6 +94,7 @@ async def relay_lab(*, swarm_key: bytes | None = None, limits: RelayLimits | Non
         await nursery.start(relay.serve, relay_requests)
         await nursery.start(behind.serve, behind_requests)
         await nursery.start(peer.serve, RequestDispatcher())
+        nursery.start_soon(svc.run)
         nursery.start_soon(reservations.run)
         await wait_until(lambda: reservations.relayed_addresses(trio.current_time()),
                          what="the reservation holds")

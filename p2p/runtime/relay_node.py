@@ -115,6 +115,7 @@ class RelayNode:
             self.relay.attach(self.sampler)
             self.sampler.bootstrap([str(b) for b in self.config.node.bootstrap])
             nursery.start_soon(self.connectivity.run)
+            nursery.start_soon(self.relay.run)
             nursery.start_soon(self._peer_sampling, self.sampler)
             if self.standalone:
                 await nursery.start(serve_admin, self.data_dir / ADMIN_SOCKET, self.admin)

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import logging
 import socket
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 import trio
 
@@ -183,6 +183,8 @@ class Transport:
         self.dial_from_listen_port = True
         self._bound_address: str | None = None
         self.handler: Handler | None = None  # what serve() answers requests with
+        #: A circuit through this node itself (it relays for the target): a relay's.
+        self.local_circuit: Callable[[bytes], Awaitable[trio.abc.Stream]] | None = None
         self.max_outgoing = max_outgoing or max_connections
         self.admission = Admission(admission or AdmissionLimits.for_connections(
             max_connections, idle_limit=2 * idle_timeout))
@@ -302,8 +304,9 @@ class Transport:
         target = parse_dial_address(address)  # AddressError is a ValueError: unreachable
         if isinstance(target, Circuit):
             if str(target.relay) in (self.listen_address, self._bound_address):
-                raise PeerUnreachable(address, "the relay is this node itself (the peer "
-                                               "reserved with it: it reaches out itself)")
+                if self.local_circuit is None:  # the peer reserved here: this node relays
+                    raise PeerUnreachable(address, "the relay is this node itself")
+                return await self.local_circuit(target.target)
             return await open_circuit(self.dialer, target, self._base_connector,
                                       self.connect_timeout)
         return await self._base_connector(address)

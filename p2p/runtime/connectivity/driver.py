@@ -1,8 +1,8 @@
 """The node's connectivity task (trio): learn its observed address, ask for dial-backs,
 advertise what peers can dial, serve other peers' dial-backs.
 
-Every ``PROBE_INTERVAL`` (sooner at the start, backing off while no peer
-answers) it asks up to ``PROBES`` peers (bootstrap and sampled) what address
+Every ``PROBE_INTERVAL`` (every ``UNSETTLED_INTERVAL`` while reachability is
+unknown, backing off while no peer answers) it asks up to ``PROBES`` peers (bootstrap and sampled) what address
 they see (``Observe``), then, while its reachability is not settled, asks them
 to dial it back (:mod:`.dialback`). When the address worth advertising changes
 (:class:`.reachability.Reachability`), or the relays holding its reservations
@@ -41,9 +41,11 @@ __all__ = ["NodeConnectivity", "interface_host"]
 
 logger = logging.getLogger(__name__)
 
-#: Peers asked per probe, and seconds between probes once the address is known.
+#: Peers asked per probe, and seconds between probes once reachability is settled
+#: (while it is not: UNSETTLED_INTERVAL).
 PROBES = 3
 PROBE_INTERVAL = 60.0
+UNSETTLED_INTERVAL = 10.0
 FIRST_PROBE = 1.0
 MAX_BACKOFF = 300.0
 #: Seconds after which a settled reachability ("yes"/"no") is checked again.
@@ -171,8 +173,11 @@ class NodeConnectivity:
         while True:
             await self._check_names(core)
             answered = await self._probe(core)
-            self._apply(trio.current_time())
-            backoff = PROBE_INTERVAL if answered else min(MAX_BACKOFF, max(2.0, backoff * 2))
+            now = trio.current_time()
+            self._apply(now)
+            unsettled = core.reachable(now)[0] == "unknown"
+            backoff = (UNSETTLED_INTERVAL if unsettled else PROBE_INTERVAL) if answered \
+                else min(MAX_BACKOFF, max(2.0, backoff * 2))
             await trio.sleep(backoff)
 
     async def _check_names(self, core: Reachability) -> None:

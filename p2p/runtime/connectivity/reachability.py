@@ -135,9 +135,17 @@ class Reachability:
     def _recent(self, now: float) -> list[tuple[str, bool, str, float]]:
         return [r for r in self._results.values() if now - r[3] < DIAL_BACK_TTL]
 
+    def _counted(self, now: float) -> list[tuple[str, bool, str, float]]:
+        """The dial-backs the verdict counts: those at an address outside private
+        networks when there are any (a peer on the node's own LAN reaching it says
+        nothing about peers beyond its NAT), else all (a swarm on one LAN)."""
+        recent = self._recent(now)
+        outside = [r for r in recent if not _private(r[0])]
+        return outside or recent
+
     def reachable(self, now: float) -> tuple[str, str]:
         """("yes" | "no" | "unknown", why)."""
-        recent = self._recent(now)
+        recent = self._counted(now)
         ok = [r for r in recent if r[1]]
         failed = [r for r in recent if not r[1]]
         if len(ok) >= self.confirmations and len(ok) > len(failed):
@@ -167,7 +175,7 @@ class Reachability:
         """The address to put in this node's descriptor (see the module docstring)."""
         if self.advertise is not None:
             return str(self.advertise)
-        dialled = {r[0] for r in self._recent(now) if r[1]}
+        dialled = {r[0] for r in self._counted(now) if r[1]}
         for address in self.confirmed():
             if str(address) in dialled:
                 return str(address)
@@ -217,3 +225,10 @@ def plan_addresses(direct: str, relayed: list[str],
     if own is not None and advertisable(own):
         alternates.append(direct)
     return relayed[0], tuple(alternates)
+
+
+def _private(address: str) -> bool:
+    try:
+        return address_scope(parse_host_port(address).host) == PRIVATE
+    except AddressError:
+        return False

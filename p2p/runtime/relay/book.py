@@ -19,6 +19,9 @@ from p2p.wire.circuit import RelayLimits
 
 __all__ = ["RELAY_TAG", "CircuitRecord", "RelayBook", "RelayLimits", "RelayStats"]
 
+#: Circuits one source address may open, in per-node caps: several nodes behind
+#: one NAT share its address.
+SOURCE_SHARE = 4
 #: The tag a serving relay adds to its descriptor (peers find relays by peer
 #: sampling); not a model's fingerprint.
 RELAY_TAG = hashlib.sha256(b"p2p relay service v1").digest()
@@ -121,7 +124,8 @@ class RelayBook:
         circuits to close to make room) or (None, why not, []). The target must
         hold a reservation.
 
-        Caps per node id and per source refuse. The caps of circuits at once and
+        Caps per node id and per source (``SOURCE_SHARE`` times as many: nodes
+        behind one NAT share an address) refuse. The caps of circuits at once and
         of circuits to one target make room by fair shares instead: a source
         without a circuit (to that target) takes the oldest circuit of the
         source holding the most, if it holds two or more; so a flood from a few
@@ -139,8 +143,8 @@ class RelayBook:
             why = "a circuit to yourself"
         elif sum(c.initiator == initiator for _, c in open_) >= per:
             why = f"per-peer limit: this node has {per} circuits open through this relay"
-        elif sum(c.source == source for _, c in open_) >= per:
-            why = f"per-source limit: {per} circuits open from {source}"
+        elif sum(c.source == source for _, c in open_) >= per * SOURCE_SHARE:
+            why = f"per-source limit: {per * SOURCE_SHARE} circuits open from {source}"
         else:
             to_target = [(i, c) for i, c in open_ if c.target == target]
             if len(to_target) >= 2 * per:

@@ -13,6 +13,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import trio
+
 from common.address import is_circuit
 from p2p.config.relay_section import RelayConfig
 from p2p.runtime.relay.book import RELAY_TAG
@@ -34,8 +36,10 @@ class NodeRelay:
         self.config = config
         self.node_id = node_id
         self.reachable = "unknown"  # the connectivity driver's verdict
-        self.service = RelayService(config.limits(), serving=self.serving)
+        self.service = RelayService(config.limits(), serving=self.serving, node_id=node_id)
         self.service.register(requests)
+        if isinstance(transport, Transport):  # a peer reserved here: reach it directly
+            transport.local_circuit = self.service.local_circuit
         self._sampler: PeerSampler | None = None
         self.reservations: RelayReservations | None = None
         if isinstance(transport, Transport) and config.use != "never":
@@ -75,9 +79,11 @@ class NodeRelay:
             self.reservations.needed = needed
 
     async def run(self) -> None:
-        """Keep the reservations (returns at once when this node never reserves)."""
-        if self.reservations is not None:
-            await self.reservations.run()
+        """Serve this node's own circuits and keep its reservations, until cancelled."""
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self.service.run)
+            if self.reservations is not None:
+                nursery.start_soon(self.reservations.run)
 
     def status(self) -> dict[str, Any]:
         """``p2p status``'s ``relay`` field."""

@@ -28,6 +28,7 @@ from p2p.wire.circuit import (
     RelayWait,
 )
 from p2p.wire.dispatch import RequestDispatcher
+from p2p.wire.errors import PeerUnreachable
 from p2p.wire.handshake import PeerInfo
 from p2p.wire.messages import ERROR_REJECTED, Error
 from p2p.wire.responder import Handover
@@ -140,9 +141,12 @@ class RelayService:
     """The handlers of a relay. ``serving()`` says whether this node relays now
     (``relay.serve``, and not found unreachable)."""
 
-    def __init__(self, limits: RelayLimits, *, serving: Callable[[], bool]) -> None:
+    def __init__(self, limits: RelayLimits, *, serving: Callable[[], bool],
+                 node_id: bytes = b"") -> None:
         self.book = RelayBook(limits)
         self.serving = serving
+        self.node_id = node_id  # this relay's own: the initiator of its local circuits
+        self._nursery: trio.Nursery | None = None
         self._waiting: dict[bytes, list[_Waiting]] = {}
         self._circuits: dict[int, _Circuit] = {}  # open, by id
         self._freed = trio.Event()  # a connection started waiting
@@ -217,6 +221,40 @@ class RelayService:
         substitute one that records or flips bits."""
         return stream
 
+    async def run(self) -> None:
+        """Pipe this node's own circuits (:meth:`local_circuit`) until cancelled."""
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            await trio.sleep_forever()
+
+    async def local_circuit(self, target: bytes) -> trio.abc.Stream:
+        """A circuit from this node itself to ``target``, which reserved here (the
+        node dials a peer whose relayed address is its own): one end of a socket
+        pair, the other piped like any initiator's connection. Raises
+        :class:`PeerUnreachable` when the books refuse."""
+        address = f"(this relay)/circuit/{target.hex()}"
+        if not self.serving() or self._nursery is None:
+            raise PeerUnreachable(address, "this node does not relay now")
+        cid, why, evicted = self.book.open(self.node_id, "local", target, trio.current_time())
+        if cid is None:
+            raise PeerUnreachable(address, f"circuit refused: {why}")
+        for old in evicted:
+            gone = self._circuits.pop(old, None)
+            if gone is not None:
+                gone.end()
+        circuit = self._circuits[cid] = _Circuit(self.book, cid, self.node_id,
+                                                 lambda c: self._circuits.pop(c, None))
+        with trio.move_on_after(CLAIM_WAIT):
+            while not self._claim(target, circuit):
+                await self._freed.wait()
+        if not circuit.claimed:
+            self._circuits.pop(cid, None)
+            self.book.close(cid)
+            raise PeerUnreachable(address, "the target has no connection waiting here")
+        mine, theirs = trio.socket.socketpair()
+        self._nursery.start_soon(_run_and_close, circuit, trio.SocketStream(theirs))
+        return trio.SocketStream(mine)
+
     def _claim(self, target: bytes, circuit: _Circuit) -> bool:
         """Give ``circuit`` a waiting connection of ``target``; False if none is free."""
         for slot in self._waiting.get(target, []):
@@ -229,3 +267,10 @@ class RelayService:
 
     def status(self) -> dict[str, int]:
         return self.book.status()
+
+
+async def _run_and_close(circuit: _Circuit, stream: trio.SocketStream) -> None:
+    try:
+        await circuit.run(0, stream)
+    finally:
+        await trio.aclose_forcefully(stream)

@@ -106,3 +106,40 @@ def test_dial_back_gate_dials_only_the_requesters_ip_and_rate_limits() -> None:
     assert gate.admit("198.51.100.5:1", 7661, 3.0)[0] is None  # 3 in the last minute
     assert gate.admit("198.51.100.5:1", 7661, 61.0)[0] == "198.51.100.5:7661"
     assert gate.refused == 4 and gate.served == 4
+
+
+def test_peers_on_its_own_lan_do_not_make_a_node_behind_a_nat_reachable() -> None:
+    r = Reachability(HostPort("0.0.0.0", 7661), interface_host="10.2.0.10")
+    for peer in (A, B):  # two peers on its LAN dial it back at its LAN address
+        r.observed(peer, "10.2.0.10:7661")
+        r.dial_back(peer, "10.2.0.10:7661", True, "", 0.0)
+    assert r.reachable(0.0)[0] == "yes"  # a swarm on one LAN: reachable by all
+    for peer in (C, D):  # peers beyond its NAT cannot
+        r.observed(peer, "203.0.113.102:40000")
+        r.dial_back(peer, "203.0.113.102:7661", False, "connect failed: timed out", 1.0)
+    state, why = r.reachable(1.0)
+    assert state == "no" and "203.0.113.102:7661" in why
+    assert r.advertised(1.0) == "10.2.0.10:7661"  # its own (relays go first: plan_addresses)
+
+
+def test_a_node_reserves_with_relays_when_peers_cannot_dial_it() -> None:
+    from p2p.runtime.connectivity.reachability import wants_relay
+
+    assert wants_relay("auto", "no", "203.0.113.5:7661")
+    assert not wants_relay("auto", "yes", "10.0.0.5:7661")
+    assert wants_relay("auto", "unknown", "10.0.0.5:7661")  # a LAN address: behind a NAT
+    assert not wants_relay("auto", "unknown", "203.0.113.5:7661")
+    assert not wants_relay("auto", "unknown", "127.0.0.1:7661")  # a one-host swarm
+    assert wants_relay("always", "yes", "203.0.113.5:7661")
+    assert not wants_relay("never", "no", "10.0.0.5:7661")
+
+
+def test_relayed_addresses_come_first_and_the_nodes_own_last() -> None:
+    from p2p.runtime.connectivity.reachability import plan_addresses
+
+    relayed = [f"203.0.113.{i}:7661/circuit/{'ab' * 32}" for i in (1, 2)]
+    assert plan_addresses("10.0.0.5:7661", relayed, "no") == (
+        relayed[0], (relayed[1], "10.0.0.5:7661"))
+    assert plan_addresses("10.0.0.5:7661", relayed, "yes") == ("10.0.0.5:7661", ())
+    assert plan_addresses("10.0.0.5:7661", [], "no") == ("10.0.0.5:7661", ())
+    assert plan_addresses("127.0.0.1:7661", relayed[:1], "unknown") == (relayed[0], ())

@@ -38,6 +38,17 @@ async def test_a_node_nobody_can_dial_is_reached_through_its_relay(
         assert lab.reservations.status()[0]["circuits"] == 1
 
 
+async def test_the_relay_itself_reaches_a_node_that_reserved_with_it(
+        autojump_clock: trio.abc.Clock) -> None:
+    async with relay_lab() as lab:  # its own shuffle to a node behind: a local circuit
+        reply = await lab.relay.request(lab.circuit, Echo(b"from the relay"),
+                                        node_id=lab.behind.identity.node_id)
+        assert reply == Echo(b"from the relay") and lab.received == [b"from the relay"]
+        assert lab.relay.path_to(lab.circuit) == "relayed"
+        assert lab.service.status()["circuits"] == 1
+        assert lab.dialled and all(address == RELAY for address in lab.dialled)
+
+
 async def test_the_relay_reaches_no_node_that_did_not_reserve_it(
         autojump_clock: trio.abc.Clock) -> None:
     async with relay_lab() as lab:

@@ -27,7 +27,6 @@ def test_books_cap_circuits_per_node_and_source_and_share_the_rest_fairly() -> N
     assert book.open(A, "h1", T, 1.0)[0] is not None
     assert book.open(A, "h1", C, 1.0)[0] is not None
     assert book.open(A, "h2", T, 1.0)[1].startswith("per-peer limit")  # A: 2 open
-    assert book.open(B, "h1", T, 1.0)[1].startswith("per-source limit")  # h1: 2 open
     assert book.open(T, "ht", T, 1.0)[1] == "a circuit to yourself"
     # 4 circuits to T at most (twice the per-peer cap): a source without one takes the
     # oldest of the source holding the most, if that one holds two or more
@@ -46,6 +45,18 @@ def test_books_cap_circuits_per_node_and_source_and_share_the_rest_fairly() -> N
     book.end_wait(T, 8.0)
     assert book.reserved(T, 17.9) and not book.reserved(T, 18.0)  # the ttl after the last wait
     assert book.stats.refusals["per-peer limit"] == 1
+
+
+def test_nodes_behind_one_nat_share_its_address_four_times() -> None:
+    book = RelayBook(RelayLimits(max_circuits=20, circuits_per_peer=1))
+    targets = [bytes([100 + i]) * 32 for i in range(5)]
+    for i, target in enumerate(targets):
+        assert book.wait(target, f"t{i}", 0.0) is None
+    for node, target in zip((A, B, C, D), targets, strict=False):
+        assert book.open(node, "nat", target, 1.0)[0] is not None  # 4 nodes, one address
+    assert book.open(E, "nat", targets[4], 1.0)[1] == "per-source limit: 4 circuits open " \
+                                                      "from nat"
+    assert book.open(E, "elsewhere", targets[4], 1.0)[0] is not None
 
 
 async def test_a_flood_of_circuit_requests_stays_within_the_relays_limits(
