@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 import trio
 
+from common.address import HostPort
 from p2p.runtime.connectivity.puncher import NodePunch
 from p2p.runtime.protocol import register_node_messages
 from p2p.runtime.relay.client import RelayReservations
@@ -118,10 +119,11 @@ class Pair:
 
 @asynccontextmanager
 async def punch_pair(*, host: str = "127.0.0.1", peer_reachable: bool = False,
-                     behind_offers: list[str] | None = None) -> AsyncIterator[Pair]:
+                     behind_offers: list[str] | None = None,
+                     peer_offers: list[str] | None = None) -> AsyncIterator[Pair]:
     """A relay, a node reachable only through it (it reserved) and a peer, over real
-    sockets on ``host``; each punches holes (:class:`NodePunch`) with its bound
-    address as its only candidate (``behind_offers``: the node behind's instead)."""
+    sockets on ``host``; each punches holes (:class:`NodePunch`) with ``host`` as
+    its only candidate (``behind_offers``, ``peer_offers``: each side's instead)."""
     register_node_messages()
     relay, behind, peer = (Transport(Identity.generate(), host, 0, connect_timeout=5.0)
                            for _ in range(3))
@@ -135,11 +137,11 @@ async def punch_pair(*, host: str = "127.0.0.1", peer_reachable: bool = False,
         return Echo(msg.data)
 
     def punch(t: Transport, reachable: bool, offers: list[str] | None) -> NodePunch:
-        return NodePunch(t, candidates=lambda: offers if offers is not None else [
-            str(t.bound_address)], reachable=lambda: reachable, local_swarm=lambda: True)
+        return NodePunch(t, candidates=lambda port: offers if offers is not None else [
+            str(HostPort(host, port))], reachable=lambda: reachable, local_swarm=lambda: True)
 
     behind_punch = punch(behind, False, behind_offers)
-    peer_punch = punch(peer, peer_reachable, None)
+    peer_punch = punch(peer, peer_reachable, peer_offers)
     behind_requests, peer_requests = RequestDispatcher(), RequestDispatcher()
     behind_requests.add(Echo, echo)
     behind_punch.register(behind_requests)

@@ -143,9 +143,10 @@ class NodeConnectivity:
                     return entry.descriptor.alternates
         return ()
 
-    def punch_candidates(self) -> list[str]:
-        """Where peers may reach this node by hole punching (none when not probed)."""
-        return [] if self.core is None else self.core.punch_candidates()
+    def punch_candidates(self, port: int) -> list[str]:
+        """Where peers may reach this node's hole punch from ``port`` (none when
+        not probed)."""
+        return [] if self.core is None else self.core.punch_candidates(port)
 
     def reachable(self) -> bool:
         """Whether peers could dial this node back."""

@@ -6,11 +6,12 @@ initiator may be reached, and whether peers can dial it). When they can, the
 peer dials it (*connection reversal*: :class:`Reverse` on that connection turns
 it round, so that the initiator owns it). Otherwise the peer answers with its
 own addresses; the initiator measures the round trip, sends :class:`PunchSync`
-and half a round trip later both dial each other at once from their listen
-ports (a TCP simultaneous open through both NATs). Whatever connects replaces
-the relayed connection. Behind a symmetric NAT the addresses cannot be
-predicted and the session stays relayed. :class:`PunchPolicy` decides when to
-try and whom to answer; docs/design/transport.md#hole-punching.
+and half a round trip later both dial each other at once, each from a port
+bound for this punch and announced in its candidates (a TCP simultaneous open
+through both NATs). Whatever connects replaces the relayed connection. Behind
+a symmetric NAT the addresses cannot be predicted and the session stays
+relayed. :class:`PunchPolicy` decides when to try and whom to answer;
+docs/design/transport.md#hole-punching.
 """
 
 from __future__ import annotations

@@ -104,19 +104,16 @@ class Reachability:
         while len(self._seen) > MAX_OBSERVED_HOSTS:
             self._seen.popitem(last=False)
 
-    def punch_candidates(self) -> list[str]:
-        """Where a peer may reach this node by hole punching, best first: the
-        addresses peers saw its connections come from (newest first; the node
-        dials from its listen port, so they are its NAT's mappings of it), each
-        of those hosts at the listen port (a NAT that keeps the port), and its
-        own address (a peer on its LAN)."""
-        seen = [parse_host_port(a) for a in reversed(self._seen)]
-        out = [str(a) for a in seen]
-        out += [str(HostPort(a.host, self.listen.port)) for a in seen]
-        own = HostPort(self.listen_host(), self.listen.port)
+    def punch_candidates(self, port: int) -> list[str]:
+        """Where a peer may reach this node's hole punch from ``port``, best first:
+        the hosts peers saw its connections come from (newest first: its NAT's
+        outside address), then its own host (a peer on its LAN), each at ``port``
+        (a NAT that keeps a port it can keep maps it to itself)."""
+        hosts = [parse_host_port(a).host for a in reversed(self._seen)]
+        own = HostPort(self.listen_host(), port)
         if advertisable(own, local_swarm=self.local_swarm):
-            out.append(str(own))
-        return list(dict.fromkeys(out))[:MAX_CANDIDATES]
+            hosts.append(own.host)
+        return [str(HostPort(h, port)) for h in dict.fromkeys(hosts)][:MAX_CANDIDATES]
 
     def dial_back(self, peer: bytes, address: str, ok: bool, reason: str, now: float) -> None:
         """Peer ``peer`` tried to dial this node at ``address``; ``reason`` if it failed."""

@@ -55,21 +55,21 @@ async def test_a_relayed_session_moves_to_a_punched_connection() -> None:
     async with punch_pair() as pair:
         await pair.peer.request(pair.circuit, Echo(b"first"))
         assert pair.remotes[0].endswith(f"/circuit/{pair.peer.identity.node_id.hex()}")
-        await wait_until(lambda: pair.peer.path_to(pair.circuit) == "punched",
+        await wait_until(lambda: pair.peer_punch.status()["punched"] == 1,
                          what="the relayed connection was replaced")
+        assert pair.peer.path_to(pair.circuit) == "punched"
         assert await pair.peer.request(pair.circuit, Echo(b"direct")) == Echo(b"direct")
         assert pair.remotes[-1].startswith("127.0.0.1:")  # no longer through the relay
-        assert pair.peer_punch.status()["punched"] == 1
 
 
 async def test_a_reachable_peer_is_dialled_back_and_turns_the_connection_round() -> None:
     async with punch_pair(peer_reachable=True) as pair:
         await pair.peer.request(pair.circuit, Echo(b"first"))
-        await wait_until(lambda: pair.peer.path_to(pair.circuit) == "reversed",
+        await wait_until(lambda: pair.peer_punch.status()["reversed"] == 1,
                          what="the peer dialled back")
+        assert pair.peer.path_to(pair.circuit) == "reversed"
         assert await pair.peer.request(pair.circuit, Echo(b"back")) == Echo(b"back")
         assert pair.remotes[-1].startswith("127.0.0.1:")
-        assert pair.peer_punch.status()["reversed"] == 1
 
 
 async def test_a_punch_that_cannot_connect_leaves_the_session_relayed(
@@ -78,7 +78,7 @@ async def test_a_punch_that_cannot_connect_leaves_the_session_relayed(
     with trio.socket.socket() as s:  # a port nobody listens on: as a symmetric NAT's guess
         await s.bind(("127.0.0.1", 0))
         dead = f"127.0.0.1:{s.getsockname()[1]}"
-    async with punch_pair(behind_offers=[dead]) as pair:
+    async with punch_pair(behind_offers=[dead], peer_offers=[dead]) as pair:
         await pair.peer.request(pair.circuit, Echo(b"first"))
         await wait_until(lambda: pair.peer_punch.status()["failed"] == 1)
         assert pair.peer.path_to(pair.circuit) == "relayed"
@@ -86,3 +86,21 @@ async def test_a_punch_that_cannot_connect_leaves_the_session_relayed(
         assert pair.remotes[-1].endswith(f"/circuit/{pair.peer.identity.node_id.hex()}")
         assert not pair.peer_punch.policy.should_try(pair.behind.identity.node_id,
                                                      trio.current_time())  # backing off
+
+
+@pytest.mark.parametrize("dead_side", ["behind", "peer"])
+async def test_one_side_dialling_the_others_punch_port_is_enough(dead_side: str) -> None:
+    """Without a NAT in between only one dial is needed: it reaches the other side's
+    punch port, which accepts it (the initiator runs the handshake on it, or the node
+    behind serves it once the initiator speaks)."""
+    with trio.socket.socket() as s:
+        await s.bind(("127.0.0.1", 0))
+        dead = [f"127.0.0.1:{s.getsockname()[1]}"]
+    offers = {"behind_offers": dead} if dead_side == "behind" else {"peer_offers": dead}
+    async with punch_pair(**offers) as pair:  # type: ignore[arg-type]
+        await pair.peer.request(pair.circuit, Echo(b"first"))
+        await wait_until(lambda: pair.peer_punch.status()["punched"] == 1,
+                         what="the relayed connection was replaced")
+        assert pair.peer.path_to(pair.circuit) == "punched"
+        assert await pair.peer.request(pair.circuit, Echo(b"direct")) == Echo(b"direct")
+        assert pair.remotes[-1].startswith("127.0.0.1:")

@@ -52,7 +52,8 @@ async def test_a_circuit_and_a_hole_punch_over_ipv6_loopback() -> None:
         assert str(parse_dial_address(pair.circuit)).startswith("[::1]:")
         assert await pair.peer.request(pair.circuit, Echo(b"v6")) == Echo(b"v6")
         await wait_until(lambda: pair.peer.path_to(pair.circuit) == "punched")
-        assert pair.remotes[-1].startswith("[::1]:")
+        assert await pair.peer.request(pair.circuit, Echo(b"direct")) == Echo(b"direct")
+        assert pair.remotes[-1].startswith("[::1]:") and "/circuit/" not in pair.remotes[-1]
 
 
 async def test_a_dual_stack_listener_reads_an_ipv4_peer_as_ipv4() -> None:

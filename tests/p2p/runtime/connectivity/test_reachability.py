@@ -143,3 +143,14 @@ def test_relayed_addresses_come_first_and_the_nodes_own_last() -> None:
     assert plan_addresses("10.0.0.5:7661", relayed, "yes") == ("10.0.0.5:7661", ())
     assert plan_addresses("10.0.0.5:7661", [], "no") == ("10.0.0.5:7661", ())
     assert plan_addresses("127.0.0.1:7661", relayed[:1], "unknown") == (relayed[0], ())
+
+
+def test_punch_candidates_are_the_nat_outside_hosts_then_its_own_at_the_punch_port() -> None:
+    r = Reachability(HostPort("0.0.0.0", 7661), interface_host="10.0.0.5")
+    assert r.punch_candidates(40123) == ["10.0.0.5:40123"]  # nothing observed: its LAN
+    r.observed(A, "198.51.100.2:5555")
+    r.observed(B, "198.51.100.9:6666")
+    r.observed(C, "198.51.100.2:5557")
+    # newest observation first, each host once, all at the port of this punch
+    assert r.punch_candidates(40123) == ["198.51.100.2:40123", "198.51.100.9:40123",
+                                         "10.0.0.5:40123"]
