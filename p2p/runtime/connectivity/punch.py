@@ -122,7 +122,7 @@ class PunchPolicy:
     in all, so that no one makes this node dial around on their word.
     """
 
-    def __init__(self, *, concurrent: int = 4, backoff: float = 60.0,
+    def __init__(self, *, concurrent: int = 4, backoff: float = 15.0,
                  max_backoff: float = 3600.0, offer_interval: float = 10.0,
                  offers_per_minute: int = 30) -> None:
         self.concurrent = concurrent

@@ -52,7 +52,7 @@ logger = logging.getLogger(__name__)
 #: Seconds both sides keep dialling; a dropped SYN is sent again after 1 s, 3 s.
 PUNCH_TIMEOUT = 10.0
 #: Seconds between looks for relayed connections worth another try.
-RETRY = 30.0
+RETRY = 10.0
 #: Seconds a peer's offer is remembered for its sync.
 OFFER_TTL = 30.0
 
