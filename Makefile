@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: test swarm venv lint pytest slow bench clean
+.PHONY: test swarm venv lint pytest slow bench docs clean
 
 $(STAMP): pyproject.toml scripts/pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -12,7 +12,7 @@ $(STAMP): pyproject.toml scripts/pyproject.toml
 	# the CPU build of torch lies on local disk; asking for it first keeps pip
 	# from resolving the range to a CUDA wheel
 	$(BIN)/pip install -q "torch==2.13.0"
-	$(BIN)/pip install -q -e ".[test]"
+	$(BIN)/pip install -q -e ".[test,docs]"
 	# the lab (benchmarks, attacks, paper runs): development only, never in the wheel
 	$(BIN)/pip install -q --no-deps -e scripts
 	touch $(STAMP)
@@ -28,13 +28,18 @@ lint: $(STAMP)
 pytest: $(STAMP)
 	$(BIN)/python -m pytest -q
 
-test: lint pytest
+test: lint docs pytest
 
 slow: $(STAMP)
 	$(BIN)/python -m pytest -q -m slow
 
 swarm: $(STAMP)
 	$(BIN)/python scripts/swarm.py $(ARGS)
+
+# the documentation site in build/site; strict: a broken link or anchor fails it
+# (NO_MKDOCS_2_WARNING silences the Material theme's end-of-life notice)
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir build/site
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache .mypy_cache

@@ -4,7 +4,7 @@ A peer that sends a thousand bad frames (or pushes) must not make the node
 write a thousand lines: :class:`LogLimiter` writes the first line of each
 offender (``key``: an address, a node id) in full, counts the ones that follow
 during ``interval`` seconds, and then writes one summary line for them, e.g.
-``peer 10.0.0.9: 57 more lines like this in the last 30 s, not logged one by
+``peer 10.0.0.9: 57 more lines like this in the last 60 s, not logged one by
 one (last: closing connection from 10.0.0.9:4242: decrypt failure: ...)``.
 So each offender costs at most two lines per interval, whatever it sends.
 
@@ -21,8 +21,9 @@ from dataclasses import dataclass
 
 __all__ = ["DEFAULT_LOG_INTERVAL", "OTHERS", "LogLimiter"]
 
-#: Seconds over which one offender's lines are summarised.
-DEFAULT_LOG_INTERVAL = 30.0
+#: Seconds over which one offender's lines are summarised: at most one line per
+#: offender and minute, then the count of what was not logged.
+DEFAULT_LOG_INTERVAL = 60.0
 #: The key lines of new offenders are counted under once ``max_keys`` are tracked.
 OTHERS = "other peers"
 

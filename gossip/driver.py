@@ -27,6 +27,7 @@ from typing import Protocol
 import trio
 
 from .errors import PushRefused, PushUndelivered, RejectedAck, RejectedReply
+from .log_limit import LogLimiter
 from .messages import Push, PushAck
 from .partner_choice import PartnerChoice
 from .pushsum import PushSum
@@ -128,6 +129,8 @@ class GossipDriver:
         self.partners = partners
         self.epochs = epochs  # masking epochs (privacy "masked"), see EpochHook
         self._failures: dict[bytes, int] = {}
+        # lines a peer's answers cause (refusals, bad acks): one per peer and minute
+        self._answers = LogLimiter(log)
         self._undelivered: dict[str, int] = dict.fromkeys(self._cores, 0)
         self._plans: dict[str, WavePlan] = {name: self.rule.plan() for name in self._cores}
         self._waves: dict[str, int] = dict.fromkeys(self._cores, 0)
@@ -291,7 +294,9 @@ class GossipDriver:
         try:
             ack = await self._transport.push(peer, push)
         except PushRefused as exc:
-            log.info("push of %s to %s refused: %s", name, _short(peer), exc.reason)
+            # protocol detail (the node's status names the most frequent refusal)
+            self._answers.log(self._clock(), _short(peer), logging.DEBUG,
+                              "push of %s to %s refused: %s", name, _short(peer), exc.reason)
             core.on_undelivered(push.push_id, maybe_delivered=False)
             return None
         except PushUndelivered as exc:
@@ -321,7 +326,8 @@ class GossipDriver:
         try:
             core.on_ack(peer, ack, self._clock())
         except RejectedAck as exc:
-            log.warning("ack from %s for %s rejected: %s", _short(peer), name, exc)
+            self._answers.warning(self._clock(), _short(peer), "ack from %s for %s rejected: %s",
+                                  _short(peer), name, exc)
             if self.partners is not None and isinstance(exc, RejectedReply):
                 self.partners.strike(peer, self._clock())  # merged our share, lied in its reply
             return None

@@ -563,7 +563,8 @@ class MergeGuard:
         if flagged:
             if not masked_mode:
                 raise RefusedByGuard(
-                    "flag_mode", "a masked or noisy push, but this node runs no masked mode")
+                    "flag_mode", "a push marked masked or noisy, but this node runs no masked "
+                    "mode (is gossip.privacy the same on every node?)")
             if self._flags.level(sender, now) < 1.0:
                 raise RefusedByGuard(
                     "flag_budget", f"more than {s.flag_budget} masked or noisy pushes from "

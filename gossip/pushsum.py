@@ -647,7 +647,7 @@ class PushSum:
             else:
                 del self._outstanding[push_id]
                 self._c["failures"] += 1
-                log.info(
+                log.debug(  # the driver's "failed (N in a row)" line is the operator's
                     "push %d of model %s to %s unacknowledged after %d attempts; weight kept",
                     push_id, _short(self.fingerprint), _short(o.peer), o.attempts,
                 )
@@ -1022,8 +1022,9 @@ class PushSum:
             started = "the sender" if push.base_by_sender else "this node"
             reason = (f"base: no reference from exchange {push.base} (started by {started}) "
                       "is held for this sender; send absolute values")
-            # Rate-limited per sender: any peer may name a reference never held.
-            self._offences.log(now, _offender(sender), logging.INFO,
+            # Rate-limited per sender: any peer may name a reference never held; a
+            # protocol detail (the sender falls back to absolute values), so debug.
+            self._offences.log(now, _offender(sender), logging.DEBUG,
                                "refused a delta push from %s for model %s: %s", _short(sender),
                                _short(self.fingerprint), reason)
             raise _MissingReference(reason)

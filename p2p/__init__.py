@@ -6,6 +6,9 @@ Subpackages: :mod:`p2p.wire` (framing, codec, handshake, sealing, transport),
 (the configuration schema) and :mod:`p2p.swarm` (the local swarm launcher).
 """
 
+# --- the plug-in families, injected into the config before anything reads one ---
+import p2p.plugins  # noqa: F401
+
 # --- wire protocol and transport ----------------------------------------------
 from p2p.runtime.protocol import register_node_messages
 from p2p.wire import (
@@ -87,7 +90,7 @@ from p2p.file_safety import UnsafeFileError
 from p2p.runtime import AdminError, AdminHandler, AdminServer, admin_socket_path, serve_admin
 
 # p2p.runtime.checkpoint imports torch: loaded on first use so `p2p status` starts fast.
-_LAZY_CHECKPOINT = ("CheckpointError", "CheckpointStore", "DataDirError", "NodeState",
+_LAZY_CHECKPOINT = ("CheckpointCorrupt", "CheckpointError", "CheckpointStore", "DataDirError", "NodeState",
                     "PeerRecord", "PushSumRecord", "atomic_write_bytes",
                     "check_data_dir_writable")
 

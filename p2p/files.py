@@ -5,18 +5,22 @@ with the final permissions (0600 by default), fsyncs it, renames it into
 place and fsyncs the directory. A crash or a full disk leaves either the old
 file or the new one, never a mix, and no temporary file behind. With
 ``exclusive=True`` an existing file is never replaced (the final step is a
-hard link, which fails if the name is taken).
+hard link, which fails if the name is taken). ``before_replace`` runs once the
+new bytes are safely on disk, just before they take the name (checkpoints keep
+their previous file there).
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
+import hashlib
 import os
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
-__all__ = ["FileWriteError", "describe_os_error", "write_private_file"]
+__all__ = ["FileWriteError", "content_digest", "describe_os_error", "write_private_file"]
 
 
 class FileWriteError(OSError):
@@ -43,11 +47,14 @@ def describe_os_error(exc: OSError) -> str:
 
 
 def write_private_file(path: str | os.PathLike[str], data: bytes, *, mode: int = 0o600,
-                       exclusive: bool = False) -> None:
+                       exclusive: bool = False,
+                       before_replace: Callable[[], None] | None = None) -> None:
     """Atomically make ``path`` hold ``data`` with permissions ``mode``.
 
     Raises :class:`FileWriteError` naming ``path``; the previous file (if any)
-    is left untouched and the temporary file removed.
+    is left untouched and the temporary file removed. ``before_replace`` is
+    called after the temporary file is written and fsync'ed, before the rename
+    (an ``OSError`` it raises fails the write the same way).
     """
     target = Path(path)
     directory = target.parent
@@ -69,6 +76,8 @@ def write_private_file(path: str | os.PathLike[str], data: bytes, *, mode: int =
             os.fsync(fd)
         finally:
             os.close(fd)
+        if before_replace is not None:
+            before_replace()
         if exclusive:
             os.link(tmp_name, target)
             os.unlink(tmp_name)
@@ -102,3 +111,18 @@ def _fsync_directory(directory: Path) -> None:
         pass
     finally:
         os.close(dir_fd)
+
+
+def content_digest(path: str | os.PathLike[str]) -> str:
+    """``sha256:<hex>`` of a file's bytes, or of a directory's files (names and bytes,
+    in name order): the identity of a data file wherever it lies."""
+    root = Path(path).expanduser()
+    digest = hashlib.sha256()
+    files = sorted(p for p in root.rglob("*") if p.is_file()) if root.is_dir() else [root]
+    for file in files:
+        if root.is_dir():
+            digest.update(file.relative_to(root).as_posix().encode() + b"\0")
+        with open(file, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                digest.update(block)
+    return f"sha256:{digest.hexdigest()}"

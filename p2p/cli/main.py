@@ -38,13 +38,13 @@ from p2p.config import (
     LOG_LEVELS,
     ConfigError,
     NodeConfig,
-    check_task_fit,
     config_to_dict,
     encode_swarm_key,
     generate_swarm_key,
     load_config,
     load_swarm_key,
     option_setting,
+    preflight,
     render_config_toml,
     write_swarm_key,
 )
@@ -238,11 +238,15 @@ def _add_override_options(run: argparse.ArgumentParser) -> None:
 def _cmd_run(args: argparse.Namespace) -> int:
     config = load_config(args.config)
     config = config.with_overrides(**{option: getattr(args, option) for option in CLI_OPTIONS})
-    if not args.relay_only:  # a relay-only node reads no data
-        check_task_fit(config)  # before the identity key is created or torch is loaded
     if config.node.data_dir is None:
         raise UsageError("no data directory: pass --data-dir DIR or set node.data_dir in "
                          f"{args.config}")
+    # data, key and models, as `p2p config` checks them: before the identity key, the
+    # lock or the data directory is created, and before torch is loaded
+    if not args.relay_only:
+        preflight(config)
+    elif config.security.swarm_key_file is not None:  # a relay-only node reads no data
+        load_swarm_key(config.security.swarm_key_file)
     setup_logging(config.node.log_format, config.node.log_level)
     from p2p.runtime.datadir_lock import DataDirLock
 
@@ -257,8 +261,6 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
         check_data_dir_writable(lock.data_dir)
         lock.acquire()  # a new directory: now that it exists (no-op when held)
-        if config.security.swarm_key_file is not None:
-            load_swarm_key(config.security.swarm_key_file)  # fail now, not after start-up
         if args.relay_only:
             from p2p.runtime.relay_node import run_relay_node
 
@@ -310,7 +312,8 @@ def _cmd_query(args: argparse.Namespace) -> int:
         return EXIT_OK
     from p2p.cli.render import make_console, render_result
 
-    make_console().print(render_result(args.command, result))
+    console = make_console()
+    console.print(render_result(args.command, result, console.width))
     return EXIT_OK
 
 
@@ -404,7 +407,7 @@ def _cmd_keygen(args: argparse.Namespace) -> int:
 
 def _cmd_config(args: argparse.Namespace) -> int:
     config = load_config(args.config)
-    check_task_fit(config)
+    preflight(config)  # what `p2p run` checks before it creates anything
     if args.json:
         print(json.dumps(config_to_dict(config), indent=2))
     else:
@@ -477,8 +480,10 @@ def _run_command(args: argparse.Namespace) -> int:
         if data_dir is not None and isinstance(exc, data_dir.CheckpointError):
             _error(str(exc))
             checkpoint = sys.modules.get("p2p.runtime.checkpoint")
-            conflict = () if checkpoint is None else (checkpoint.CheckpointConflict,)
-            usage = (data_dir.DataDirError, *conflict)  # fixed by a flag
+            broken = () if checkpoint is None else (checkpoint.CheckpointConflict,
+                                                    checkpoint.CheckpointCorrupt)
+            # fixed by a flag, or by running again (the corrupt files were moved aside)
+            usage = (data_dir.DataDirError, *broken)
             return EXIT_USAGE if isinstance(exc, usage) else EXIT_FAILURE
         if debug:
             traceback.print_exc()

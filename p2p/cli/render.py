@@ -3,7 +3,9 @@
 Every renderer takes the ``result`` dict of one admin command (see
 :mod:`p2p.runtime.admin_server` for the fields) and tolerates missing or extra fields: a
 missing value shows as ``-``, unknown status fields are listed at the end, so
-an older CLI still shows a newer node's answers.
+an older CLI still shows a newer node's answers. :func:`render_result` fits the
+tables to the terminal (:mod:`p2p.cli.fit`): short headers, then fewer
+columns, never a number broken across lines.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from typing import Any, TypeGuard
 from rich.console import Console, Group, RenderableType
 from rich.table import Table
 from rich.text import Text
+
+from p2p.cli.fit import fit_table
 
 __all__ = [
     "RENDERERS",
@@ -37,7 +41,6 @@ __all__ = [
     "render_status",
     "render_stop",
     "to_text",
-    "unclipped",
 ]
 
 MISSING = "-"
@@ -257,6 +260,7 @@ _STATUS_FIELDS: tuple[tuple[str, str, Callable[[object], str]], ...] = (
     ("isolated", "isolated", _fmt_text),
     ("collaborating", "collaborating", _fmt_text),
     ("training", "training", _fmt_text),
+    ("checkpoint", "checkpoint", _fmt_text),  # only after a fallback or a file moved aside
     ("privacy", "privacy", fmt_privacy),
     ("masking", "masking", fmt_masking),
     ("groups", "groups", fmt_groups),
@@ -304,10 +308,11 @@ def render_status(result: Mapping[str, Any]) -> RenderableType:
     """Two-column table of the ``status`` fields."""
     table = Table(title="node status", show_header=False, title_justify="left")
     table.add_column("field", style="bold", no_wrap=True)
-    table.add_column("value", overflow="fold")
+    table.add_column("value")
     for key, label, fmt in _STATUS_FIELDS:
         # no DP-SGD, no clustering: no row
-        if key not in result or (key in ("privacy", "masking", "groups") and not result[key]):
+        if key not in result or (key in ("privacy", "masking", "groups", "checkpoint")
+                                 and not result[key]):
             continue
         value = fmt(result[key])
         if key == "isolated" and result[key] is True:
@@ -369,13 +374,13 @@ def render_models(result: Mapping[str, Any]) -> RenderableType:
     table = Table(title="partial models", title_justify="left")
     table.add_column("model", no_wrap=True)
     table.add_column("kind", no_wrap=True)
-    table.add_column("params", justify="right", overflow="fold")
-    table.add_column("fingerprint", no_wrap=True, max_width=11)
-    table.add_column("weight", justify="right", overflow="fold")
-    table.add_column("holders", justify="right", overflow="fold")
-    table.add_column("pushes\nout/in/rej", justify="right", overflow="fold")
-    table.add_column("sent", justify="right", overflow="fold")
-    table.add_column("received", justify="right", overflow="fold")
+    table.add_column("params", justify="right")
+    table.add_column("fingerprint", no_wrap=True)
+    table.add_column("weight", justify="right")
+    table.add_column("holders", justify="right")
+    table.add_column("pushes\nout/in/rej", justify="right")
+    table.add_column("sent", justify="right")
+    table.add_column("received", justify="right")
     models = _rows(result.get("models"))
     for m in models:
         rejected = m.get("pushes_rejected")
@@ -501,28 +506,38 @@ RENDERERS: dict[str, Callable[[Mapping[str, Any]], RenderableType]] = {
 }
 
 
-def render_result(command: str, result: Mapping[str, Any]) -> RenderableType:
-    """The renderer for ``command`` applied to ``result``."""
-    return unclipped(RENDERERS[command](result))
+#: How each command's tables fit a narrow terminal: columns dropped first to last,
+#: shorter headers, and the free-text columns (wrapped between words).
+_FITTING: dict[str, dict[str, Any]] = {
+    "status": {"wrap": ("value",)},
+    "peers": {"drop": ("age", "last contact"), "short": {"last contact": "contact",
+                                                         "failures": "fail"},
+              "wrap": ("models",)},
+    "models": {"drop": ("kind", "fingerprint", "holders", "received"),
+               "short": {"fingerprint": "fp", "holders": "hold", "received": "recv"}},
+    "metrics": {"wrap": ("counter",)},
+    "groups": {"drop": ("distance",), "wrap": ("members",)},
+}
 
 
-def unclipped(renderable: RenderableType) -> RenderableType:
-    """Make every table in ``renderable`` fold what does not fit its column onto
-    the next line instead of cutting it ("accura…"): headers are never cut."""
+def render_result(command: str, result: Mapping[str, Any], width: int = 120) -> RenderableType:
+    """The renderer for ``command`` applied to ``result``, its tables fitted to ``width``."""
+    return fitted(RENDERERS[command](result), width, **_FITTING.get(command, {}))
+
+
+def fitted(renderable: RenderableType, width: int, **fitting: Any) -> RenderableType:
+    """Every table in ``renderable`` fitted to ``width`` (:func:`p2p.cli.fit.fit_table`)."""
     if isinstance(renderable, Table):
-        for column in renderable.columns:
-            column.overflow = "fold"
-            column.no_wrap = False
-    elif isinstance(renderable, Group):
+        return fit_table(renderable, width, **fitting)
+    if isinstance(renderable, Group):
         for part in renderable.renderables:
-            unclipped(part)
+            fitted(part, width, **fitting)
     return renderable
 
 
 def make_console(file: Any = None) -> Console:
     """A console for CLI output: the terminal's width, or when piped ``$COLUMNS``
-    or 120 columns (rich would use 80, which squeezes the wider tables); tables
-    fold what does not fit rather than cut it (:func:`unclipped`)."""
+    or 120 columns (rich would use 80, which squeezes the wider tables)."""
     console = Console(file=file)
     if not console.is_terminal and not os.environ.get("COLUMNS"):
         console = Console(file=file, width=120)

@@ -12,7 +12,8 @@ reading, writing, the known-key lists and command-line overrides
 (:meth:`NodeConfig.with_overrides`) derive from it (:mod:`p2p.config.kinds`,
 :mod:`p2p.config.document`). What the learner consumes is checked by the
 learner's own value objects, so ``p2p config`` and ``p2p run`` agree; both
-also check the network against the task's shape (:func:`check_task_fit`).
+also run :func:`preflight` (the network against the task's shape, the models,
+the swarm key file, the data itself) before anything is created.
 :func:`render_config_toml` writes a config back as TOML;
 ``load_config(render_config_toml(c))`` gives back ``c``.
 
@@ -37,6 +38,7 @@ from p2p.config.document import (
 )
 from p2p.config.errors import ConfigError
 from p2p.config.kinds import LayerSizes, layer_sizes
+from p2p.config.preflight import preflight
 from p2p.config.schema import (
     CLI_OPTIONS,
     CLUSTERING_STARTS,
@@ -112,6 +114,7 @@ __all__ = [
     "parse_config_text",
     "parse_host_port",
     "parse_permutation",
+    "preflight",
     "push_frame_bytes",
     "render_config_toml",
     "task_mismatch",

@@ -11,7 +11,7 @@ import dataclasses
 import json
 import os
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +27,7 @@ __all__ = [
     "load_config",
     "parse_config_text",
     "render_config_toml",
+    "toml_value",
 ]
 
 #: Section name -> the dataclass holding it (every field of NodeConfig but ``models``).
@@ -44,8 +45,24 @@ def _keys(section: str) -> dict[str, Setting]:
     return MODEL_KEYS if section == "models" else settings_of(_SECTIONS[section])
 
 
+class _SectionKeys(Mapping[str, tuple[str, ...]]):
+    """Section -> its known keys, read when asked: ``[strategy]``'s come from the
+    plug-ins registered at that moment (:mod:`p2p.config.plugins`)."""
+
+    def __getitem__(self, section: str) -> tuple[str, ...]:
+        if section not in _TOP:
+            raise KeyError(section)
+        return tuple(_keys(section))
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(_TOP)
+
+    def __len__(self) -> int:
+        return len(_TOP)
+
+
 #: Section -> its known keys (``models`` for one ``[[models]]`` entry), in order.
-SECTION_KEYS: dict[str, tuple[str, ...]] = {name: tuple(_keys(name)) for name in _TOP}
+SECTION_KEYS: Mapping[str, tuple[str, ...]] = _SectionKeys()
 
 
 def _other_section_hint(key: str, section: str) -> str:
@@ -169,7 +186,8 @@ def config_to_dict(config: NodeConfig) -> dict[str, Any]:
     return out
 
 
-def _toml_value(value: object) -> str:
+def toml_value(value: object) -> str:
+    """``value`` (a plain value of :func:`config_to_dict`) written as TOML."""
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, int):
@@ -180,7 +198,7 @@ def _toml_value(value: object) -> str:
         # JSON string escapes (backslash-quote, -backslash, -n, -uXXXX) are valid in TOML strings.
         return json.dumps(value)
     if isinstance(value, list):
-        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+        return "[" + ", ".join(toml_value(v) for v in value) + "]"
     raise TypeError(f"cannot write {type(value).__name__} as TOML")
 
 
@@ -193,6 +211,6 @@ def render_config_toml(config: NodeConfig) -> str:
     tables += [("[[models]]", model) for model in d["models"]]
     for header, table in tables:
         lines.append(header)
-        lines.extend(f"{key} = {_toml_value(value)}" for key, value in table.items())
+        lines.extend(f"{key} = {toml_value(value)}" for key, value in table.items())
         lines.append("")
     return "\n".join(lines)

@@ -104,7 +104,11 @@ def setting(default: _T, kind: Kind, help: str) -> _T:
 
 
 def settings_of(cls: type) -> dict[str, Setting]:
-    """The keys of a section dataclass, in declaration order."""
+    """The keys of a section dataclass, in declaration order (a section composed of
+    plug-ins' keys, :mod:`p2p.config.plugins`, says them with ``composed_settings``)."""
+    composed = getattr(cls, "composed_settings", None)
+    if composed is not None:
+        return dict(composed())
     out: dict[str, Setting] = {}
     for f in dataclasses.fields(cls):
         s = f.metadata.get(_SETTING)

@@ -31,7 +31,6 @@ from learner.errors import FieldError
 from learner.layout import ModelLayout
 from learner.permutations import Cycles, format_cycles, parse_permutation
 from learner.spec import ACTIVATIONS, DECLARED_KINDS, NetworkSpec, PartialModelSpec, SpecError
-from learner.strategies.collab_graph import GraphParams
 from learner.tasks import TASKS
 from learner.train_config import OPTIMIZERS, TrainConfig
 from p2p.config.errors import ConfigError
@@ -56,8 +55,8 @@ from p2p.config.kinds import (
     setting,
     settings_of,
 )
+from p2p.config.plugins import StrategyConfig, strategy_plugins
 from p2p.config.relay_section import RelayConfig
-from p2p.strategy.registry import STRATEGIES, STRATEGY_NAMES
 from p2p.wire.framing import DEFAULT_MAX_FRAME_SIZE
 from p2p.wire.sealing import CIPHERS, DEFAULT_CIPHER
 from p2p.wire.transport import (
@@ -571,84 +570,6 @@ class ClusteringConfig:
         return tuple(counts)
 
 
-@dataclass(frozen=True)
-class StrategyConfig:
-    """``[strategy]``: what collaboration adds on top of local SGD (:mod:`p2p.strategy`).
-
-    ``name`` picks the scheme; each scheme's keys are prefixed by its name
-    (``fedcurv_lambda``) and only read when that scheme runs.
-    """
-
-    name: str = setting("partial", Choice(STRATEGY_NAMES),
-                        '"partial": push-sum averaging of the partial models alone; "fedcurv": '
-                        "plus FedCurv's elastic penalty (docs/strategies.md)")
-    fedcurv_lambda: float = setting(1.0, Number(minimum=0),
-                                    "fedcurv: weight of the penalty sum_j (w - w_j)' diag(F_j) "
-                                    "(w - w_j) over the other holders j")
-    fedcurv_every: int = setting(2, Integer(minimum=1),
-                                 "fedcurv: rounds a generation of the gossiped sums lasts on "
-                                 "this node before it starts the next with a new estimate of "
-                                 "its Fisher diagonal (about fedcurv_samples gradients)")
-    fedcurv_samples: int = setting(128, Integer(minimum=1, maximum=100_000),
-                                   "fedcurv: training samples the Fisher diagonal is estimated "
-                                   "on (at most the shard)")
-    fedlinked_weight: float = setting(0.3, Number(minimum=0),
-                                      "fedlinked: weight of the distillation loss (squared "
-                                      "distance to the target on a public batch)")
-    fedlinked_eta: float = setting(1.0, Number(above=0),
-                                   "fedlinked: the report's eta, sum of the squared utilities")
-    fedlinked_sharpness: float = setting(32.0, Number(minimum=1),
-                                         "fedlinked: peers weigh utility ** sharpness in the "
-                                         "target (1: the report's weights)")
-    fedlinked_peers: int = setting(3, Integer(minimum=1, maximum=64),
-                                   "fedlinked: peers pulled at each refresh")
-    fedlinked_every: int = setting(2, Integer(minimum=1),
-                                   "fedlinked: rounds between two refreshes of the target")
-    fedlinked_warmup: int = setting(10, Integer(minimum=0),
-                                    "fedlinked: rounds of local training before the first "
-                                    "refresh")
-    fedlinked_cache: int = setting(16, Integer(minimum=1, maximum=1024),
-                                   "fedlinked: peers whose latest representation is kept")
-    fedlinked_public_batch: int = setting(32, Integer(minimum=1),
-                                          "fedlinked: public samples per distillation batch")
-    graph_mu: float = setting(GraphParams.mu, Number(above=0),
-                              "graph: mu, smoothness of the models along the graph against "
-                              "the local losses")
-    graph_beta: float = setting(GraphParams.beta, Number(above=0),
-                                "graph: beta, L2 penalty on the edge weights (smaller: sparser)")
-    graph_delta: float = setting(GraphParams.delta, Number(above=0),
-                                 "graph: delta, offset of the log barrier on the degrees")
-    graph_kappa: int = setting(GraphParams.kappa, Integer(minimum=1, maximum=64),
-                               "graph: peers sampled (and their edges updated) per wake-up")
-    graph_local_lipschitz: float = setting(GraphParams.local_lipschitz, Number(minimum=0),
-                                           "graph: L_loc of the local loss; a wake-up moves "
-                                           "the model mu / (mu + c L_loc) of the way to its "
-                                           "neighbours' weighted mean (0: all the way)")
-    graph_neighbours: int = setting(GraphParams.max_neighbours, Integer(minimum=1, maximum=64),
-                                    "graph: heaviest neighbours a node pulls and mixes with")
-    graph_max_edges: int = setting(GraphParams.max_edges, Integer(minimum=1, maximum=4096),
-                                   "graph: edges a node keeps (the lightest is dropped "
-                                   "beyond; at least graph_neighbours)")
-    graph_period: float = setting(1.0, Number(minimum=0.01),
-                                  "graph: mean seconds between wake-ups (Poisson clock)")
-    graph_epsilon: float = setting(0.0, Number(minimum=0),
-                                   "graph: epsilon of each release's Laplace noise (0: no noise)")
-    graph_epsilon_budget: float = setting(0.0, Number(minimum=0),
-                                          "graph: stop waking once releases would spend more "
-                                          "(0: no budget)")
-    graph_sensitivity: float = setting(1.0, Number(minimum=0),
-                                       "graph: L0 of the noise scale s = L0 / (epsilon m)")
-    graph_confidence_samples: int = setting(1000, Integer(minimum=1),
-                                            "graph: shard size at which the confidence c "
-                                            "reaches 1 (c = min(1, m / this))")
-
-    def __post_init__(self) -> None:
-        if self.name not in STRATEGIES:  # the live table: tests may register a strategy
-            known = ", ".join(repr(n) for n in STRATEGIES)
-            raise ConfigError(f"strategy.name: unknown strategy {self.name!r}; expected one "
-                              f"of {known}", key="strategy.name")
-
-
 # --------------------------------------------------------------------------- the whole
 
 #: What a push adds to its model's float64 values on the wire: fingerprint, ids,
@@ -715,52 +636,17 @@ class NodeConfig:
         self._check_strategy()
 
     def _check_strategy(self) -> None:
-        """A strategy other than "partial" trains and exchanges more than DP-SGD accounts
-        for; FedCurv's sums travel in clear, which masking would not hide."""
+        """DP-SGD accounts for no strategy but those declaring ``with_dp``; then the
+        chosen strategy's own checks (its plug-in's, :mod:`p2p.config.plugins`)."""
         name = self.strategy.name
-        if name != "partial" and self.gossip.dp:
+        plugin = strategy_plugins()[name]
+        if not plugin.with_dp and self.gossip.dp:
             raise ConfigError(
                 f"strategy.name: {name!r} is not supported with DP-SGD (gossip.privacy "
                 f"{self.gossip.privacy!r}): its extra loss or exchanges are not accounted "
                 'for; use strategy "partial" with DP', key="strategy.name")
-        if name == "fedlinked" and self.models:
-            raise ConfigError(
-                'strategy.name: "fedlinked" sends no parameters, but this config declares '
-                f"{len(self.models)} partial model(s) ([[models]]); remove them (all-local "
-                "layout)", key="strategy.name")
-        if name == "graph" and self.models:
-            raise ConfigError(
-                'strategy.name: "graph" mixes whole models itself, but this config declares '
-                f"{len(self.models)} partial model(s) ([[models]]); remove them (all-local "
-                "layout)", key="strategy.name")
-        if name == "graph":
-            self._check_graph()
-        if name == "fedcurv" and self.gossip.masking == "masked":
-            raise ConfigError(
-                'strategy.name: "fedcurv" gossips Fisher-weighted parameters in clear, '
-                f"which gossip.privacy {self.gossip.privacy!r} would not hide; use privacy "
-                '"none" with fedcurv', key="strategy.name")
-
-    def _check_graph(self) -> None:
-        """The graph compares outputs on the public split, keeps at least the edges it mixes
-        with, and sends whole models (float32) in one frame."""
-        if self.data.public_size == 0:
-            raise ConfigError('strategy.name: "graph" compares outputs on the task\'s public '
-                              "split, but data.public_size is 0; set data.public_size (e.g. "
-                              "200)", key="data.public_size")
-        if self.strategy.graph_max_edges < self.strategy.graph_neighbours:
-            raise ConfigError(f"strategy.graph_max_edges: {self.strategy.graph_max_edges} is "
-                              "fewer than strategy.graph_neighbours = "
-                              f"{self.strategy.graph_neighbours}; expected at least as many",
-                              key="strategy.graph_max_edges")
-        parameters = self.layout().total_parameters
-        need = push_frame_bytes(parameters)
-        if self.limits.max_frame_size < need:
-            raise ConfigError(
-                f"limits.max_frame_size: {self.limits.max_frame_size} bytes cannot carry a "
-                f'"graph" reply of the whole network ({parameters:,} parameters; needs '
-                f"{need:,} bytes); raise it or use a smaller network",
-                key="limits.max_frame_size")
+        if plugin.check is not None:
+            plugin.check(self)
 
     def _check_clustering(self) -> None:
         """``clustering.mode = "auto"`` needs a global model, local neurons to convert,

@@ -99,6 +99,10 @@ class AdminSource(Protocol):
 
     @property
     def resumed_at(self) -> int | None: ...
+    @property
+    def checkpoint_note(self) -> str | None: ...
+
+    def training_note(self) -> str | None: ...
 
     def collaboration(self) -> CollaborationStatus: ...
     def groups_status(self) -> GroupsStatus: ...
@@ -206,7 +210,7 @@ class NodeAdmin:
         collab = n.collaboration()
         rounds = n.config.training.rounds
         spent = n.privacy_spent()
-        training = training_summary(rounds, p.round, n.resumed_at)
+        training = n.training_note() or training_summary(rounds, p.round, n.resumed_at)
         if spent is not None and spent.budget_spent:
             training = budget_summary(spent, p.round)
         reach = n.reachability()
@@ -237,6 +241,7 @@ class NodeAdmin:
             reachable_reason=reach.reason,
             confirmed_addresses=list(reach.confirmed),
             relay=n.relay_status(),
+            checkpoint=n.checkpoint_note,
         )
 
     def groups(self) -> dict[str, Any]:

@@ -186,6 +186,8 @@ class StatusReport:
     confirmed_addresses: list[str] | None = None
     # relaying (docs/guide/deployment.md#relays): serving, circuits, reservations held
     relay: dict[str, Any] | None = None
+    # set when the node did not resume its newest checkpoint, or moved one aside
+    checkpoint: str | None = None
 
 
 @dataclass(frozen=True)

@@ -1,21 +1,24 @@
 """Node state on disk: atomic file writes and the checkpoint store.
 
-A checkpoint is one file, ``checkpoint.pt`` in the data directory, written with
-:func:`torch.save` from a dict holding only tensors and plain values (ints,
-floats, strings, bytes, lists, tuples, dicts), and read back with
-``torch.load(..., weights_only=True)``, which refuses to unpickle anything
-else: a tampered checkpoint cannot run code.
+A checkpoint file is a 48-byte header (magic, payload length, SHA-256 of the
+payload) followed by the payload: :func:`torch.save` of a dict holding only
+tensors and plain values, read back with ``torch.load(..., weights_only=True)``,
+which refuses to unpickle anything else. A file whose digest does not match is
+refused before it is decoded (:class:`CheckpointCorrupt`).
 
-Writes are atomic (:func:`atomic_write_bytes`): the bytes go to a temporary file
-in the same directory, are fsync'ed, then renamed over the old file, and the
-directory is fsync'ed. A crash or a full disk at any point leaves either the
-old checkpoint or the new one, never a mix, and no temporary file behind.
+The store keeps two files, ``checkpoint.pt`` and the one before it,
+``checkpoint.prev.pt``: a save verifies the current file, renames it to the
+previous name and renames the new one (written and fsync'ed first) into place,
+so a crash or a full disk at any point leaves the last good state on disk.
+How a node resumes from them, falling back to the older, is
+:func:`p2p.runtime.state.resume_from`; see docs/guide/operations.md.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import errno
+import hashlib
 import io
 import logging
 import math
@@ -38,7 +41,9 @@ __all__ = [
     "CHECKPOINT_FILENAME",
     "CHECKPOINT_FORMAT",
     "CHECKPOINT_VERSION",
+    "PREVIOUS_FILENAME",
     "CheckpointConflict",
+    "CheckpointCorrupt",
     "CheckpointError",
     "CheckpointStore",
     "DataDirError",
@@ -51,15 +56,31 @@ __all__ = [
 ]
 
 CHECKPOINT_FILENAME = "checkpoint.pt"
+#: The checkpoint before the newest (the store keeps two).
+PREVIOUS_FILENAME = "checkpoint.prev.pt"
 CHECKPOINT_FORMAT = "p2p-gossip-learning/checkpoint"
-CHECKPOINT_VERSION = 4
+CHECKPOINT_VERSION = 5
 #: Versions this program reads: 1 lacks the push-sum duplicate windows (``seen``),
 #: 1 and 2 the automatic groups (read as none: such a node had not grouped).
 #: 3 added the groups so that an older program, which would drop them, refuses it;
 #: 4 their grouping attempt (a version 3 checkpoint's groups read as attempt 0), so
 #: that a program without attempts, which would mix an attempt's records into
-#: the first one, refuses it.
-READABLE_VERSIONS = (1, 2, 3, 4)
+#: the first one, refuses it. 5 is the first inside a digest envelope (an older
+#: program cannot decode the envelope, so it refuses it); 1-4 have none.
+READABLE_VERSIONS = (1, 2, 3, 4, 5)
+#: The envelope: magic, payload length (8 bytes, big-endian), SHA-256 of the payload.
+MAGIC = b"P2PCKPT\x00"
+HEADER_BYTES = len(MAGIC) + 8 + 32
+_ZIP_MAGIC = b"PK\x03\x04"  # a bare torch.save file: versions 1-4, no digest
+
+
+class CheckpointCorrupt(CheckpointError):
+    """The file is not what this program wrote: truncated, bytes changed on disk (its
+    digest does not match), or values no node could hold. The node falls back to the
+    older checkpoint rather than resume it."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(errno.EINVAL, message)
 
 
 class CheckpointConflict(CheckpointError):
@@ -174,6 +195,7 @@ class NodeState:
     test_loss: float | None = None
     privacy_history: list[tuple[float, float, int]] | None = None
     groups: GroupsRecord | None = None
+    sealed: bool = True  # read back from a file with a digest (False: versions 1-4)
 
 
 def _tag(tag: object) -> str | bytes:
@@ -399,8 +421,35 @@ def _finite(value: object) -> float | None:
     return float(value) if math.isfinite(value) else None
 
 
+def seal(payload: bytes) -> bytes:
+    """``payload`` inside the digest envelope (see the module docstring)."""
+    return MAGIC + len(payload).to_bytes(8, "big") + hashlib.sha256(payload).digest() + payload
+
+
+def unseal(data: bytes, path: Path) -> tuple[bytes, bool]:
+    """The payload of a checkpoint file's bytes and whether it had a digest (False: a
+    bare torch file of versions 1-4). Raises :class:`CheckpointCorrupt` when the
+    header, length or digest do not match."""
+    if data.startswith(_ZIP_MAGIC):
+        return data, False
+    if not data.startswith(MAGIC) or len(data) < HEADER_BYTES:
+        what = ("empty" if not data else f"only {len(data)} bytes" if MAGIC.startswith(data)
+                else "its header is not a checkpoint's (overwritten or zeroed?)")
+        raise CheckpointCorrupt(f"checkpoint {path} is corrupt: {what}")
+    length = int.from_bytes(data[len(MAGIC):len(MAGIC) + 8], "big")
+    payload = data[HEADER_BYTES:]
+    if len(payload) != length:
+        raise CheckpointCorrupt(f"checkpoint {path} is corrupt: it holds {len(payload)} bytes "
+                                f"of content, its header says {length} (truncated?)")
+    if hashlib.sha256(payload).digest() != data[len(MAGIC) + 8:HEADER_BYTES]:
+        raise CheckpointCorrupt(f"checkpoint {path} is corrupt: its content does not match "
+                                "its SHA-256 digest (bytes changed on disk)")
+    return payload, True
+
+
 class CheckpointStore:
-    """Saves and loads the node's :class:`NodeState` in ``data_dir``.
+    """Saves and loads the node's :class:`NodeState` in ``data_dir``: the newest in
+    ``path``, the one before in ``previous`` (see the module docstring).
 
     ``save`` is atomic and may be called from a worker thread (it does blocking
     I/O: from trio, use ``trio.to_thread.run_sync(store.save, state)``).
@@ -410,82 +459,124 @@ class CheckpointStore:
                  filename: str = CHECKPOINT_FILENAME) -> None:
         self.data_dir = Path(data_dir)
         self.path = self.data_dir / filename
+        self.previous = self.data_dir / PREVIOUS_FILENAME
 
     def encode(self, state: NodeState) -> bytes:
         """The checkpoint file's bytes for ``state``."""
         buffer = io.BytesIO()
         torch.save(_state_to_plain(state), buffer)
-        return buffer.getvalue()
+        return seal(buffer.getvalue())
 
     def save(self, state: NodeState) -> int:
-        """Write ``state`` atomically (mode 0600); returns the file size in bytes.
+        """Write ``state`` atomically (mode 0600), keeping the checkpoint it replaces as
+        ``previous``; returns the file size in bytes.
 
         Raises :class:`CheckpointError` on failure, leaving the previous
-        checkpoint intact.
+        checkpoints intact.
         """
         data = self.encode(state)
-        atomic_write_bytes(self.path, data, mode=0o600)
+        try:
+            write_private_file(self.path, data, mode=0o600, before_replace=self._keep_current)
+        except FileWriteError as exc:
+            raise CheckpointError(exc.errno, str(exc)) from exc
         logger.debug("checkpoint written: %s (%d bytes, round %d)", self.path, len(data),
                      state.round)
         return len(data)
 
-    def exists(self) -> bool:
-        """Whether a checkpoint file is present."""
-        return self.path.is_file()
+    def _keep_current(self) -> None:
+        """Before a new checkpoint takes the name: the current one becomes ``previous``
+        if it is intact; a corrupt one is moved aside, ``previous`` kept."""
+        try:
+            unseal(self.path.read_bytes(), self.path)
+        except FileNotFoundError:
+            return
+        except CheckpointCorrupt as exc:
+            aside = self.corrupt_path(self.path)
+            os.rename(self.path, aside)
+            logger.warning("%s; moved it to %s and kept %s as the older checkpoint", exc,
+                           aside, self.previous.name)
+            return
+        os.replace(self.path, self.previous)
 
-    def aside_path(self, now: float | None = None) -> Path:
-        """Where :meth:`move_aside` would move the checkpoint now:
+    def exists(self) -> bool:
+        """Whether a checkpoint file (newest or previous) is present."""
+        return self.path.is_file() or self.previous.is_file()
+
+    def aside_path(self, now: float | None = None, path: Path | None = None) -> Path:
+        """Where :meth:`move_aside` would move ``path`` (default: the newest) now:
         ``checkpoint.<YYYYmmdd-HHMMSS>.old`` next to it (``.1.old``, ... if taken)."""
+        path = self.path if path is None else path
         stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(now))
-        candidate = self.path.with_name(f"{self.path.stem}.{stamp}.old")
-        n = 0
-        while candidate.exists():
-            n += 1
-            candidate = self.path.with_name(f"{self.path.stem}.{stamp}.{n}.old")
-        return candidate
+        return _free(path.with_name(f"{path.stem}.{stamp}"), ".old")
+
+    def corrupt_path(self, path: Path) -> Path:
+        """Where a corrupt ``path`` goes: ``<name>.corrupt-<YYYYmmdd-HHMMSS>``."""
+        return _free(path.with_name(f"{path.name}.corrupt-{time.strftime('%Y%m%d-%H%M%S')}"),
+                     "")
 
     def move_aside(self) -> Path | None:
-        """Rename the checkpoint to :meth:`aside_path` (never delete it); the new
-        path, or ``None`` if there was no checkpoint. Raises
-        :class:`CheckpointError` naming both paths if the rename fails."""
-        if not self.path.exists():
-            return None
-        target = self.aside_path()
+        """Rename both checkpoints to :meth:`aside_path` (never delete them); the
+        newest's new path (else the previous one's), or ``None`` if there was none.
+        Raises :class:`CheckpointError` naming both paths if a rename fails."""
+        moved = [self.rename(path, self.aside_path(path=path))
+                 for path in (self.previous, self.path) if path.exists()]
+        return moved[-1] if moved else None
+
+    def rename(self, path: Path, target: Path) -> Path:
+        """Rename ``path`` to ``target``; :class:`CheckpointError` naming both if it fails."""
         try:
-            os.rename(self.path, target)
+            os.rename(path, target)
         except OSError as exc:
-            raise CheckpointError(exc.errno, f"cannot move checkpoint {self.path} to {target}: "
+            raise CheckpointError(exc.errno, f"cannot move checkpoint {path} to {target}: "
                                   f"{describe_os_error(exc)}") from exc
         return target
 
-    def load(self, *, expected_node_id: bytes | None = None) -> NodeState | None:
-        """Read the checkpoint; ``None`` if there is none.
+    def load(self, *, expected_node_id: bytes | None = None,
+             path: Path | None = None) -> NodeState | None:
+        """Read the newest checkpoint (or ``path``); ``None`` if there is none.
 
-        Raises :class:`CheckpointError` if the file cannot be read, is not a
-        checkpoint (or was tampered with: only tensors and plain values are
-        accepted), has another format version, or (with ``expected_node_id``)
-        belongs to another identity.
+        Raises :class:`CheckpointCorrupt` if its digest does not match, it cannot
+        be decoded (a tampered file: only tensors and plain values are
+        accepted) or a bare file claims a version that has a digest;
+        :class:`CheckpointError` if the file cannot be read, is not a checkpoint
+        of this program, has another format version, or (with
+        ``expected_node_id``) belongs to another identity.
         """
+        path = self.path if path is None else path
         try:
-            data = self.path.read_bytes()
+            data = path.read_bytes()
         except FileNotFoundError:
             return None
         except OSError as exc:
-            raise CheckpointError(exc.errno, f"cannot read checkpoint {self.path}: "
+            raise CheckpointError(exc.errno, f"cannot read checkpoint {path}: "
                                   f"{describe_os_error(exc)}") from exc
+        payload, sealed = unseal(data, path)
         try:
-            raw = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
+            raw = torch.load(io.BytesIO(payload), map_location="cpu", weights_only=True)
         except Exception as exc:  # torch raises many types for bad input
             first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-            raise _bad(self.path, f"cannot decode it ({type(exc).__name__}: "
-                       f"{first_line[:200]})") from exc
-        state = _state_from_plain(raw, self.path)
+            raise CheckpointCorrupt(f"checkpoint {path} is corrupt: cannot decode it "
+                                    f"({type(exc).__name__}: {first_line[:200]})") from exc
+        if not sealed and isinstance(raw, dict) and raw.get("version") == CHECKPOINT_VERSION:
+            raise CheckpointCorrupt(f"checkpoint {path} is corrupt: a version "
+                                    f"{CHECKPOINT_VERSION} checkpoint without its digest")
+        state = _state_from_plain(raw, path)
+        state.sealed = sealed
         if (expected_node_id is not None and state.node_id is not None
                 and state.node_id != expected_node_id):
-            raise _bad(self.path, "it was written by another node identity "
+            raise _bad(path, "it was written by another node identity "
                        f"({state.node_id.hex()[:16]}..., this node is "
                        f"{expected_node_id.hex()[:16]}...)")
         return state
+
+
+def _free(stem: Path, suffix: str) -> Path:
+    """``stem + suffix``, or ``stem.1 + suffix``, ... : the first name not taken."""
+    candidate, n = stem.with_name(stem.name + suffix), 0
+    while candidate.exists():
+        n += 1
+        candidate = stem.with_name(f"{stem.name}.{n}{suffix}")
+    return candidate
 
 
 def replace_state(state: NodeState, **changes: Any) -> NodeState:

@@ -1,24 +1,28 @@
 """Is this node collaborating with its peers, and if not, why (sans-IO).
 
-A node *collaborates* when at least one peer it knows holds one of its shared
-models (same fingerprint), so that its pushes have somewhere to go. A node
-can join an overlay and still share nothing: its network or ``[[models]]``
-differ from its peers', so every fingerprint differs. :func:`assess` turns
-what the node knows (its models' fingerprints, the tags of the peers it has
-seen, the bootstrap addresses and how contacting them went) into a
+A node *collaborates* when every shared model a known peer holds (same
+fingerprint) had an exchange accepted lately (:mod:`p2p.runtime.exchanges`).
+A node can join an overlay and still share nothing: its network or
+``[[models]]`` differ from its peers', so every fingerprint differs; or share a
+model whose every exchange is refused. :func:`assess` turns what the node
+knows (its models' fingerprints, the tags of the peers it has seen, the
+bootstrap addresses and how contacting them went) into a
 :class:`CollaborationStatus` with the most specific reason the protocol
-allows; :class:`CollaborationReporter` decides when that deserves a log line
-(once, then at most every ``repeat`` seconds while it lasts). No clock, no
-sockets: the node feeds both.
+allows, :func:`with_exchanges` checks a positive verdict against the
+exchanges; :class:`CollaborationReporter` decides when that deserves a log
+line. No clock, no sockets: the node feeds them.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
+
+from p2p.runtime.exchanges import ModelExchanges
 
 __all__ = [
     "CollaborationReporter",
@@ -26,7 +30,10 @@ __all__ = [
     "CollaborationStatus",
     "ContactLog",
     "ContactOutcome",
+    "all_local_tag",
     "assess",
+    "waiting_for_peers",
+    "with_exchanges",
 ]
 
 MAX_LISTED = 5  # fingerprints or addresses named in one reason
@@ -42,6 +49,9 @@ class CollaborationState(StrEnum):
     BOOTSTRAP_UNREACHABLE = "bootstrap-unreachable"  # no bootstrap address answered
     HANDSHAKE_FAILED = "handshake-failed"  # a bootstrap answered but the handshake failed
     SHAPE_MISMATCH = "shape-mismatch"  # peers known, none holds this node's models
+    WAITING_FOR_PEERS = "waiting-for-peers"  # holding the first round for training.min_peers
+    NO_EXCHANGE = "no-exchange"  # holders known, no exchange of a model accepted lately
+    REFUSED = "refused"  # holders known, the exchanges of a model refused lately
 
 
 @dataclass(frozen=True)
@@ -57,7 +67,7 @@ class CollaborationStatus:
 
     @property
     def collaborating(self) -> bool:
-        """True when a known peer holds at least one of this node's models."""
+        """True when every model a known peer holds had an exchange accepted lately."""
         return self.state is CollaborationState.COLLABORATING
 
     @property
@@ -192,16 +202,63 @@ def assess(models: Mapping[str, bytes], peers: Iterable[frozenset[bytes]], *,
                                f"no peer holds {noun} {own}; {what}", holders)
 
 
+def all_local_tag(strategy: str, network: str) -> bytes:
+    """The tag a node sharing no model advertises (and counts peers by): its strategy and
+    network, so that only peers able to work with it count towards ``training.min_peers``."""
+    return hashlib.blake2b(f"all-local/{strategy}/{network}".encode(), digest_size=32).digest()
+
+
+def with_exchanges(status: CollaborationStatus, exchanges: Mapping[str, ModelExchanges],
+                   window: float) -> CollaborationStatus:
+    """``status`` checked against the exchanges: a node some known peer shares a model
+    with collaborates only when every such model exchanged within ``window`` seconds;
+    otherwise REFUSED with the most frequent refusal, or NO_EXCHANGE."""
+    if status.state is not CollaborationState.COLLABORATING:
+        return status
+    silent = [name for name, n in status.holders.items()
+              if n and not (name in exchanges and exchanges[name].exchanging)]
+    if not silent:
+        return status
+    refused = [(e.top_refusal, name) for name in silent
+               if (e := exchanges.get(name)) is not None and e.top_refusal is not None]
+    if refused:
+        (kind, count, reason, by_peer), name = max(refused, key=lambda r: r[0][1])
+        e = exchanges[name]
+        where = (f"{e.sent_refused} of its pushes refused by peers" if by_peer
+                 else f"{e.refused_here} pushes of peers refused here")
+        return CollaborationStatus(
+            CollaborationState.REFUSED,
+            f"no exchange of {name} accepted in the last {window:.0f} s ({where}); most "
+            f"refusals ({count}): {reason}", status.holders)
+    held = ", ".join(f"{name} ({_peers(status.holders[name])} hold it)" for name in silent)
+    return CollaborationStatus(
+        CollaborationState.NO_EXCHANGE,
+        f"no exchange of {held} accepted in the last {window:.0f} s: pushes undelivered or "
+        "none made yet (see `p2p peers` for failures)", status.holders)
+
+
+def waiting_for_peers(known: int, wanted: int, what: str, wait: float) -> CollaborationStatus:
+    """The status of a node holding its first round until ``wanted`` peers that hold
+    ``what`` are known (``known`` so far), for at most ``wait`` seconds."""
+    return CollaborationStatus(
+        CollaborationState.WAITING_FOR_PEERS,
+        f"waiting for peers before the first round: {known} of {wanted} known hold {what} "
+        f"(training.min_peers = {wanted}; training starts anyway after {wait:g} s)")
+
+
 @dataclass
 class CollaborationReporter:
     """Decides when a status deserves a log line: a state that is not
-    collaborating is logged once it has lasted ``grace`` seconds, then again
-    every ``repeat`` seconds while it lasts; becoming collaborating is logged
-    once (the first time, and after each logged problem). Local-only is said
-    once."""
+    collaborating is logged once it has lasted ``grace`` seconds (NO_EXCHANGE:
+    ``slow_grace``), then again every ``repeat`` seconds while it lasts (refused
+    or missing exchanges: once); becoming collaborating is logged once (the
+    first time, and after each logged problem). Local-only is said once; a wait
+    for ``training.min_peers`` logs its own lines."""
 
     grace: float
     repeat: float
+    #: the grace of NO_EXCHANGE (a first exchange follows the first round)
+    slow_grace: float = 30.0
     _state: CollaborationState | None = None
     _since: float = 0.0
     _last_logged: float | None = None
@@ -222,10 +279,15 @@ class CollaborationReporter:
                 return None
             self._announced = True
             return logging.INFO, f"not collaborating: {status.reason}"
-        if now - self._since < self.grace:
+        if status.state is CollaborationState.WAITING_FOR_PEERS:
+            return None  # the wait logs its own lines
+        slow = status.state is CollaborationState.NO_EXCHANGE
+        if now - self._since < (max(self.grace, self.slow_grace) if slow else self.grace):
             return None
-        if self._last_logged is not None and now - self._last_logged < self.repeat:
-            return None
+        if self._last_logged is not None and (
+                now - self._last_logged < self.repeat
+                or status.state in (CollaborationState.NO_EXCHANGE, CollaborationState.REFUSED)):
+            return None  # exchanges refused or missing: said once while it lasts
         self._last_logged, self._problem_logged = now, True
         quiet = status.state in (CollaborationState.WAITING, CollaborationState.JOINING)
         return (logging.INFO if quiet else logging.WARNING), f"not collaborating: {status.reason}"

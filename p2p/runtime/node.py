@@ -52,6 +52,7 @@ from learner.layout import ModelLayout
 from learner.spec import PartialModelSpec
 from learner.trainer import Evaluation
 from p2p.config import ConfigError, NodeConfig, load_swarm_key
+from p2p.files import content_digest
 from p2p.runtime.admin_commands import NodeAdmin
 from p2p.runtime.admin_server import serve_admin
 from p2p.runtime.assembly import LearningSetup, build_learning
@@ -66,6 +67,7 @@ from p2p.runtime.collaboration_watch import CollaborationWatch
 from p2p.runtime.connectivity import NodeConnectivity, ReachabilityStatus
 from p2p.runtime.connectivity.dialback import DialBackRequest
 from p2p.runtime.connectivity.puncher import NodePunch
+from p2p.runtime.finite_guard import FiniteGuard
 from p2p.runtime.grouping.agreement import FindGroups, JoinGroup
 from p2p.runtime.grouping.driver import NodeGrouping
 from p2p.runtime.grouping.host import NodeGroupingHost
@@ -77,13 +79,13 @@ from p2p.runtime.peer_book import PeerBook, peer_label
 from p2p.runtime.protocol import register_node_messages
 from p2p.runtime.relay.host import NodeRelay
 from p2p.runtime.signed_sampling import signed_sampler
-from p2p.runtime.state import COUNTER_SEP, resume_from, snapshot_state
+from p2p.runtime.state import COUNTER_SEP, resume_from, snapshot_state, state_problem
 from p2p.runtime.strategy_host import StrategySupervisor
 from p2p.runtime.timing import TimingStats
 from p2p.runtime.train_runner import ThreadRunner, TrainRunner
 from p2p.runtime.training_record import training_record
 from p2p.runtime.transport_adapters import PushOverTransport, ShuffleOverTransport
-from p2p.strategy import Strategy
+from p2p.strategies import Strategy
 from p2p.wire.codec import Message
 from p2p.wire.dispatch import RequestDispatcher
 from p2p.wire.handshake import PeerInfo
@@ -160,6 +162,8 @@ class Node:
         self.requests.add(Push, self._serve_push)
         self._build_models()
         self.by_fingerprint = {fp: name for name, fp in self.learning.fingerprints.items()}
+        # do known peers hold our models, do exchanges get through; how shuffles went
+        self.collaboration_watch = CollaborationWatch(self)
         # automatic semi-local groups (clustering.mode "auto"; registers its GroupsPull
         # handler); find/join: tests inject theirs
         self.grouping_host = NodeGroupingHost(self, find=find_groups, join=join_group)
@@ -168,7 +172,7 @@ class Node:
             self.identity,
             listen.host,
             listen.port,
-            tags=frozenset(self.by_fingerprint),
+            tags=self._model_tags(),  # the relay's tag once it serves: retag
             swarm_key=swarm_key,
             cipher=config.security.cipher,
             max_connections=config.limits.max_connections,
@@ -198,17 +202,20 @@ class Node:
         self.peers = PeerBook(config.peer_sampling.period)
         self.restored_view: list[Descriptor] = []
         self.store = CheckpointStore(self.data_dir)
-        self.counters: dict[str, int] = {"rejected_messages": 0, "checkpoints": 0}
+        self.counters: dict[str, int] = {"rejected_messages": 0, "checkpoints": 0,
+                                         "nonfinite_rounds": 0}
         self.timings = {k: TimingStats() for k in ("train_round", "push", "checkpoint")}
         # push-sum counters carried over from a checkpoint, per model
         self.counter_base: dict[str, dict[str, int]] = {}
         # what decides the layout and the data: saved with every checkpoint
-        self.trained_with = training_record(config)
+        self.trained_with = training_record(
+            config, None if config.data.path is None else content_digest(config.data.path))
         self.resumed_at: int | None = None  # the checkpoint's round, when resumed
-        # does a known peer hold one of our models; how shuffles went (isolation reason)
-        self.collaboration_watch = CollaborationWatch(self)
+        self.checkpoint_note: str | None = None  # a fallback or a file moved aside at start
         self._resume(fresh)
         self.sync = ModelSync(self.learning.network, self.cores)
+        # non-finite rounds are skipped, their state restored (stops after 3 in a row)
+        self.finite = FiniteGuard(self.learning.network, self.learning.trainer.optimizer)
         g = config.gossip
         # masking epochs (privacy "masked": pairs agreed with holders); registers the
         # PairOffer handler
@@ -216,7 +223,8 @@ class Node:
         self.gossip = GossipDriver(
             self.cores,
             PushOverTransport(self.transport, self.peers.addresses, timeout=g.push_timeout,
-                              on_unreachable=self.peers.on_unreachable),
+                              on_unreachable=self.peers.on_unreachable,
+                              on_outcome=self.collaboration_watch.pushed),
             self.peers.holders,
             push_timeout=g.push_timeout,
             pushes_per_round=g.pushes_per_round,
@@ -233,7 +241,7 @@ class Node:
         self._save_lock = trio.Lock()  # checkpoints land in the order they were taken
         self._gossip_scope = trio.CancelScope()
         self.admin = NodeAdmin(self)
-        # The collaboration strategy ([strategy]; p2p/strategy): built last, it sees the
+        # The collaboration strategy ([strategy]; p2p/strategies): built last, it sees the
         # whole node through NodeStrategyHost. Its auxiliary push-sum cores (gossiped
         # vectors) are not models: kept apart from ``cores`` and not checkpointed.
         self.gossiped: dict[str, PushSum] = {}
@@ -325,8 +333,15 @@ class Node:
         return {**self.relay.status(), **punched}
 
     def collaboration(self) -> CollaborationStatus:
-        """Whether a known peer holds one of this node's models, and if not why."""
+        """Whether this node exchanges its models with the peers it knows, and if not why."""
         return self.collaboration_watch.status()
+
+    def training_note(self) -> str | None:
+        """The ``training`` status line when training waits for peers or stopped on
+        non-finite values (None otherwise)."""
+        if self.finite.stopped is not None:
+            return f"stopped ({self.finite.stopped}); still serving peers"
+        return self.collaboration_watch.waiting
 
     # ------------------------------------------------------------------ layout
 
@@ -380,16 +395,24 @@ class Node:
         """Held while the trainer trains or the network is read or written."""
         return self._model_lock
 
-    def own_tags(self) -> frozenset[bytes]:
-        """What this node advertises holding: its models, and the relay tag if it relays."""
-        return frozenset(self.by_fingerprint) | self.relay.tags()
+    def _model_tags(self) -> frozenset[bytes]:
+        """Its models' and gossiped vectors' fingerprints; sharing no model, its strategy's
+        and network's tag too, so that only peers able to work with it count towards
+        ``training.min_peers``."""
+        return frozenset(self.by_fingerprint) | self.collaboration_watch.interest()
+
+    def advertised_tags(self) -> frozenset[bytes]:
+        """What the node advertises holding (HELLO tags, own descriptor): :meth:`_model_tags`,
+        and the relay tag while it relays for others."""
+        return self._model_tags() | self.relay.tags()
 
     def _relays_changed(self) -> None:
         self.connectivity.refresh()
 
     def retag(self) -> None:
-        """Advertise :meth:`own_tags` again (HELLO tags, own descriptor) after they changed."""
-        tags = self.own_tags()
+        """Advertise :meth:`advertised_tags` again (HELLO tags, own descriptor) after they
+        changed."""
+        tags = self.advertised_tags()
         if isinstance(self.transport, Transport):
             self.transport.tags = tags
         if self.peers.started is not None:
@@ -404,11 +427,14 @@ class Node:
             if aside is not None:
                 logger.warning("--fresh: moved the old checkpoint to %s; starting over", aside)
             return
-        state = resume_from(self, self.store)
+        resumed = resume_from(self, self.store)
+        self.checkpoint_note = resumed.note
+        state = resumed.state
         if state is None:
             return
         self.resumed_at = state.round
-        logger.info("resumed from checkpoint at round %d", state.round)
+        logger.info("resumed from %s at round %d",
+                    resumed.path.name if resumed.path else "checkpoint", state.round)
         rounds = self.config.training.rounds
         if rounds and state.round >= rounds:
             logger.warning("training.rounds = %d is already reached (the checkpoint is at round "
@@ -421,6 +447,11 @@ class Node:
         async with self._save_lock:
             async with self._model_lock:
                 state = snapshot_state(self)
+            problem = state_problem(self, state)
+            if problem is not None:  # never over a good checkpoint
+                raise CheckpointError(None, f"checkpoint not written, {self.store.path.name} "
+                                      f"and {self.store.previous.name} kept: the node's state "
+                                      f"{problem}")
             t0 = time.perf_counter()
             size = await self.runner.run_blocking(functools.partial(self.store.save, state))
         self.timings["checkpoint"].add(time.perf_counter() - t0)
@@ -522,7 +553,7 @@ class Node:
         # Signed self-descriptor, the Sybil-resistant rules and rate-limited
         # lines (docs/peersampling.md), as every process of a swarm runs them.
         sampler = signed_sampler(
-            self.identity, address, self.own_tags(),
+            self.identity, address, self.advertised_tags(),
             rng=random.Random(int.from_bytes(os.urandom(8), "big")),
             c=ps.view_size, l=ps.shuffle_length, in_process=self.in_process_peers,
         )
@@ -570,10 +601,11 @@ class Node:
         t = self.config.training
         trainer = self.learning.trainer
         try:
-            await self._wait_for_peers()
+            await self.collaboration_watch.wait_for_peers(self._stop)
             while not self._stop.is_set():
                 budget_spent = not trainer.can_train(t.steps_per_round)
-                if (t.rounds and self.progress.round >= t.rounds) or budget_spent:
+                if ((t.rounds and self.progress.round >= t.rounds) or budget_spent
+                        or self.finite.stopped):
                     if not self.progress.finished:
                         # evaluate before saying finished: whoever waits for the
                         # end reads the final accuracy
@@ -582,7 +614,7 @@ class Node:
                         self.progress.finished = True
                         if budget_spent:
                             self._log_budget_spent()
-                        else:
+                        elif not self.finite.stopped:
                             logger.info("finished %d rounds; still serving peers", t.rounds)
                     # Keep averaging after the last round so late peers still
                     # find partners; the model only changes through merges now.
@@ -593,24 +625,47 @@ class Node:
                     continue
                 await self.grouping_host.hold(self._stop)
                 await self.runner.wait_turn()  # a simulation's schedule, outside the lock
-                t0 = time.perf_counter()
-                async with self._model_lock:
-                    loss = await self.runner.train_steps(trainer, t.steps_per_round)
-                    self.timings["train_round"].add(time.perf_counter() - t0)
-                    self.sync.sync()
-                    self.strategy_supervisor.after_round()
-                    done_rounds = self.progress.round + 1
-                    ev = (await self._evaluation()) if done_rounds % t.eval_every == 0 else None
-                    # the round and its evaluation become visible together
-                    self.progress.round = done_rounds
-                    self.progress.steps += t.steps_per_round
-                    self.progress.loss = loss if math.isfinite(loss) else None
-                    if ev is not None:
-                        self._record_evaluation(ev)
-                self.gossip.signal_round()
+                if await self._train_round():
+                    self.gossip.signal_round()
                 await self._pause(t.round_interval)
         finally:
             done.set()
+
+    async def _train_round(self) -> bool:
+        """One round, its sync and evaluation; False when it left non-finite values (the
+        state before it is restored: :class:`~p2p.runtime.finite_guard.FiniteGuard`)."""
+        t = self.config.training
+        trainer = self.learning.trainer
+        t0 = time.perf_counter()
+        async with self._model_lock:
+            self.finite.keep()
+            try:
+                loss = await self.runner.train_steps(trainer, t.steps_per_round)
+            except Exception as exc:
+                if trainer.loss_term is None:
+                    raise
+                # the strategy's term failed (a bug): switch it off, never the node
+                self.finite.rollback()
+                self.strategy_supervisor.failed("loss term", exc)
+                return False
+            self.timings["train_round"].add(time.perf_counter() - t0)
+            done_rounds = self.progress.round + 1
+            problem = self.finite.problem(loss, no_loss_ok=trainer.privacy is not None)
+            if problem is not None:
+                self.finite.restore(done_rounds, problem, trio.current_time())
+                self.counters["nonfinite_rounds"] = self.finite.events
+                return False
+            self.finite.good()
+            self.sync.sync()
+            self.strategy_supervisor.after_round()
+            ev = (await self._evaluation()) if done_rounds % t.eval_every == 0 else None
+            # the round and its evaluation become visible together
+            self.progress.round = done_rounds
+            self.progress.steps += t.steps_per_round
+            self.progress.loss = loss if math.isfinite(loss) else None
+            if ev is not None:
+                self._record_evaluation(ev)
+        return True
 
     def _log_budget_spent(self) -> None:
         """Say once why a DP node stopped training while it keeps gossiping."""
@@ -629,18 +684,6 @@ class Node:
         """Sleep between rounds, waking at once on a stop request."""
         with trio.move_on_after(seconds):
             await self._stop.wait()
-
-    async def _wait_for_peers(self) -> None:
-        """Hold the first round until ``training.min_peers`` peers are known."""
-        t = self.config.training
-        if not t.min_peers or self.progress.round:
-            return
-        with trio.move_on_after(t.peer_wait) as scope:
-            while len(self.sampler.view()) < t.min_peers and not self._stop.is_set():
-                await trio.sleep(0.05)
-        if scope.cancelled_caught:
-            logger.warning("only %d of %d peers known after %.0fs; training anyway",
-                           len(self.sampler.view()), t.min_peers, t.peer_wait)
 
     async def _evaluation(self) -> Evaluation:
         """Evaluate on the test part in a worker thread (caller holds the model lock).
@@ -710,12 +753,15 @@ class Node:
                                    peer_label(peer), msg.model[:4].hex())
             return Error(code=ERROR_REJECTED, reason="this node does not hold that model")
         core = self.cores[name] if name in self.cores else self.gossiped[name]
+        exchanges = self.collaboration_watch.exchanges
         try:
             ack = core.on_push(peer.node_id, msg, trio.current_time())
         except RejectedPush as exc:
             # the core has logged the one warning line for this offence
             logger.debug("push of %s from %s rejected: %s", name, peer_label(peer), exc)
+            exchanges.refused_here(name, str(exc), trio.current_time())
             return Error(code=ERROR_REJECTED, reason=str(exc))
+        exchanges.merged(name, trio.current_time())
         self.gossip.notify_merged()
         return ack
 

@@ -46,7 +46,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import numpy as np
@@ -57,7 +57,7 @@ from gossip.messages import Push, PushAck
 from gossip.validation import MAX_ABS_VALUE, validate_push
 from p2p.config.schema import push_frame_bytes
 from p2p.runtime.node_transport import node_frame_limit
-from p2p.strategy import Strategy, build_strategy
+from p2p.strategies import OutOfStep, Strategy, ValueCheck, build_strategy
 from p2p.wire.codec import Message
 from p2p.wire.transport import TransportError
 
@@ -71,8 +71,8 @@ if TYPE_CHECKING:
     from p2p.wire.dispatch import RequestDispatcher
     from p2p.wire.identity import Identity
 
-__all__ = ["GOSSIPED_ENCODING", "CheckedPushSum", "HostedNode", "NodeStrategyHost", "OutOfStep",
-           "StrategySupervisor", "ValueCheck"]
+__all__ = ["GOSSIPED_ENCODING", "CheckedPushSum", "HostedNode", "NodeStrategyHost",
+           "StrategySupervisor"]
 
 logger = logging.getLogger(__name__)
 
@@ -81,15 +81,6 @@ R = TypeVar("R")
 #: How gossiped vectors travel (absolute values and deltas alike): exact sums matter
 #: more than bytes for what strategies gossip (FedCurv's Fisher sums).
 GOSSIPED_ENCODING = "f64"
-
-
-#: Why a gossiped vector's pushed values are impossible for an honest holder, or None.
-ValueCheck = Callable[[np.ndarray], "str | None"]
-
-
-class OutOfStep(str):
-    """A :data:`ValueCheck` reason that is no offence: the values are an honest holder's,
-    only not mergeable here now (another generation of a renewed sum)."""
 
 
 class CheckedPushSum(PushSum):
@@ -179,7 +170,7 @@ class HostedNode(Protocol):
 
 
 class NodeStrategyHost:
-    """:class:`~p2p.strategy.base.StrategyHost` over a node (built by the node itself)."""
+    """:class:`~p2p.strategies.base.StrategyHost` over a node (built by the node itself)."""
 
     def __init__(self, node: HostedNode) -> None:
         self._node = node
@@ -325,7 +316,7 @@ class StrategySupervisor:
         try:
             await self.strategy.run()
         except Exception as exc:
-            self._failed("run", exc)
+            self.failed("run", exc)
 
     def after_round(self) -> None:
         """The strategy's step after a training round (the caller holds the model lock);
@@ -335,9 +326,9 @@ class StrategySupervisor:
         try:
             self.strategy.after_round()
         except Exception as exc:
-            self._failed("after_round", exc)
+            self.failed("after_round", exc)
 
-    def _failed(self, where: str, exc: Exception) -> None:
+    def failed(self, where: str, exc: Exception) -> None:
         """Switch the strategy off after ``exc`` in ``where``: no loss term, no more
         after-round calls; the node keeps training and gossiping its shared models."""
         self.failure = f"{where}: {type(exc).__name__}: {exc}"

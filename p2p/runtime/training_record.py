@@ -3,9 +3,11 @@
 A checkpoint's parameters only mean something for the network layout and the
 data they were trained on. :func:`training_record` lists, as ``key -> text``,
 every setting that decides them: the ``[network]`` keys, each declared model's
-neurons and fingerprint, every ``[data]`` key. The record is saved in the
-checkpoint; :func:`record_changes` compares it with the configuration of a
-restart, and :func:`conflict_message` says in one line what changed and how to
+neurons and fingerprint, every ``[data]`` key (``data.path`` resolved), and the
+data file's content digest (``data.content``, computed by the caller). The
+record is saved in the checkpoint; :func:`record_changes` compares it with the
+configuration of a restart (the same content under another path is the same
+data), and :func:`conflict_message` says in one line what changed and how to
 start over. Sans-IO: no torch, no files.
 """
 
@@ -19,6 +21,7 @@ from p2p.config import DataConfig, NetworkConfig, NodeConfig
 from p2p.config.kinds import Setting, settings_of
 
 __all__ = [
+    "CONTENT_KEY",
     "MODEL_PREFIX",
     "RecordChange",
     "TrainingRecord",
@@ -31,6 +34,9 @@ __all__ = [
 TrainingRecord = dict[str, str]
 
 MODEL_PREFIX = "models."
+#: The data file's (or IDX directory's) content digest, ``sha256:<hex>``.
+CONTENT_KEY = "data.content"
+_PATH_KEY = "data.path"
 _ABSENT = "(none)"
 
 
@@ -50,8 +56,9 @@ def _section(name: str, cls: type, obj: object) -> TrainingRecord:
             for key, s in settings_of(cls).items()}
 
 
-def training_record(config: NodeConfig) -> TrainingRecord:
-    """The settings that decide a checkpoint's layout and data, as text."""
+def training_record(config: NodeConfig, content: str | None = None) -> TrainingRecord:
+    """The settings that decide a checkpoint's layout and data, as text; ``content``:
+    the data file's digest (None: a built-in task, nothing to digest)."""
     record = _section("network", NetworkConfig, config.network)
     layout = config.layout()
     for spec in config.models:
@@ -61,6 +68,9 @@ def training_record(config: NodeConfig) -> TrainingRecord:
             text += f", depends on {', '.join(spec.depends_on)}"
         record[f"{MODEL_PREFIX}{spec.name}"] = text
     record.update(_section("data", DataConfig, config.data))
+    if config.data.path is not None:
+        record[_PATH_KEY] = str(Path(config.data.path).expanduser().resolve())
+    record[CONTENT_KEY] = content or _ABSENT
     return record
 
 
@@ -77,15 +87,28 @@ def record_changes(trained: Mapping[str, str], configured: Mapping[str, str]) ->
     """Settings whose value differs, in the configuration's key order.
 
     A key the checkpoint does not record is ignored (a newer program added it),
-    except a model: a model added or removed changes the layout.
+    except a model: a model added or removed changes the layout. Paths are
+    compared resolved, and a data file with the same content digest under
+    another path is the same data.
     """
     changes = [RecordChange(key, trained[key], value) for key, value in configured.items()
-               if key in trained and trained[key] != value]
+               if key in trained and not _same(key, trained[key], value)]
+    content = trained.get(CONTENT_KEY)
+    if content is not None and content != _ABSENT and content == configured.get(CONTENT_KEY):
+        changes = [c for c in changes if c.key != _PATH_KEY]  # moved, not changed
     changes += [RecordChange(key, _ABSENT, value) for key, value in configured.items()
                 if key not in trained and key.startswith(MODEL_PREFIX)]
     changes += [RecordChange(key, value, _ABSENT) for key, value in trained.items()
                 if key not in configured and key.startswith(MODEL_PREFIX)]
     return changes
+
+
+def _same(key: str, trained: str, configured: str) -> bool:
+    if trained == configured:
+        return True
+    if key != _PATH_KEY or _ABSENT in (trained, configured):
+        return False
+    return Path(trained).expanduser().resolve() == Path(configured).expanduser().resolve()
 
 
 def conflict_message(data_dir: Path, changes: list[RecordChange], aside: str) -> str:

@@ -43,21 +43,34 @@ class PushOverTransport:
     (``maybe_delivered`` as the transport saw it).  ``on_unreachable(address)``,
     if given, hears of pushes that surely did not arrive (a slow but live
     holder, whose push may have arrived, is not reported).  ``timeout`` bounds
-    the wait for each acknowledgement.
+    the wait for each acknowledgement.  ``on_outcome(push, refusal)``, if given,
+    hears of each push acknowledged (``refusal`` None) or refused (the peer's reason).
     """
 
     def __init__(self, transport: Requester, addresses: Mapping[bytes, str], *,
-                 timeout: float, on_unreachable: Callable[[str], None] | None = None) -> None:
+                 timeout: float, on_unreachable: Callable[[str], None] | None = None,
+                 on_outcome: Callable[[Push, str | None], None] | None = None) -> None:
         self._transport = transport
         self._addresses = addresses
         self._on_unreachable = on_unreachable
+        self._on_outcome = on_outcome
         self._timeout = timeout
 
     async def push(self, peer: bytes, push: Push) -> PushAck:
         """Deliver ``push`` to ``peer`` and return its acknowledgement."""
-        return await request_as_gossip(self._transport, self._addresses, peer, push, PushAck,
-                                       timeout=self._timeout,
-                                       on_unreachable=self._on_unreachable)
+        try:
+            ack = await request_as_gossip(self._transport, self._addresses, peer, push, PushAck,
+                                          timeout=self._timeout,
+                                          on_unreachable=self._on_unreachable)
+        except PushRefused as exc:
+            if self._on_outcome is not None:  # the peer's own words, without its address
+                cause = exc.__cause__
+                self._on_outcome(push, cause.reason if isinstance(cause, RemoteError)
+                                 else exc.reason)
+            raise
+        if self._on_outcome is not None:
+            self._on_outcome(push, None)
+        return ack
 
 
 async def request_as_gossip(transport: Requester, addresses: Mapping[bytes, str], peer: bytes,

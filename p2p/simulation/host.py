@@ -192,7 +192,7 @@ class Simulation:
             admission=node_admission(config, simulated=True), cipher=config.security.cipher)
         node = Node(config, transport=transport, train_runner=self.runner_for(slot.index),
                     standalone=False, in_process_peers=self.in_process_peers)
-        transport.tags = frozenset(node.by_fingerprint)  # known once the models are built
+        transport.tags = node.advertised_tags()  # known once the models are built
         return node, transport
 
     def bootstrap_of(self, index: int) -> int:

@@ -8,6 +8,7 @@ admin socket. See docs/guide/operations.md.
 
 from p2p.swarm.launcher import Daemon, Swarm, daemon_environment
 from p2p.swarm.spec import (
+    ALL_LOCAL_STRATEGIES,
     AUTO_PUBLIC_SIZE,
     AUTO_ROUNDS,
     GROUPINGS,
@@ -34,6 +35,7 @@ from p2p.swarm.spec import (
 )
 
 __all__ = [
+    "ALL_LOCAL_STRATEGIES",
     "AUTO_PUBLIC_SIZE",
     "AUTO_ROUNDS",
     "GROUPINGS",

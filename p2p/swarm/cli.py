@@ -34,6 +34,7 @@ import argparse
 import json
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
@@ -43,7 +44,8 @@ from gossip import ENCODINGS
 from gossip.wave_rule import AUTO
 from learner.tasks import TASKS
 from learner.train_config import OPTIMIZERS
-from p2p.cli.render import make_console, unclipped
+from p2p.cli.fit import fit_table
+from p2p.cli.render import make_console
 from p2p.config import (
     CLUSTERING_STARTS,
     NODE_PRIVACY_MODES,
@@ -52,9 +54,10 @@ from p2p.config import (
     check_task_fit,
     load_config,
 )
-from p2p.strategy import STRATEGY_NAMES
+from p2p.strategies import STRATEGIES
 from p2p.swarm.launcher import Swarm
 from p2p.swarm.spec import (
+    ALL_LOCAL_STRATEGIES,
     AUTO_ROUNDS,
     GROUPINGS,
     SwarmError,
@@ -100,7 +103,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "--semi-local auto: give the same to a run it is compared with)")
     p.add_argument("--scheme", choices=["local", "full", "partial"], default="partial",
                    help="averaging level 0, 100 or 80 %% of each hidden layer (default partial)")
-    p.add_argument("--strategy", choices=STRATEGY_NAMES,
+    p.add_argument("--strategy", choices=tuple(STRATEGIES),
                    help="strategy.name of every node (default: the config's, else "
                         "\"partial\"; docs/strategies.md)")
     p.add_argument("--semi-local", nargs="?", const="manual", choices=GROUPINGS,
@@ -204,13 +207,21 @@ def groups_line(grouping: dict) -> str:
             f"groups; {agreement}")
 
 
+#: How the results table fits a narrow terminal (:func:`p2p.cli.fit.fit_table`).
+RESULTS_FITTING: dict[str, Any] = {
+    "drop": ("wire\nsent", "waves", "pushes\nrecv", "payload\nsent", "group", "rejected"),
+    "short": {"rejected": "rej", "rounds": "rnds", "test\naccuracy": "test\nacc"},
+    "wrap": ("group",),
+}
+
+
 def results_table(summary: dict) -> Table:
     t = Table(title="swarm results", title_justify="left")
     dp = any(r.get("privacy") for r in summary["nodes"])
     grouped = "grouping" in summary
-    columns = ["node", "perm", *(["group"] if grouped else []), "test accuracy", "train loss",
-               "rounds", "pushes sent", "pushes recv", "rejected", "waves", "payload sent",
-               "wire sent"]
+    columns = ["node", "perm", *(["group"] if grouped else []), "test\naccuracy", "train\nloss",
+               "rounds", "pushes\nsent", "pushes\nrecv", "rejected", "waves", "payload\nsent",
+               "wire\nsent"]
     for col in columns + (["epsilon"] if dp else []):
         t.add_column(col, justify="right" if col not in ("perm", "group") else "left")
     for r in summary["nodes"]:
@@ -247,6 +258,23 @@ def plot(summary: dict, path: Path) -> None:
     ax.legend(fontsize=7, ncol=2)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
+
+
+def derived_settings(spec: SwarmSpec) -> list[str]:
+    """One line per setting the script chose for the options given (what to pass to
+    choose otherwise)."""
+    config = node_config(spec, 0, Path("node0"), None)
+    lines = []
+    if spec.strategy in ALL_LOCAL_STRATEGIES:
+        lines.append(f"strategy {spec.strategy}: no partial model declared (it shares whole "
+                     f"models or none), data.public_size {config.data.public_size} "
+                     "(--public-size N to change)")
+    if spec.semi_local and spec.grouping == "auto" and spec.pretrain_rounds is None:
+        pretrain = config.clustering.pretrain_rounds
+        if pretrain < ClusteringConfig().pretrain_rounds:
+            lines.append(f"--semi-local auto: pre-training {pretrain} of the {spec.rounds} "
+                         "rounds, the rest trains the groups (--pretrain-rounds N to change)")
+    return lines
 
 
 def spec_from_args(args: argparse.Namespace) -> SwarmSpec:
@@ -303,6 +331,8 @@ def main(argv: list[str] | None = None) -> int:
     console.print(f"starting {spec.nodes} daemons on task {spec.task}, network "
                   f"{spec.network().notation()}, scheme {spec.scheme}"
                   f"{semi_local_label(spec)}, {spec.rounds} rounds")
+    for line in derived_settings(spec):
+        console.print(line)
     try:
         with Swarm(spec, workdir=args.workdir, keep=args.keep,
                    startup_timeout=args.startup_timeout) as swarm:
@@ -345,8 +375,8 @@ def main(argv: list[str] | None = None) -> int:
     except SwarmError as exc:
         console.print(f"[red]swarm failed:[/red] {exc}")
         return 1
-    out = make_console()  # not cut at 80 columns when piped; folds rather than cuts
-    out.print(unclipped(results_table(summary)))
+    out = make_console()  # the terminal's width; 120 columns when piped
+    out.print(fit_table(results_table(summary), out.width, **RESULTS_FITTING))
     out.print(f"mean accuracy {100 * summary['mean_accuracy']:.1f}%, worst "
               f"{100 * summary['worst_accuracy']:.1f}%, {spec.nodes} nodes, scheme {spec.scheme}"
               f"{semi_local_label(spec)}, {spec.rounds} rounds x "

@@ -50,6 +50,13 @@ AUTO_PUBLIC_SIZE = 300
 #: and the groups need rounds after that to train their semi-local models.
 AUTO_ROUNDS = 180
 WIRE_BYTES_SENT = "transport.bytes_sent"  # node metrics: bytes written to sockets
+#: Strategies that share no partial model and compare on a public split: the swarm
+#: declares no ``[[models]]`` for them and, unless told otherwise, carves this public
+#: split (the papers' sizes: scripts/paper/graph.py, scripts/paper/fedlinked.py).
+ALL_LOCAL_STRATEGIES = {"graph": 200, "fedlinked": 300}
+#: With automatic groups and ``--rounds`` but no ``--pretrain-rounds``, pre-training
+#: takes at most this share of the rounds (the default 60 of AUTO_ROUNDS = 180).
+PRETRAIN_SHARE = 1 / 3
 
 
 class SwarmError(RuntimeError):
@@ -104,7 +111,7 @@ class SwarmSpec:
     checkpoint_interval: float = 30.0
     # a node config every daemon's config starts from (see node_config)
     template: str | None = None
-    # strategy.name of every node ([strategy]; p2p/strategy); None: the template's
+    # strategy.name of every node ([strategy]; p2p/strategies); None: the template's
     strategy: str | None = None
 
     def network(self) -> NetworkSpec:
@@ -129,8 +136,19 @@ def default_permutations(nodes: int, every: int = 2, swap: str = "8:9") -> tuple
     return tuple(swap if i % every == every - 1 else None for i in range(nodes))
 
 
+def strategy_of(spec: SwarmSpec) -> str:
+    """``strategy.name`` of every node: the spec's, else its template's."""
+    return spec.strategy or load_template(spec).strategy.name
+
+
 def node_models(spec: SwarmSpec, index: int) -> tuple[PartialModelSpec, ...]:
-    """The partial models node ``index`` declares under the spec's scheme."""
+    """The partial models node ``index`` declares under the spec's scheme (none for a
+    strategy that shares no partial model)."""
+    if strategy_of(spec) in ALL_LOCAL_STRATEGIES:
+        if spec.semi_local:
+            raise SwarmError(f"--semi-local: strategy {strategy_of(spec)!r} shares no partial "
+                             "model (an all-local layout); drop --semi-local")
+        return ()
     if spec.scheme not in SCHEME_LEVELS:
         raise SwarmError(f"--scheme: expected one of {', '.join(SCHEME_LEVELS)}, "
                          f"got {spec.scheme!r}")
@@ -229,17 +247,19 @@ def node_config(spec: SwarmSpec, index: int, data_dir: Path,
 
 def public_size(spec: SwarmSpec, base: int | None) -> int | None:
     """``data.public_size`` of every node: the spec's; else ``base`` (the template's),
-    unless automatic groups need a public split the task would not carve
-    (:data:`AUTO_PUBLIC_SIZE`)."""
+    unless automatic groups (:data:`AUTO_PUBLIC_SIZE`) or an all-local strategy
+    (:data:`ALL_LOCAL_STRATEGIES`) need a public split the task would not carve."""
     if spec.public_size is not None:
         return spec.public_size
-    if base is None and spec.semi_local and spec.grouping == "auto":
+    wanted = (AUTO_PUBLIC_SIZE if spec.semi_local and spec.grouping == "auto"
+              else ALL_LOCAL_STRATEGIES.get(strategy_of(spec)))
+    if not base and wanted is not None:
         try:
             empty = get_task(spec.task).public_size == 0
         except DataError:
             return base  # an unknown task is reported by the config's own check
         if empty:
-            return AUTO_PUBLIC_SIZE
+            return wanted
     return base
 
 
@@ -252,11 +272,21 @@ def clustering_config(spec: SwarmSpec, base: ClusteringConfig | None = None) -> 
         return base
     changes: dict[str, Any] = {"mode": "auto", "share": (100 - SEMI_LOCAL_GLOBAL_LEVEL) / 100,
                                "expected_nodes": spec.nodes}
-    if spec.pretrain_rounds is not None:
-        changes["pretrain_rounds"] = spec.pretrain_rounds
+    pretrain = pretrain_rounds(spec, base.pretrain_rounds)
+    if pretrain != base.pretrain_rounds:
+        changes["pretrain_rounds"] = pretrain
     if spec.grouping_start is not None:
         changes["start"] = spec.grouping_start
     return dataclasses.replace(base, **changes)
+
+
+def pretrain_rounds(spec: SwarmSpec, base: int) -> int:
+    """``clustering.pretrain_rounds`` of a swarm with automatic groups: the spec's; else
+    ``base`` (the node's), but at most :data:`PRETRAIN_SHARE` of the rounds, so that a
+    short run still has rounds to train its groups."""
+    if spec.pretrain_rounds is not None:
+        return spec.pretrain_rounds
+    return max(1, min(base, int(spec.rounds * PRETRAIN_SHARE)))
 
 
 def gossip_config(spec: SwarmSpec, base: GossipConfig | None = None) -> GossipConfig:

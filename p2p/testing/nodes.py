@@ -121,7 +121,7 @@ def memory_node(net: MemoryNetwork, data_dir: Path, spec: SwarmSpec, index: int,
     node = Node(config, transport=memory_transport, swarm_key=swarm_key,
                 train_runner=train_runner)
     # the node knows its models only once built; they go in the HELLO of new connections
-    memory_transport.tags = frozenset(node.by_fingerprint)
+    memory_transport.tags = node.advertised_tags()
     return node
 
 

@@ -11,7 +11,6 @@ root (CI runs as root) and are skipped otherwise.
 from __future__ import annotations
 
 import json
-import logging
 import os
 import shutil
 import socket
@@ -19,7 +18,6 @@ import stat
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -212,18 +210,6 @@ def test_keys_of_another_user_are_refused(tmp_path: Path) -> None:
 
 
 # --------------------------------------------------------------------------- `p2p run`
-
-
-@pytest.fixture
-def restore_logging() -> Iterator[None]:
-    root = logging.getLogger()
-    saved, level = list(root.handlers), root.level
-    yield
-    for handler in list(root.handlers):
-        root.removeHandler(handler)
-    for handler in saved:
-        root.addHandler(handler)
-    root.setLevel(level)
 
 
 def _error_line(err: str) -> str:

@@ -68,7 +68,7 @@ def test_a_flood_of_bad_shuffles_costs_one_line_and_a_summary_per_sender(
         assert len(during) == len(attackers)
         assert all("from " + _IDS[a].node_id.hex() in line
                    for a, line in zip(attackers, during, strict=True))
-        s.start_shuffles(40.0)  # a period after the interval: summaries flushed
+        s.start_shuffles(70.0)  # a period after the interval: summaries flushed
     lines = sampling_lines(caplog)
     assert len(lines) == 2 * len(attackers)
     summaries = lines[len(attackers):]

@@ -94,10 +94,9 @@ def configure_for(scheme: Scheme, args: argparse.Namespace
         return dataclasses.replace(
             config,
             data=dataclasses.replace(config.data, label_skew=args.skew),
-            strategy=dataclasses.replace(config.strategy, name=scheme.strategy,
-                                         fedcurv_lambda=scheme.lam,
-                                         fedcurv_every=args.every,
-                                         fedcurv_samples=args.samples),
+            strategy=config.strategy.with_keys(name=scheme.strategy, fedcurv_lambda=scheme.lam,
+                                               fedcurv_every=args.every,
+                                               fedcurv_samples=args.samples),
             checkpoint=dataclasses.replace(config.checkpoint, interval=1e6))
     return configure
 

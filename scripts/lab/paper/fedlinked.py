@@ -14,11 +14,11 @@ Four schemes run on the same nodes, data and seeds:
 - ``fedlinked``: nothing averaged, no parameter leaves a node; every
   ``refresh`` rounds each node pulls the public-split representations of
   ``peers`` peers drawn at random, keeps the newest one per peer, and distils
-  towards its utility-weighted target (:mod:`learner.strategies.fedlinked`).
+  towards its utility-weighted target (:mod:`p2p.strategies.fedlinked.maths`).
 
 This is the maths only (no sockets, no push-sum, exact averages), so five seeds
 run in about a minute on one core; the node-level strategy is
-``p2p/strategy/fedlinked.py``. Printed: per scheme the median over seeds of the
+``p2p/strategies/fedlinked/node.py``. Printed: per scheme the median over seeds of the
 mean accuracy over nodes with its min-max; the share of (same-set peer, other-set
 peer) pairs in which a node gave the same-set peer the higher utility; parameter
 bytes sent and representation bytes pulled per node.
@@ -52,13 +52,13 @@ from learner.network import PartialNetwork
 from learner.reference import average_shared_models
 from learner.schemes import averaging_level
 from learner.spec import NetworkSpec
-from learner.strategies.fedlinked import (
+from learner.trainer import evaluate_model
+from p2p.strategies.fedlinked.maths import (
     distillation_loss,
     distillation_target,
     public_representation,
     representation_tensor,
 )
-from learner.trainer import evaluate_model
 
 #: The report's Table 4.2, SVHN row: M0 and M1 share classes 0 and 6; M2 is apart.
 TASK_SETS: tuple[tuple[int, ...], ...] = ((0, 5, 6, 9), (0, 3, 6, 8), (1, 2, 4, 7))
@@ -227,8 +227,8 @@ def node_level(settings: Settings, scheme: str, seed: int, root: Path) -> dict[s
         # shards of a 3x larger swarm: about 30 samples per node, as samples_per_node = 30
         data = dataclasses.replace(config.data, num_nodes=3 * settings.nodes,
                                    classes=TASK_SETS[task_set(index, settings.nodes)])
-        strategy = dataclasses.replace(
-            config.strategy, fedlinked_weight=settings.weight, fedlinked_eta=settings.eta,
+        strategy = config.strategy.with_keys(
+            fedlinked_weight=settings.weight, fedlinked_eta=settings.eta,
             fedlinked_sharpness=settings.sharpness, fedlinked_peers=settings.peers,
             fedlinked_every=settings.refresh, fedlinked_warmup=settings.warmup,
             fedlinked_public_batch=settings.public_batch)

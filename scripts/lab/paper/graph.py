@@ -2,7 +2,7 @@
 
 12 nodes, the six permutations of digits 7, 8, 9, two nodes each (as
 ``reproduce_paper.py semi-local``). Each node keeps its own model and learns
-weights to the others with :mod:`learner.strategies.collab_graph`: on each
+weights to the others with :mod:`p2p.strategies.graph.maths`: on each
 wake-up of its Poisson clock it trains one round, samples ``kappa`` peers, pulls
 their released model, loss, confidence and degree, takes one step of the
 degree-regularised graph objective on those edges (distance: outputs on the
@@ -48,7 +48,7 @@ from typing import Any
 
 import numpy as np
 
-from learner.strategies.collab_graph import (
+from p2p.strategies.graph.maths import (
     CollabGraph,
     GraphParams,
     PeerView,
@@ -88,7 +88,7 @@ class Settings:
     steps_per_round: int = 1
     public_size: int = 200
     test_fraction: float = 0.2
-    # the scheme's own defaults (learner.strategies.collab_graph.GraphParams)
+    # the scheme's own defaults (p2p.strategies.graph.maths.GraphParams)
     mu: float = GraphParams.mu
     beta: float = GraphParams.beta
     delta: float = GraphParams.delta
@@ -275,7 +275,7 @@ def node_level_run(settings: Settings, seed: int, root: Path,
     from p2p.runtime.train_runner import InlineRunner
     from p2p.simulation.host import Simulation
     from p2p.simulation.network import SimNetwork
-    from p2p.strategy.graph import GraphStrategy
+    from p2p.strategies.graph.node import GraphStrategy
     from p2p.swarm import SwarmSpec
     from p2p.testing.clock import virtual_clock
 

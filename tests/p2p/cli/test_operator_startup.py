@@ -205,6 +205,7 @@ def test_nursery_error_groups_are_unwrapped() -> None:
     assert root_cause(both) is both and describe(both) == "ValueError: a; KeyError: 'b'"
 
 
+@pytest.mark.usefixtures("restore_logging")  # `p2p run` in-process configures logging
 def test_a_node_error_inside_the_nursery_prints_its_own_message(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -84,6 +84,10 @@ def test_each_key_is_declared_once_with_help() -> None:
         settings = settings_of(cls)
         assert tuple(settings) == keys
         assert all(s.help for s in settings.values()), section
+        if section == "strategy":  # name, then each plug-in's keys (p2p.config.plugins)
+            plugins = getattr(NodeConfig(), section).plugins
+            assert ["name", *(f.name for p in plugins for f in dataclasses.fields(p))] == list(keys)
+            continue
         assert [f.name for f in dataclasses.fields(cls)] == list(keys)
 
 

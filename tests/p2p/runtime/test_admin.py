@@ -399,6 +399,7 @@ class _Source:
         self.config = SimpleNamespace(node=SimpleNamespace(name="fake"),
                                       training=SimpleNamespace(rounds=0))
         self.resumed_at = None
+        self.checkpoint_note = None
         self.started = 0.0
         self.data_dir = tmp_path
         self.progress = SimpleNamespace(round=3, steps=30, loss=0.5, accuracy=0.75,
@@ -446,6 +447,8 @@ class _Source:
     def relay_status(self) -> dict[str, Any]:
         return {"serving": False, "reserved_with": [
             {"relay": "203.0.113.1:7661", "state": "active", "reason": "", "circuits": 2}]}
+    def training_note(self) -> None:
+        return None  # neither waiting for peers nor stopped
 
     async def save_checkpoint(self) -> int:
         return 123

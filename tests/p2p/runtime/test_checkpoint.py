@@ -257,16 +257,19 @@ def test_other_identity_is_refused(tmp_path: Path) -> None:
 def test_garbage_and_foreign_files_are_rejected(tmp_path: Path) -> None:
     store = CheckpointStore(tmp_path)
     store.path.write_bytes(b"definitely not a checkpoint")
-    with pytest.raises(CheckpointError, match="cannot decode"):
+    with pytest.raises(ckpt.CheckpointCorrupt, match="header is not a checkpoint's"):
+        store.load()
+    store.path.write_bytes(ckpt.seal(b"definitely not a checkpoint"))
+    with pytest.raises(ckpt.CheckpointCorrupt, match="cannot decode"):
         store.load()
     buffer = io.BytesIO()
     torch.save({"format": "something else"}, buffer)
-    store.path.write_bytes(buffer.getvalue())
+    store.path.write_bytes(ckpt.seal(buffer.getvalue()))
     with pytest.raises(CheckpointError, match="not a checkpoint of this program"):
         store.load()
     buffer = io.BytesIO()
     torch.save({"format": ckpt.CHECKPOINT_FORMAT, "version": 999}, buffer)
-    store.path.write_bytes(buffer.getvalue())
+    store.path.write_bytes(ckpt.seal(buffer.getvalue()))
     with pytest.raises(CheckpointError, match="version 999"):
         store.load()
 
@@ -280,7 +283,7 @@ def test_arbitrary_objects_are_never_unpickled(tmp_path: Path) -> None:
     store = CheckpointStore(tmp_path)
     buffer = io.BytesIO()
     torch.save({"format": ckpt.CHECKPOINT_FORMAT, "version": 1, "x": _Evil()}, buffer)
-    store.path.write_bytes(buffer.getvalue())
+    store.path.write_bytes(ckpt.seal(buffer.getvalue()))
     with pytest.raises(CheckpointError, match="cannot decode"):
         store.load()
 
@@ -293,6 +296,6 @@ def test_malformed_fields_are_rejected(tmp_path: Path) -> None:
         raw = dict(good, **{field: bad})
         buffer = io.BytesIO()
         torch.save(raw, buffer)
-        store.path.write_bytes(buffer.getvalue())
+        store.path.write_bytes(ckpt.seal(buffer.getvalue()))
         with pytest.raises(CheckpointError, match="invalid"):
             store.load()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import io
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 
@@ -294,9 +295,12 @@ def test_the_checkpoint_keeps_the_groups_and_reads_older_versions_as_none(
     store.save(state)
     loaded = store.load()
     assert loaded is not None and loaded.groups == groups
-    # a version 3 checkpoint's groups (before attempts) read as attempt 0
-    raw = _torch.load(store.path, weights_only=True)
-    assert raw["version"] == 4 and raw["groups"]["attempt"] == 0
+    # a version 3 checkpoint's groups (before attempts) read as attempt 0; versions
+    # before 5 are bare torch files (no digest envelope)
+    payload, sealed = ckpt.unseal(store.path.read_bytes(), store.path)
+    raw = _torch.load(io.BytesIO(payload), weights_only=True)
+    assert sealed and raw["version"] == 5 and raw["groups"]["attempt"] == 0
+    raw["version"] = 4
     raw["groups"]["attempt"] = 2
     _torch.save(raw, store.path)
     loaded = store.load()

@@ -95,9 +95,11 @@ def test_the_watch_remembers_the_peers_last_seen_while_all_are_out_of_the_views(
         config=SimpleNamespace(node=SimpleNamespace(bootstrap=[])),
         learning=SimpleNamespace(fingerprints={"global": model}),
         swarm_key=None, peers=SimpleNamespace(started=sampler))
-    watch = CollaborationWatch(cast(WatchedNode, fake))
+    watch = CollaborationWatch(cast(WatchedNode, fake), clock=lambda: 10.0)
     holder = Descriptor(b"\x05" * 32, "10.0.0.5:7000", 0, frozenset({model}))
     sampler.entries = [_Entry(holder)]
+    assert watch.status().state is CollaborationState.NO_EXCHANGE  # a holder, no exchange yet
+    watch.exchanges.acked("global", 9.0)
     assert watch.status().state is CollaborationState.COLLABORATING
     # the only peer is out of the views for a shuffle: still the peer last seen
     sampler.entries = []

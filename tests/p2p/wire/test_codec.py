@@ -18,9 +18,9 @@ from gossip.masking.epochs import PairAccept, PairOffer
 from gossip.messages import Push, PushAck
 from p2p.runtime.connectivity import DIALBACK_MESSAGES
 from p2p.runtime.grouping.messages import GROUPING_MESSAGES
-from p2p.runtime.protocol import NODE_MESSAGES, register_node_messages
-from p2p.strategy.fedlinked_messages import FEDLINKED_MESSAGES
-from p2p.strategy.graph_messages import GRAPH_MESSAGES
+from p2p.runtime.protocol import node_messages, register_node_messages
+from p2p.strategies.fedlinked.messages import FEDLINKED_MESSAGES
+from p2p.strategies.graph.messages import GRAPH_MESSAGES
 from p2p.wire import codec
 from p2p.wire.circuit import CIRCUIT_MESSAGES
 from p2p.wire.codec import DecodeError, EncodeError, RegistrationError, VersionMismatch
@@ -456,10 +456,11 @@ def test_each_package_brings_its_wire_surface() -> None:
     assert peersampling.WIRE_MESSAGES == (
         (ShuffleRequest, "shuffle_request"), (ShuffleReply, "shuffle_reply"))
     # plus the runtime's own surface: automatic grouping's record exchange (issue 16),
-    # the strategies' pulls (issue 18), dial-backs and relay circuits (issue 34)
-    assert set(NODE_MESSAGES) == {*MESSAGES, *gossip.WIRE_MESSAGES, *peersampling.WIRE_MESSAGES,
-                                  *GROUPING_MESSAGES, *FEDLINKED_MESSAGES, *GRAPH_MESSAGES,
-                                  *DIALBACK_MESSAGES, *CIRCUIT_MESSAGES}
+    # the strategies' pulls (issue 18), which their plug-ins declare, dial-backs and relay
+    # circuits (issue 34)
+    assert set(node_messages()) == {*MESSAGES, *gossip.WIRE_MESSAGES, *peersampling.WIRE_MESSAGES,
+                                    *GROUPING_MESSAGES, *FEDLINKED_MESSAGES, *GRAPH_MESSAGES,
+                                    *DIALBACK_MESSAGES, *CIRCUIT_MESSAGES}
     # the wire's own messages need no registration: the handshake relies on them
     assert all(codec.is_registered(cls) for cls, _ in MESSAGES)
 
