@@ -135,10 +135,17 @@ class Reachability:
     def _counted(self, now: float) -> list[tuple[str, bool, str, float]]:
         """The dial-backs the verdict counts: those at an address outside private
         networks when there are any (a peer on the node's own LAN reaching it says
-        nothing about peers beyond its NAT), else all (a swarm on one LAN)."""
+        nothing about peers beyond its NAT); else all, unless a peer saw this node
+        come from a public address (then it talks beyond its LAN: none count yet);
+        a swarm on one LAN counts all."""
         recent = self._recent(now)
         outside = [r for r in recent if not _private(r[0])]
-        return outside or recent
+        if outside or not self._seen_from_outside():
+            return outside or recent
+        return []
+
+    def _seen_from_outside(self) -> bool:
+        return any(address_scope(host) == PUBLIC for host in self._observed)
 
     def reachable(self, now: float) -> tuple[str, str]:
         """("yes" | "no" | "unknown", why)."""
@@ -155,6 +162,11 @@ class Reachability:
         if self.problem:
             return "unknown", self.problem
         if not recent:
+            lan = [r for r in self._recent(now) if r[1]]
+            if lan:
+                return "unknown", (f"only peers on its own network dialled it back "
+                                   f"({lan[-1][0]}); peers elsewhere see it behind a NAT and "
+                                   "none has dialled it back yet")
             if not self.confirmed() and address_scope(self.listen_host()) != PUBLIC:
                 return "unknown", (f"no peer has confirmed an address yet (listening on "
                                    f"{self.listen})")

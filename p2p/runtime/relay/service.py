@@ -97,13 +97,15 @@ class _Circuit:
         self.streams[side] = stream
         if all(s is not None for s in self.streams):
             self.joined.set()
+        limits = self.book.limits
         try:
-            with trio.move_on_after(JOIN_WAIT):
+            # from the circuit's opening, not this side's start (late under load): a
+            # circuit holds its slot at most circuit_duration seconds, waiting included
+            with trio.move_on_at(self.opened + min(JOIN_WAIT, limits.circuit_duration)):
                 await self.joined.wait()
             other = self.streams[1 - side]
             if not self.joined.is_set() or other is None or self.ended:
                 return
-            limits = self.book.limits
             with trio.CancelScope(deadline=self.opened + limits.circuit_duration) as scope:
                 self.scopes.append(scope)
                 await self._copy(stream, other, side, _Bucket(limits.circuit_rate))

@@ -6,6 +6,7 @@ import pytest
 
 from common.address import HostPort, address_scope, advertisable
 from p2p.runtime.connectivity import DialBackGate, Reachability
+from p2p.runtime.connectivity.reachability import wants_relay
 
 A, B, C, D = (bytes([i]) * 32 for i in range(1, 5))
 
@@ -154,3 +155,19 @@ def test_punch_candidates_are_the_nat_outside_hosts_then_its_own_at_the_punch_po
     # newest observation first, each host once, all at the port of this punch
     assert r.punch_candidates(40123) == ["198.51.100.2:40123", "198.51.100.9:40123",
                                          "10.0.0.5:40123"]
+
+
+def test_lan_dial_backs_do_not_make_it_reachable_once_a_peer_saw_it_behind_a_nat() -> None:
+    """Seen on the testbed: two peers on its LAN dialled it back before anyone beyond its
+    (symmetric) NAT had tried; it said "yes" and advertised its LAN address to everyone."""
+    r = Reachability(HostPort("0.0.0.0", 7661), interface_host="10.2.0.11")
+    r.observed(C, "203.0.113.102:51234")  # a peer beyond the NAT (a fresh port: symmetric)
+    for peer in (A, B):
+        r.observed(peer, "10.2.0.11:7661")
+        r.dial_back(peer, "10.2.0.11:7661", True, "", 0.0)
+    state, why = r.reachable(0.0)
+    assert state == "unknown" and "only peers on its own network" in why
+    assert wants_relay("auto", state, r.advertised(0.0))  # it keeps its relays
+    r.dial_back(C, "203.0.113.102:7661", False, "connect failed: timed out", 1.0)
+    r.dial_back(D, "203.0.113.102:7661", False, "connect failed: timed out", 1.0)
+    assert r.reachable(1.0)[0] == "no"
