@@ -5,9 +5,11 @@ books (sans-IO) refuse what is over a cap, saying which."""
 from __future__ import annotations
 
 import trio
+import trio.testing
 from relay_kit import Echo, relay_lab
 
 from p2p.runtime.relay.book import RelayBook
+from p2p.runtime.relay.service import _Circuit
 from p2p.wire.circuit import RelayLimits
 from p2p.wire.identity import Identity
 from p2p.wire.transport import PeerUnreachable, Transport
@@ -111,3 +113,15 @@ async def test_a_flood_of_circuit_requests_stays_within_the_relays_limits(
         assert await lab.peer.request(lab.circuit, Echo(b"again")) == Echo(b"again")
         assert book.stats.circuits_opened == opened + 1
 
+
+
+async def test_a_circuit_started_late_still_ends_at_its_duration(
+        autojump_clock: trio.abc.Clock) -> None:
+    """The wait for the other side counts from the circuit's opening, not from when this
+    side's stream arrived (late under load), so its slot is held circuit_duration at most."""
+    book = RelayBook(RelayLimits(circuit_duration=10.0))
+    circuit = _Circuit(book, 1, b"i" * 32, forget=lambda cid: None)
+    await trio.sleep(8.0)  # the initiator's connection is handed over late
+    a, _ = trio.testing.memory_stream_pair()
+    await circuit.run(0, a)  # the target never comes
+    assert trio.current_time() - circuit.opened <= 10.0
