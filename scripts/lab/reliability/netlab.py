@@ -343,7 +343,9 @@ def _figures(spec: SwarmSpec, statuses: list[dict[str, Any]], peers: list[dict[s
                 "reserved_with", []) if r["state"] == "active"],
             "hole_punch": (s.get("relay") or {}).get("hole_punch"),
             "view_size": s.get("view_size"),
-            "model_view": min((len(v) for v in p["models"].values()), default=0),
+            # holders known of each model ("relay": the relays a relay knows, no model)
+            "model_view": min((len(v) for name, v in p["models"].items() if name != "relay"),
+                              default=0),
             "join_seconds": joined[i]})
     accs = [n["accuracy"] for n in nodes]
     behind = [n["join_seconds"] for n in nodes if n["lan"] and n["join_seconds"] is not None]
