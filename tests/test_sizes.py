@@ -23,8 +23,6 @@ KNOWN_LARGE: dict[str, str] = {
     "peersampling/core.py:PeerSampler": "split with issue 31's view rules",
     "p2p/runtime/strategy_host.py:CheckedPushSum": "a PushSum subclass: shrinks with PushSum",
     "p2p/runtime/node.py:Node": "its status and tasks move out as the wave's features land",
-    "p2p/config/schema.py": "plug-in sections move to their strategies",
-    "p2p/wire/codec.py": "the codec's field kinds move out with the wire's domain imports",
 }
 
 

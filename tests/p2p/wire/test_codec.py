@@ -17,6 +17,7 @@ from gossip.compression import ENCODINGS, EncodedVector, encode
 from gossip.masking.epochs import PairAccept, PairOffer
 from gossip.messages import Push, PushAck
 from p2p.runtime.connectivity import DIALBACK_MESSAGES
+from p2p.runtime.connectivity.punch import PUNCH_MESSAGES
 from p2p.runtime.grouping.messages import GROUPING_MESSAGES
 from p2p.runtime.protocol import node_messages, register_node_messages
 from p2p.strategies.fedlinked.messages import FEDLINKED_MESSAGES
@@ -457,10 +458,10 @@ def test_each_package_brings_its_wire_surface() -> None:
         (ShuffleRequest, "shuffle_request"), (ShuffleReply, "shuffle_reply"))
     # plus the runtime's own surface: automatic grouping's record exchange (issue 16),
     # the strategies' pulls (issue 18), which their plug-ins declare, dial-backs and relay
-    # circuits (issue 34)
+    # circuits and hole punching (issue 34)
     assert set(node_messages()) == {*MESSAGES, *gossip.WIRE_MESSAGES, *peersampling.WIRE_MESSAGES,
                                     *GROUPING_MESSAGES, *FEDLINKED_MESSAGES, *GRAPH_MESSAGES,
-                                    *DIALBACK_MESSAGES, *CIRCUIT_MESSAGES}
+                                    *DIALBACK_MESSAGES, *CIRCUIT_MESSAGES, *PUNCH_MESSAGES}
     # the wire's own messages need no registration: the handshake relies on them
     assert all(codec.is_registered(cls) for cls, _ in MESSAGES)
 
