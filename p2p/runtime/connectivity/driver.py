@@ -267,7 +267,8 @@ class NodeConnectivity:
                 self._relay_tags = relay.tags()
                 if self.on_tags is not None:
                     self.on_tags()
-        address, alternates = plan_addresses(direct, relayed, reachable)
+        dialled = [] if core is None else core.dialled_addresses(now)
+        address, alternates = plan_addresses(direct, relayed, reachable, dialled)
         if isinstance(self.transport, Transport) and self.transport.advertise_address != address:
             if self.transport.advertise_address is not None:
                 logger.info("advertising %s (was %s)", address, self.transport.advertise_address)

@@ -33,6 +33,7 @@ from common.address import (
     advertisable,
     parse_host_port,
 )
+from peersampling.descriptor import MAX_ALTERNATES
 
 __all__ = ["DIAL_BACK_RESULTS_KEPT", "Reachability", "ReachabilityStatus", "plan_addresses",
            "wants_relay"]
@@ -196,6 +197,12 @@ class Reachability:
                 return str(address)
         return str(own)  # nothing better known yet (the status says why)
 
+    def dialled_addresses(self, now: float) -> list[str]:
+        """Confirmed addresses peers dialled it back at (a dual-stack node's other
+        family): alternates for peers that cannot use the advertised one."""
+        dialled = {r[0] for r in self._counted(now) if r[1]}
+        return [str(a) for a in self.confirmed() if str(a) in dialled]
+
     def status(self, now: float) -> ReachabilityStatus:
         reachable, reason = self.reachable(now)
         return ReachabilityStatus(reachable, reason, self.advertised(now),
@@ -217,15 +224,18 @@ def wants_relay(use: str, reachable: str, direct: str) -> bool:
     return address_scope(host) == PRIVATE
 
 
-def plan_addresses(direct: str, relayed: list[str],
-                   reachable: str) -> tuple[str, tuple[str, ...]]:
+def plan_addresses(direct: str, relayed: list[str], reachable: str,
+                   dialled: list[str] | None = None) -> tuple[str, tuple[str, ...]]:
     """(the address to advertise, the alternates tried after it, in order).
 
     Relayed addresses come first unless peers can dial the node; its own
     address then comes last, and only if it means something on another host.
+    A node peers can dial offers the other addresses they dialled it at
+    (``dialled``: IPv4 after IPv6 on a dual-stack host) as alternates.
     """
     if not relayed or reachable == "yes":
-        return direct, ()
+        others = [a for a in dialled or [] if a != direct] if reachable == "yes" else []
+        return direct, tuple(others[:MAX_ALTERNATES])
     alternates = list(relayed[1:])
     try:
         own = parse_host_port(direct)

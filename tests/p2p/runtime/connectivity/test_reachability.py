@@ -171,3 +171,20 @@ def test_lan_dial_backs_do_not_make_it_reachable_once_a_peer_saw_it_behind_a_nat
     r.dial_back(C, "203.0.113.102:7661", False, "connect failed: timed out", 1.0)
     r.dial_back(D, "203.0.113.102:7661", False, "connect failed: timed out", 1.0)
     assert r.reachable(1.0)[0] == "no"
+
+
+def test_a_dual_stack_node_offers_its_other_family_as_an_alternate() -> None:
+    """Seen on the testbed (--ipv6): public nodes advertised [2001:db8::b]:7661 only, which
+    the IPv4-only nodes behind NATs could not dial."""
+    from p2p.runtime.connectivity.reachability import plan_addresses
+
+    r = Reachability(HostPort("::", 7661), interface_host="2001:db8::b")
+    for peer, seen in ((A, "[2001:db8::b]:40001"), (B, "[2001:db8::b]:40002"),
+                       (C, "203.0.113.11:40003"), (D, "203.0.113.11:40004")):
+        r.observed(peer, seen)
+        r.dial_back(peer, f"{seen.rpartition(':')[0]}:7661", True, "", 1.0)
+    assert r.reachable(1.0)[0] == "yes"
+    direct = r.advertised(1.0)
+    assert plan_addresses(direct, [], "yes", r.dialled_addresses(1.0)) == (
+        "[2001:db8::b]:7661", ("203.0.113.11:7661",))
+    assert plan_addresses(direct, [], "no", r.dialled_addresses(1.0)) == (direct, ())
