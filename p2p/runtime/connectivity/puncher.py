@@ -248,7 +248,11 @@ class NodePunch:
         if msg.reachable:
             self._nursery.start_soon(self._reverse, str(targets[0]), peer.node_id)
             return PunchAnswer(REVERSE, (), "")
-        port = _Port.bind(listen)
+        try:
+            port = _Port.bind(listen)
+        except OSError as exc:  # no port left: as if behind a symmetric NAT
+            logger.warning("cannot bind a port for a hole punch: %s", exc)
+            return PunchAnswer(DECLINED, (), "no port to punch from")
         old = self._offers.pop(peer.node_id, None)
         if old is not None:
             old[2].close()

@@ -9,6 +9,7 @@ import pytest
 import trio
 from relay_kit import Echo, punch_pair
 
+from common.address import HostPort
 from p2p.runtime.connectivity import puncher
 from p2p.runtime.connectivity.punch import PunchPolicy, usable_candidates
 from p2p.testing import wait_until
@@ -104,3 +105,24 @@ async def test_one_side_dialling_the_others_punch_port_is_enough(dead_side: str)
         assert pair.peer.path_to(pair.circuit) == "punched"
         assert await pair.peer.request(pair.circuit, Echo(b"direct")) == Echo(b"direct")
         assert pair.remotes[-1].startswith("127.0.0.1:")
+
+
+async def test_a_peer_with_no_port_to_punch_from_declines_and_the_session_stays_relayed(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    bind = puncher._Port.bind
+    calls: list[int] = []
+
+    def bind_once(listen: HostPort) -> object:  # the initiator's port, then none left
+        calls.append(1)
+        if len(calls) > 1:
+            raise OSError(98, "Address already in use")
+        return bind(listen)
+
+    monkeypatch.setattr(puncher._Port, "bind", bind_once)
+    async with punch_pair() as pair:
+        await pair.peer.request(pair.circuit, Echo(b"first"))
+        await wait_until(lambda: pair.peer_punch.status()["failed"] == 1)
+        assert pair.peer.path_to(pair.circuit) == "relayed"
+        assert any("cannot bind a port for a hole punch" in r.getMessage()
+                   for r in caplog.records)
+        assert await pair.peer.request(pair.circuit, Echo(b"still")) == Echo(b"still")
