@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: test swarm venv lint pytest slow bench docs clean
+.PHONY: test swarm venv lint pytest slow bench docs clean browser
 
 $(STAMP): pyproject.toml scripts/pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -25,7 +25,12 @@ lint: $(STAMP)
 	$(BIN)/ruff check p2p learner gossip peersampling common scripts tests
 	$(BIN)/mypy
 
-pytest: $(STAMP)
+# Debian's chromium + chromium-driver for the dashboard's browser test, when missing
+# and installable (root, apt-get); otherwise that test says it skips
+browser:
+	sh .ci/browser.sh
+
+pytest: $(STAMP) browser
 	$(BIN)/python -m pytest -q
 
 test: lint docs pytest

@@ -60,10 +60,14 @@ class LogLimiter:
         self._next_due = float("inf")  # earliest end of a window: flush is O(1) before it
         #: Lines counted but not written one by one, over the limiter's life.
         self.suppressed_total = 0
+        #: Lines at WARNING or above, written or not: offences (the node's metrics).
+        self.warnings_total = 0
 
     def log(self, now: float, key: str, level: int, msg: str, *args: object) -> bool:
         """Log ``msg % args`` for offender ``key`` unless it already had its line in
         this interval (then count it for the summary). True if it was written."""
+        if level >= logging.WARNING:
+            self.warnings_total += 1
         self.flush(now)
         window = self._windows.get(key)
         if window is None and len(self._windows) >= self.max_keys:

@@ -118,6 +118,12 @@ def batch_key(trainer: Trainer) -> Hashable | str:
         return "DP-SGD draws Poisson batches and clips per sample"
     if trainer.loss_term is not None:
         return "the trainer adds a loss term (a collaboration strategy's) to each step"
+    if trainer.batches is not None:
+        return "the trainer reads its batches through a DataLoader"
+    if trainer.custom_loss or trainer.schedule is not None:
+        return "the trainer has the user's loss or learning-rate schedule"
+    if trainer.device.type != "cpu" or trainer.precision.name != "fp32":
+        return "the trainer runs on another device or in mixed precision"
     model = trainer.model
     if any(True for _ in model.buffers()):
         return "the model has buffers (batch norm or similar)"

@@ -23,11 +23,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 
 from learner.fingerprint import ModelDescription, fingerprint_of, init_seed_of
 from learner.model_graph import ModelGraph
+from learner.module_spec import ModuleModelSpec
 from learner.spec import LOCAL_MODEL, NetworkSpec, PartialModelSpec, SpecError
 
 __all__ = ["Block", "CROSS_SEPARATOR", "LayerSlot", "ModelLayout", "VECTOR_DTYPE"]
@@ -124,7 +126,7 @@ class ModelLayout:
     def __init__(
         self,
         network: NetworkSpec,
-        models: Sequence[PartialModelSpec],
+        models: Sequence[object],
         *,
         cross_models: bool = False,
         implements: Sequence[str] | None = None,
@@ -133,9 +135,17 @@ class ModelLayout:
             raise SpecError(f"network: expected a NetworkSpec, got {type(network).__name__}")
         if isinstance(models, PartialModelSpec):
             models = [models]
+        for i, m in enumerate(models):
+            if isinstance(m, ModuleModelSpec):
+                raise SpecError(f"partial model {m.name!r} is declared by parameter names or "
+                                "units, which split a network.factory module; a notation "
+                                'network\'s models give neurons (e.g. "64-40-24-10")',
+                                field="counts", model=m.name, index=i)
         self._network = network
         self._cross_enabled = bool(cross_models)
-        graph = ModelGraph(list(models))
+        # anything else is refused by the graph, naming what it got
+        graph: ModelGraph[PartialModelSpec] = ModelGraph(cast(list[PartialModelSpec],
+                                                              list(models)))
         self._graph = graph
         impl = self._check_implements(graph, implements)
         self._check_counts(network, graph, impl)

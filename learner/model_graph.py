@@ -10,19 +10,25 @@ from __future__ import annotations
 import difflib
 import heapq
 from collections.abc import Iterable, Mapping, Sequence
+from typing import Generic, TypeVar
 
+from learner.module_spec import ModuleModelSpec
 from learner.spec import PartialModelSpec, SpecError
 
 __all__ = ["ModelGraph"]
 
+#: A declaration the graph orders: in the notation, or over a user's module.
+AnySpec = PartialModelSpec | ModuleModelSpec
+S = TypeVar("S", PartialModelSpec, ModuleModelSpec, AnySpec)
 
-class ModelGraph:
+
+class ModelGraph(Generic[S]):
     """A validated, acyclic catalogue of partial-model declarations."""
 
-    def __init__(self, models: Sequence[PartialModelSpec]) -> None:
-        by_name: dict[str, PartialModelSpec] = {}
+    def __init__(self, models: Sequence[S]) -> None:
+        by_name: dict[str, S] = {}
         for i, m in enumerate(models):
-            if not isinstance(m, PartialModelSpec):
+            if not isinstance(m, PartialModelSpec | ModuleModelSpec):
                 raise SpecError(f"partial models: expected PartialModelSpec, got "
                                 f"{type(m).__name__} ({m!r})", index=i)
             if m.name in by_name:
@@ -41,7 +47,7 @@ class ModelGraph:
                                     f"{hint} (declared models: {known}); declare {d!r} or remove "
                                     "it from depends_on", field="depends_on", model=m.name,
                                     index=self._index[m.name])
-        self._by_name = by_name
+        self._by_name: dict[str, S] = by_name
         self._order = [m.name for m in models]
         self._check_acyclic()
         self._closure: dict[str, frozenset[str]] = {}
@@ -91,7 +97,7 @@ class ModelGraph:
     def __contains__(self, name: object) -> bool:
         return name in self._by_name
 
-    def __getitem__(self, name: str) -> PartialModelSpec:
+    def __getitem__(self, name: str) -> S:
         return self._by_name[name]
 
     @property

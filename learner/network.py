@@ -227,6 +227,13 @@ class PartialNetwork(nn.Module):
                            f"shared models: {held}")
         return plan
 
+    def _device_index(self, name: str) -> torch.Tensor:
+        """The model's flat indices on the parameters' device (kept there once moved)."""
+        index = self._index[name]
+        if index.device != self.flat.device:
+            index = self._index[name] = index.to(self.flat.device)
+        return index
+
     def _layer_arrays(self) -> list[tuple[np.ndarray, np.ndarray]]:
         """numpy views (no copy) of every layer's weight and bias."""
         values = self.flat.detach().numpy()
@@ -249,6 +256,10 @@ class PartialNetwork(nn.Module):
         elif out.dtype != VECTOR_DTYPE or out.shape != (n,):
             raise ValueError(f"extract({name!r}): out must be float64 of shape ({n},), got "
                              f"{out.dtype} {out.shape}")
+        if self.flat.device.type != "cpu":  # gathered on the device, one copy to the host
+            index = self._device_index(name)
+            np.copyto(out, self.flat.detach()[index].to(torch.float64).cpu().numpy())
+            return out
         arrays = self._layer_arrays()
         for step in steps:  # one strided copy per block, widening float32 -> float64
             np.copyto(out[step.vec].reshape(step.shape), step.view(arrays))
@@ -276,6 +287,11 @@ class PartialNetwork(nn.Module):
                     bad = int(np.flatnonzero(~np.isfinite(vec.astype(np.float32)))[0])
                 raise ValueError(f"assign({name!r}): value at index {bad} ({vec[bad]}) is not "
                                  f"a finite float32; partial model {name!r} left unchanged")
+        if self.flat.device.type != "cpu":  # one copy to the device, scattered there
+            source = torch.from_numpy(np.ascontiguousarray(vec, dtype=np.float32))
+            with torch.no_grad():
+                self.flat[self._device_index(name)] = source.to(self.flat.device)
+            return
         arrays = self._layer_arrays()
         for step in steps:
             np.copyto(step.view(arrays), vec[step.vec].reshape(step.shape), casting="same_kind")

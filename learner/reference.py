@@ -25,8 +25,10 @@ from learner.batched_training import batch_key, train_steps_batched
 from learner.data import NodeData
 from learner.dp.config import DPConfig
 from learner.layout import ModelLayout
+from learner.modules.layout import ModuleLayout
+from learner.modules.partial import PartialModule
 from learner.network import PartialNetwork
-from learner.spec import NetworkSpec, PartialModelSpec
+from learner.spec import NetworkSpec
 from learner.trainer import TrainConfig, Trainer, evaluate_model
 
 __all__ = [
@@ -49,14 +51,18 @@ class NodeSetup:
     """One simulated node: its network, declared partial models, data and seed.
 
     `seed` initialises the node's local parameters and its mini-batch order;
-    shared models start identical on all holders whatever the seed.
+    shared models start identical on all holders whatever the seed. `model`: a
+    node's module already built and cut into its partial models (a user's
+    module, :func:`learner.modules.build.build_partial_module`), trained instead
+    of a notation network built from `network` and `models` (which it ignores).
     """
 
-    network: NetworkSpec
-    models: tuple[PartialModelSpec, ...]
+    network: NetworkSpec | None
+    models: tuple[object, ...]
     data: NodeData
     seed: int
     cross_models: bool = False
+    model: PartialModule | None = None
 
 
 @dataclass(frozen=True)
@@ -92,7 +98,8 @@ class ReferenceResult:
 
 
 def average_shared_models(
-    networks: Sequence[PartialNetwork], layouts: Sequence[ModelLayout]
+    networks: Sequence[PartialNetwork | PartialModule],
+    layouts: Sequence[ModelLayout | ModuleLayout],
 ) -> dict[str, int]:
     """Replace every shared model, on each holder, by the exact mean over its holders.
 
@@ -153,10 +160,22 @@ def run_reference(
         raise ReferenceSetupError(f"run_reference: rounds must be >= 1, got {rounds}")
     if eval_every < 1:
         raise ReferenceSetupError(f"run_reference: eval_every must be >= 1, got {eval_every}")
-    layouts: list[ModelLayout] = []
-    networks: list[PartialNetwork] = []
+    layouts: list[ModelLayout | ModuleLayout] = []
+    networks: list[PartialNetwork | PartialModule] = []
     trainers: list[Trainer] = []
     for index, node in enumerate(nodes):
+        network: PartialNetwork | PartialModule
+        config = dataclasses.replace(train_config,
+                                     seed=_node_train_seed(train_config.seed, node.seed))
+        if node.model is not None:
+            network = node.model
+            layouts.append(network.layout)
+            networks.append(network)
+            trainers.append(Trainer(network, node.data.train_x, node.data.train_y, config,
+                                    dp=dp, noise_seed=config.seed))
+            continue
+        if node.network is None:
+            raise ReferenceSetupError(f"node {index}: give a network or a built model")
         if node.data.num_features != node.network.input_features:
             raise ReferenceSetupError(
                 f"node {index}: data has {node.data.num_features} features but the network "
@@ -169,7 +188,6 @@ def run_reference(
             )
         layout = ModelLayout(node.network, list(node.models), cross_models=node.cross_models)
         network = PartialNetwork(layout, node.seed)
-        config = dataclasses.replace(train_config, seed=_node_train_seed(train_config.seed, node.seed))
         layouts.append(layout)
         networks.append(network)
         trainers.append(Trainer(network, node.data.train_x, node.data.train_y, config, dp=dp,

@@ -76,6 +76,8 @@ __all__ = [
 # --- end wire protocol and transport --------------------------------------------
 
 # --- operator-facing API: config, admin socket, checkpoints -------------------
+from typing import TYPE_CHECKING
+
 from p2p.cli.admin_client import AdminClient, AdminClientError, AdminSocketUntrusted
 from p2p.config import (
     ConfigError,
@@ -93,6 +95,12 @@ from p2p.runtime import AdminError, AdminHandler, AdminServer, admin_socket_path
 _LAZY_CHECKPOINT = ("CheckpointCorrupt", "CheckpointError", "CheckpointStore", "DataDirError", "NodeState",
                     "PeerRecord", "PushSumRecord", "atomic_write_bytes",
                     "check_data_dir_writable")
+# the Python API (docs/guide/api.md) imports the node, so torch: loaded on first use too
+_LAZY_API = ("Node", "build_node", "node_config", "run_node")
+
+if TYPE_CHECKING:
+    from p2p.api import build_node, node_config, run_node
+    from p2p.runtime.node import Node
 
 
 def __getattr__(name: str) -> object:
@@ -100,6 +108,11 @@ def __getattr__(name: str) -> object:
         from p2p.runtime import checkpoint
 
         return getattr(checkpoint, name)
+    if name in _LAZY_API:
+        from p2p import api
+        from p2p.runtime import node
+
+        return getattr(api, name) if hasattr(api, name) else getattr(node, name)
     raise AttributeError(f"module 'p2p' has no attribute {name!r}")
 
 
@@ -110,6 +123,6 @@ __all__ = [
     "AdminSocketUntrusted", "UnsafeFileError",
     "ConfigError", "HostPort", "NodeConfig", "SwarmKeyError",
     "admin_socket_path", "load_config", "load_swarm_key", "render_config_toml",
-    "serve_admin", *_LAZY_CHECKPOINT,
+    "serve_admin", *_LAZY_CHECKPOINT, "Node", "build_node", "node_config", "run_node",
 ]
 # --- end operator-facing API --------------------------------------------------

@@ -68,12 +68,18 @@ def test_the_wheel_holds_the_product_and_its_data_only(installed: tuple[Path, Pa
         "from learner.tasks import get_task\n"
         "found = {m: importlib.util.find_spec(m) is not None for m in ('lab', 'tests', 'scripts')}\n"
         "x = get_task('mnist5k').load(None, seed=0)\n"
-        "print(json.dumps({'p2p': p2p.__file__, 'learner': learner.__file__, 'found': found}))\n"
+        "from importlib import resources\n"
+        "from p2p.dashboard.server import STATIC_FILES\n"
+        "static = resources.files('p2p.dashboard').joinpath('static')\n"
+        "assets = all(static.joinpath(n).is_file() for n in (*STATIC_FILES, 'index.html'))\n"
+        "print(json.dumps({'p2p': p2p.__file__, 'learner': learner.__file__, 'found': found,\n"
+        "                  'dashboard_assets': assets}))\n"
     )
     out = json.loads(run([str(python), "-c", probe], cwd=work).stdout.splitlines()[-1])
     env = str(python.parent.parent)
     assert out["p2p"].startswith(env) and out["learner"].startswith(env), out
     assert out["found"] == {"lab": False, "tests": False, "scripts": False}
+    assert out["dashboard_assets"]  # the page, its script and the vendored uPlot + license
 
 
 def test_config_simulator_and_swarm_run_from_the_wheel(installed: tuple[Path, Path]) -> None:

@@ -20,6 +20,7 @@ import json
 import os
 import socket
 import stat
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -88,9 +89,23 @@ class AdminClient:
         belongs to another user, :class:`AdminCommandError` when the node
         reports an error, and :class:`AdminProtocolError` on a malformed reply.
         """
-        reply = self._exchange(json.dumps({"cmd": cmd}).encode() + b"\n")
+        return self.request_many([cmd])[0]
+
+    def request_many(self, cmds: Sequence[str]) -> list[dict[str, Any]]:
+        """Send every command of ``cmds`` on one connection and return their results in
+        order (a watcher asking several each second opens one connection, not several);
+        raises as :meth:`request` does, for the first command that failed."""
+        request = b"".join(json.dumps({"cmd": cmd}).encode() + b"\n" for cmd in cmds)
+        results = [self._result(reply) for reply in self._exchange(request, len(cmds))]
+        if len(results) < len(cmds):
+            raise AdminProtocolError(f"the node closed {self.socket_path} after "
+                                     f"{len(results)} of {len(cmds)} answers")
+        return results
+
+    def _result(self, reply: dict[str, Any]) -> dict[str, Any]:
         if reply.get("ok") is True and isinstance(reply.get("result"), dict):
-            return reply["result"]
+            result: dict[str, Any] = reply["result"]
+            return result
         if reply.get("ok") is False:
             raise AdminCommandError(f"node error: {reply.get('error', 'unknown error')}")
         raise AdminProtocolError(f"malformed reply from {self.socket_path}: expected "
@@ -126,7 +141,7 @@ class AdminClient:
             f"as {describe_uid(creds.uid)}, not as the daemon's user "
             f"({describe_uid(daemon_uid)}): refusing to talk to it")
 
-    def _exchange(self, request: bytes) -> dict[str, Any]:
+    def _exchange(self, request: bytes, count: int) -> list[dict[str, Any]]:
         path = self.socket_path
         daemon_uid = self._check_owner()
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -161,7 +176,7 @@ class AdminClient:
                     # reason and closes, possibly before we finish sending:
                     # the reason may still be waiting to be read.
                     pass
-                data = self._read_line(sock)
+                lines = self._read_lines(sock, count)
             except TimeoutError:
                 raise AdminConnectionError(
                     f"the node did not answer within {self.timeout:g} s on {path}") from None
@@ -170,33 +185,48 @@ class AdminClient:
                                            f"{exc.strerror or exc}") from None
         finally:
             sock.close()
+        return [self._parse(line) for line in lines]
+
+    def _parse(self, data: bytes) -> dict[str, Any]:
         try:
             reply = json.loads(data)
         except (json.JSONDecodeError, UnicodeDecodeError):
-            raise AdminProtocolError(f"malformed reply from {path}: not JSON") from None
+            raise AdminProtocolError(f"malformed reply from {self.socket_path}: not JSON"
+                                     ) from None
         if not isinstance(reply, dict):
-            raise AdminProtocolError(f"malformed reply from {path}: not a JSON object")
+            raise AdminProtocolError(f"malformed reply from {self.socket_path}: not a JSON "
+                                     "object")
         return reply
 
-    def _read_line(self, sock: socket.socket) -> bytes:
-        chunks: list[bytes] = []
-        size = 0
-        while True:
-            chunk = sock.recv(65536)
+    def _read_lines(self, sock: socket.socket, count: int) -> list[bytes]:
+        """Up to ``count`` reply lines: fewer when the server closes first (a refusal is
+        one error line, perhaps without its newline, then the close)."""
+        buffer = bytearray()
+        lines: list[bytes] = []
+        while len(lines) < count:
+            newline = buffer.find(b"\n")
+            if newline >= 0:
+                lines.append(bytes(buffer[:newline]))
+                del buffer[: newline + 1]
+                continue
+            try:
+                chunk = sock.recv(65536)
+            except ConnectionResetError:  # a refusal's close: keep what came before it
+                if not buffer and not lines:
+                    raise
+                chunk = b""
             if not chunk:
-                if not chunks:
+                if buffer:
+                    lines.append(bytes(buffer))
+                if not lines:
                     raise AdminProtocolError(
                         f"the node closed {self.socket_path} without answering")
-                return b"".join(chunks)
-            newline = chunk.find(b"\n")
-            if newline >= 0:
-                chunks.append(chunk[:newline])
-                return b"".join(chunks)
-            chunks.append(chunk)
-            size += len(chunk)
-            if size > MAX_REPLY_BYTES:
+                return lines
+            buffer += chunk
+            if len(buffer) > MAX_REPLY_BYTES:
                 raise AdminProtocolError(f"reply from {self.socket_path} exceeds "
                                          f"{MAX_REPLY_BYTES} bytes")
+        return lines
 
 
 def admin_request(socket_path: str | os.PathLike[str], cmd: str, *,

@@ -8,6 +8,8 @@
     p2p checkpoint|stop (--data-dir DIR | --socket PATH)
     p2p keygen [--out FILE] [--force]
     p2p config --config FILE [--json] # validate and print the resolved config
+    p2p dashboard (--data-dir DIR | --glob PATTERN | --metrics-url URL)... [--listen H:P]
+    p2p export (--data-dir DIR | --socket PATH) --out FILE   # the model as a state_dict
 
 Errors print one line to stderr (``p2p: error: ...``) and exit non-zero:
 2 for usage and configuration errors (and for a data directory or key file that
@@ -32,6 +34,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
+from p2p.cli.dashboard_args import add_arguments as add_dashboard_arguments
 from p2p.config import (
     CLI_OPTIONS,
     LOG_FORMATS,
@@ -48,6 +51,7 @@ from p2p.config import (
     render_config_toml,
     write_swarm_key,
 )
+from p2p.config.factories import uses_user_code
 from p2p.config.kinds import Integer, Number
 from p2p.files import FileWriteError
 
@@ -215,6 +219,19 @@ def build_parser() -> argparse.ArgumentParser:
     cfg.add_argument("--config", required=True, metavar="FILE", help="TOML config file")
     cfg.add_argument("--json", action="store_true",
                      help="print the resolved config as one JSON object instead of TOML")
+
+    dash = sub.add_parser("dashboard", help="watch nodes live in a browser (read-only)",
+                          description="Serve a live page over nodes' admin sockets or "
+                                      "metrics URLs; prints its URL (with a random token).")
+    add_dashboard_arguments(dash)
+
+    export = sub.add_parser(
+        "export", help="write the node's current model as a plain torch state_dict",
+        description="Write the node's current model (a running node checkpoints first; "
+                    "else its last checkpoint) with torch.save, as a plain state_dict: "
+                    "load it with model.load_state_dict(torch.load(FILE)).")
+    _add_target_options(export)
+    export.add_argument("--out", required=True, metavar="FILE", help="file to write")
     return parser
 
 
@@ -242,9 +259,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
         raise UsageError("no data directory: pass --data-dir DIR or set node.data_dir in "
                          f"{args.config}")
     # data, key and models, as `p2p config` checks them: before the identity key, the
-    # lock or the data directory is created, and before torch is loaded
+    # lock or the data directory is created (torch loads only for the user's code)
+    learning = None
     if not args.relay_only:
         preflight(config)
+        learning = _build_user_code(config)  # the user's code fails here: nothing created yet
     elif config.security.swarm_key_file is not None:  # a relay-only node reads no data
         load_swarm_key(config.security.swarm_key_file)
     setup_logging(config.node.log_format, config.node.log_level)
@@ -265,30 +284,47 @@ def _cmd_run(args: argparse.Namespace) -> int:
             from p2p.runtime.relay_node import run_relay_node
 
             return run_relay_node(config)
-        return _start_node(config, fresh=args.fresh)
+        return _start_node(config, fresh=args.fresh, learning=learning)
     finally:
         lock.release()
 
 
+def _build_user_code(config: NodeConfig) -> Any:
+    """With the user's code (a factory, a hook) or another device: the node's network,
+    data and trainer, built and checked on a first batch now (None otherwise: the node
+    builds them after its lock is taken, as before)."""
+    if not uses_user_code(config):
+        return None
+    from p2p.runtime.assembly import build_learning
+
+    return build_learning(config)
+
+
 def _probe_listen(config: NodeConfig) -> None:
-    """Fail fast, before torch loads, when the listen port is taken (the node
-    binds it for real before it resumes or logs anything)."""
+    """Fail fast, before torch loads, when the listen or metrics port is taken (the
+    node binds them for real before it resumes or logs anything)."""
+    from p2p.config.metrics_section import METRICS_SETTING
     from p2p.wire.listen import bind_tcp_listeners
 
-    listen = config.node.listen
+    listen, metrics = config.node.listen, config.metrics.listen
     if listen.port:  # port 0 never collides
         for sock in bind_tcp_listeners(listen.host or None, listen.port):
             sock.close()
+    if metrics is not None and metrics.port:
+        for sock in bind_tcp_listeners(metrics.host or None, metrics.port,
+                                       setting=METRICS_SETTING):
+            sock.close()
 
 
-def _start_node(config: NodeConfig, *, fresh: bool = False) -> int:
+def _start_node(config: NodeConfig, *, fresh: bool = False, learning: Any = None) -> int:
     try:
         from p2p.runtime.node import run_node
     except ModuleNotFoundError as exc:
         if exc.name == "p2p.runtime.node":
             raise CommandFailed("the node runtime (p2p.runtime.node) is not installed") from exc
         raise
-    return int(run_node(config, fresh=fresh) or 0)
+    built = {} if learning is None else {"learning": learning}  # with the user's code
+    return int(run_node(config, fresh=fresh, **built) or 0)
 
 
 def _socket_path(args: argparse.Namespace) -> Path:
@@ -408,10 +444,31 @@ def _cmd_keygen(args: argparse.Namespace) -> int:
 def _cmd_config(args: argparse.Namespace) -> int:
     config = load_config(args.config)
     preflight(config)  # what `p2p run` checks before it creates anything
+    _build_user_code(config)  # imports and runs the user's code on a first batch
     if args.json:
         print(json.dumps(config_to_dict(config), indent=2))
     else:
         sys.stdout.write(render_config_toml(config))
+    return EXIT_OK
+
+
+def _cmd_dashboard(args: argparse.Namespace) -> int:
+    from p2p.dashboard.cli import DashboardUsage, run_dashboard
+
+    try:
+        return run_dashboard(args)
+    except DashboardUsage as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _cmd_export(args: argparse.Namespace) -> int:
+    from p2p.cli.export import ExportError, export_model
+
+    try:
+        print(export_model(_socket_path(args).parent, Path(args.out).expanduser(),
+                           timeout=args.timeout))
+    except ExportError as exc:
+        raise CommandFailed(str(exc)) from None
     return EXIT_OK
 
 
@@ -426,6 +483,8 @@ _COMMANDS = {
     "stop": _cmd_stop,
     "keygen": _cmd_keygen,
     "config": _cmd_config,
+    "dashboard": _cmd_dashboard,
+    "export": _cmd_export,
 }
 
 

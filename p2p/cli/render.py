@@ -269,6 +269,7 @@ _STATUS_FIELDS: tuple[tuple[str, str, Callable[[object], str]], ...] = (
     ("connections", "connections", _fmt_int),
     ("pid", "pid", _fmt_text),
     ("data_dir", "data dir", _fmt_text),
+    ("metrics_url", "metrics endpoint", _fmt_text),  # the Prometheus URL ([metrics])
 )
 
 
@@ -310,8 +311,9 @@ def render_status(result: Mapping[str, Any]) -> RenderableType:
     table.add_column("field", style="bold", no_wrap=True)
     table.add_column("value")
     for key, label, fmt in _STATUS_FIELDS:
-        # no DP-SGD, no clustering: no row
-        if key not in result or (key in ("privacy", "masking", "groups", "checkpoint")
+        # no DP-SGD, no clustering, no metrics endpoint: no row
+        if key not in result or (key in ("privacy", "masking", "groups", "checkpoint",
+                                         "metrics_url")
                                  and not result[key]):
             continue
         value = fmt(result[key])

@@ -15,10 +15,17 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from learner.module_spec import ModuleModelSpec
 from learner.spec import PartialModelSpec, SpecError
 from p2p.config.errors import ConfigError, did_you_mean, show
 from p2p.config.kinds import Context, Setting, dump_table, parse_table, settings_of
-from p2p.config.schema import _MODEL_REQUIRED, MODEL_KEYS, NodeConfig, model_error
+from p2p.config.learning import (
+    _MODEL_REQUIRED,
+    FACTORY_DATA_UNUSED,
+    MODEL_KEYS,
+    MODULE_MODEL_KEYS,
+)
+from p2p.config.schema import NodeConfig, model_error
 
 __all__ = [
     "SECTION_KEYS",
@@ -87,25 +94,32 @@ def _table(raw: object, section: str, allowed: tuple[str, ...]) -> dict[str, Any
     return raw
 
 
-def _parse_models(raw: object, ctx: Context) -> tuple[PartialModelSpec, ...]:
+def _parse_models(raw: object, ctx: Context
+                  ) -> tuple[PartialModelSpec | ModuleModelSpec, ...]:
     if not isinstance(raw, list):
         raise ConfigError(f"models: expected an array of tables written [[models]], got "
                           f"{show(raw)}", key="models")
-    specs: list[PartialModelSpec] = []
+    specs: list[PartialModelSpec | ModuleModelSpec] = []
     for i, entry in enumerate(raw):
         where = f"models[{i}]"
         if not isinstance(entry, dict):
             raise ConfigError(f"{where}: expected a table written [[models]], got {show(entry)}",
                               key=where)
         table = _table(entry, where, SECTION_KEYS["models"])
-        for required in _MODEL_REQUIRED:
+        module = [k for k in MODULE_MODEL_KEYS if k in table]
+        if module and "neurons" in table:
+            raise ConfigError(f"{where}.{module[0]}: a model gives neurons (a notation network) "
+                              f"or {' and '.join(MODULE_MODEL_KEYS[:2])} (a network.factory "
+                              "module), not both", key=f"{where}.{module[0]}")
+        for required in _MODEL_REQUIRED if not module else ("name",):
             if required not in table:
                 raise ConfigError(f"{where}.{required}: missing; every [[models]] entry needs "
-                                  'name (e.g. "global") and neurons (e.g. "64-40-24-10")',
+                                  'name (e.g. "global") and neurons (e.g. "64-40-24-10"), or '
+                                  'with network.factory params (e.g. ["features.*"]) or units',
                                   key=f"{where}.{required}")
         values = parse_table(MODEL_KEYS, table, where, ctx)
         try:
-            specs.append(PartialModelSpec(**values))
+            specs.append(ModuleModelSpec(**values) if module else PartialModelSpec(**values))
         except SpecError as exc:
             exc.index = i
             raise model_error(exc, specs) from None
@@ -134,7 +148,9 @@ def config_from_dict(raw: Mapping[str, Any], *, base_dir: Path | None = None,
         table = _table(raw.get(name, {}), name, SECTION_KEYS[name])
         parts[name] = cls(**parse_table(_keys(name), table, name, ctx))
         if name == "network":
-            ctx = dataclasses.replace(ctx, num_classes=parts[name].layers[-1])
+            # the output layer's size; a factory's classes come from the data
+            classes = None if parts[name].factory is not None else parts[name].layers[-1]
+            ctx = dataclasses.replace(ctx, num_classes=classes)
     return NodeConfig(**parts, source=source)
 
 
@@ -180,9 +196,17 @@ def config_to_dict(config: NodeConfig) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for name in _TOP:
         if name == "models":
-            out[name] = [dump_table(MODEL_KEYS, m) for m in config.models]
+            out[name] = [dump_table({k: s for k, s in MODEL_KEYS.items() if hasattr(m, s.attr)},
+                                    m) for m in config.models]
         else:
             out[name] = dump_table(_keys(name), getattr(config, name))
+    # keys the user's code replaces are not written (their defaults are all they may hold)
+    if config.network.factory is not None:
+        for key in ("layers", "activation", "cross_models"):
+            out["network"].pop(key, None)
+    if config.data.factory is not None:
+        for key in FACTORY_DATA_UNUSED:
+            out["data"].pop(key, None)
     return out
 
 
@@ -199,6 +223,9 @@ def toml_value(value: object) -> str:
         return json.dumps(value)
     if isinstance(value, list):
         return "[" + ", ".join(toml_value(v) for v in value) + "]"
+    if isinstance(value, dict):  # an inline table (a model's units per layer)
+        return "{" + ", ".join(f"{json.dumps(k)} = {toml_value(v)}"
+                               for k, v in value.items()) + "}"
     raise TypeError(f"cannot write {type(value).__name__} as TOML")
 
 

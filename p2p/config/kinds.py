@@ -22,8 +22,10 @@ from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 from learner.data_errors import DataError
+from learner.module_spec import ModuleModelSpec
 from learner.permutations import Cycles, format_cycles, parse_cycles
 from learner.spec import NetworkSpec, SpecError, parse_counts, parse_sizes
+from learner.user_code import FactoryError, FactoryRef
 from p2p.config.errors import ConfigError, did_you_mean, show
 from peersampling.address import AddressError, HostPort, parse_host_port
 
@@ -34,6 +36,7 @@ __all__ = [
     "Choice",
     "Context",
     "COUNTS",
+    "Factory",
     "FilePath",
     "Integer",
     "IntegerList",
@@ -48,6 +51,7 @@ __all__ = [
     "Setting",
     "StringList",
     "Text",
+    "Units",
     "dump_table",
     "layer_sizes",
     "parse_table",
@@ -56,7 +60,7 @@ __all__ = [
 ]
 
 #: A value as TOML writes it.
-TomlValue = bool | int | float | str | list[Any]
+TomlValue = bool | int | float | str | list[Any] | dict[str, Any]
 
 _T = TypeVar("_T")
 
@@ -458,3 +462,43 @@ class Permutation:
 
     def dump(self, value: Cycles) -> str:
         return format_cycles(value)
+
+
+# --------------------------------------------------------------------------- user code
+
+
+@dataclass(frozen=True)
+class Factory:
+    """The user's code: ``"package.module:function"`` or ``"path/to/file.py:function"``
+    (relative to the config file), or, from Python, the callable itself. Only the form
+    is checked here; ``p2p config`` and ``p2p run`` import it (``learner.user_code``)."""
+
+    def parse(self, value: object, key: str, ctx: Context) -> FactoryRef:
+        try:
+            return FactoryRef.parse(value, key, ctx.base_dir)
+        except FactoryError as exc:
+            raise ConfigError(f"{key}: {exc.detail}", key=key) from None
+
+    def dump(self, value: FactoryRef) -> str:
+        return value.text if value.path is None else f"{value.path}:{value.attribute}"
+
+
+@dataclass(frozen=True)
+class Units:
+    """A share of each layer's output units: a fraction in (0, 1], a count, or a table
+    ``{"layer glob" = amount}`` (:class:`learner.module_spec.ModuleModelSpec`'s check)."""
+
+    def parse(self, value: object, key: str, ctx: Context) -> object:
+        if isinstance(value, dict):
+            value = tuple(value.items())
+        try:
+            return ModuleModelSpec("x", units=value).units  # type: ignore[arg-type]
+        except SpecError as exc:
+            detail = exc.detail.removeprefix("partial model 'x': ")
+            raise ConfigError(f"{key}: {detail}", key=key) from None
+
+    def dump(self, value: object) -> TomlValue:
+        if isinstance(value, tuple):
+            return {glob: amount for glob, amount in value}
+        assert isinstance(value, int | float)
+        return value

@@ -39,6 +39,9 @@ class PluginSection(Generic[C]):
     across sections (raises :class:`ConfigError` naming the key), run when the
     whole config (:class:`~p2p.config.NodeConfig`) naming this plug-in is built. ``with_dp``:
     whether it may run under DP-SGD (its loss and exchanges are accounted for).
+    ``with_user_code``: whether it runs on the user's module or datasets
+    (``network.factory``, ``data.factory``), not only on a notation network and a
+    task's arrays (:mod:`p2p.config.factories`).
     """
 
     name: str
@@ -46,6 +49,7 @@ class PluginSection(Generic[C]):
     settings: type | None = None
     check: Callable[[C], None] | None = None
     with_dp: bool = False
+    with_user_code: bool = False
 
 
 _strategies: list[Mapping[str, PluginSection[Any]]] = [{}]

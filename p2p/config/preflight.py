@@ -6,7 +6,9 @@ created its identity key, lock or checkpoint: the network against the task
 models, the swarm key file, and the data itself, loaded as the node loads it
 (NaN or infinite features, labels out of range, shards too small). Each failure
 is one :class:`~p2p.config.errors.ConfigError` naming the key (exit status 2).
-Torch is not loaded. See docs/guide/operations.md (checking a configuration).
+Torch is not loaded. A network.factory or data.factory is the user's code: it is
+built and checked on a first batch by ``p2p.runtime.assembly.build_learning``.
+See docs/guide/operations.md (checking a configuration).
 """
 
 from __future__ import annotations
@@ -27,12 +29,14 @@ def preflight(config: NodeConfig) -> None:
     key file or data would stop a node at start-up."""
     source = None if config.source is None else str(config.source)
     check_task_fit(config)
+    if config.security.swarm_key_file is not None:
+        load_swarm_key(config.security.swarm_key_file)
+    if config.network.factory is not None or config.data.factory is not None:
+        return  # the user's code: built and run on a first batch by the caller instead
     try:
         config.layout()
     except (FieldError, ValueError) as exc:
         raise ConfigError(f"[[models]]: {exc}", key="models", source=source) from None
-    if config.security.swarm_key_file is not None:
-        load_swarm_key(config.security.swarm_key_file)
     try:
         load_node_data(config.data.spec())
     except DataError as exc:

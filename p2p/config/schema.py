@@ -9,12 +9,14 @@ consumes are validated by the learner's own value objects
 whose errors are reported under the config's dotted key. So ``p2p config``
 accepts exactly what ``p2p run`` can build. Defaults come from the layer that
 uses the value (the learner, the transport, the sealing) where it has one.
+The learning sections (network, models, training, data) live in
+:mod:`p2p.config.learning`; the strategies' keys in their plug-ins.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,18 +27,14 @@ from gossip.merge_guard import GuardSettings
 from gossip.pushsum import EXCHANGES, PRIVACY_MODES
 from gossip.wave_rule import AUTO
 from learner.augment import check_shift
-from learner.data import SCALINGS, DataSpec
 from learner.dp.config import DEFAULT_CLIP_NORM, DEFAULT_DELTA, DPConfig
 from learner.errors import FieldError
 from learner.layout import ModelLayout
-from learner.permutations import Cycles, format_cycles, parse_permutation
-from learner.spec import ACTIVATIONS, DECLARED_KINDS, NetworkSpec, PartialModelSpec, SpecError
-from learner.tasks import TASKS
-from learner.train_config import OPTIMIZERS, TrainConfig
+from learner.module_spec import ModuleModelSpec
+from learner.spec import PartialModelSpec, SpecError
 from p2p.config.errors import ConfigError
+from p2p.config.factories import check_factory_config
 from p2p.config.kinds import (
-    COUNTS,
-    LAYERS,
     Address,
     AddressList,
     Boolean,
@@ -44,17 +42,21 @@ from p2p.config.kinds import (
     Context,
     FilePath,
     Integer,
-    IntegerList,
     IntegerOrWord,
-    LayerSizes,
     Number,
-    Permutation,
     Setting,
-    StringList,
     Text,
     setting,
     settings_of,
 )
+from p2p.config.learning import (
+    MODEL_KEYS,
+    DataConfig,
+    NetworkConfig,
+    TrainingConfig,
+    learner_error,
+)
+from p2p.config.metrics_section import MetricsConfig
 from p2p.config.plugins import StrategyConfig, strategy_plugins
 from p2p.config.relay_section import RelayConfig
 from p2p.wire.framing import DEFAULT_MAX_FRAME_SIZE
@@ -80,6 +82,7 @@ __all__ = [
     "DataConfig",
     "GossipConfig",
     "LimitsConfig",
+    "MetricsConfig",
     "NetworkConfig",
     "NodeConfig",
     "NodeSection",
@@ -95,12 +98,6 @@ __all__ = [
 
 LOG_FORMATS = ("text", "json")
 LOG_LEVELS = ("debug", "info", "warning", "error")
-
-
-def _learner_error(exc: FieldError, section: str, keys: Mapping[str, str]) -> ConfigError:
-    """``exc`` (a learner value object's refusal) under the config key of its field."""
-    key = f"{section}.{keys.get(exc.field or '', exc.field)}" if exc.field else section
-    return ConfigError(f"{key}: {exc.detail}", key=key)
 
 
 # --------------------------------------------------------------------------- sections
@@ -124,78 +121,6 @@ class NodeSection:
     log_format: str = setting("text", Choice(LOG_FORMATS), "human lines or JSON objects")
     log_level: str = setting("info", Choice(LOG_LEVELS, fold_case=True),
                              "minimum level logged")
-
-
-@dataclass(frozen=True)
-class NetworkConfig:
-    """``[network]``: the node's MLP (a :class:`learner.NetworkSpec`) and how models combine."""
-
-    layers: tuple[int, ...] = setting((64, 48, 32, 10), LAYERS,
-                                      'layer sizes, input to output, e.g. "64=48=32=10", or '
-                                      'a convolutional network, e.g. '
-                                      '"1x28x28=c16k5=pool2=c32k5=pool2=100=10"')
-    activation: str = setting(NetworkSpec.activation, Choice(ACTIVATIONS),
-                              "activation after every hidden layer")
-    cross_models: bool = setting(False, Boolean(), "average the weights between unrelated "
-                                 "models among the nodes holding both")
-
-    def __post_init__(self) -> None:
-        self.spec  # noqa: B018 - validates
-
-    @property
-    def spec(self) -> NetworkSpec:
-        """The learner's declaration of this network."""
-        try:
-            if isinstance(self.layers, LayerSizes):  # a convolutional network
-                return dataclasses.replace(self.layers.network, activation=self.activation)
-            return NetworkSpec(self.layers, self.activation)
-        except SpecError as exc:
-            raise _learner_error(exc, "network", {"sizes": "layers"}) from None
-
-
-#: The keys of one ``[[models]]`` entry, mapped onto :class:`learner.PartialModelSpec`.
-MODEL_KEYS: dict[str, Setting] = {
-    "name": Setting(Text(), "unique name; 'local' is reserved", "name"),
-    "neurons": Setting(COUNTS, 'neurons per layer, e.g. "64-40-24-10"', "counts"),
-    "depends_on": Setting(StringList(), "declared models this one depends on", "depends_on"),
-    "kind": Setting(Choice(DECLARED_KINDS), "shown by `p2p models`", "kind"),
-}
-_MODEL_REQUIRED = ("name", "neurons")
-
-
-@dataclass(frozen=True)
-class TrainingConfig:
-    """``[training]``: local SGD (a :class:`learner.TrainConfig`) and the round loop."""
-
-    lr: float = setting(TrainConfig.lr, Number(), "learning rate (> 0)")
-    batch_size: int = setting(TrainConfig.batch_size, Integer(), "mini-batch size (>= 1)")
-    steps_per_round: int = setting(TrainConfig.steps_per_round, Integer(),
-                                   "mini-batches per round (>= 1)")
-    optimizer: str = setting(TrainConfig.optimizer, Choice(OPTIMIZERS), "the optimizer")
-    momentum: float = setting(TrainConfig.momentum, Number(),
-                              'momentum in [0, 1), used by "momentum"')
-    shift: int = setting(TrainConfig.shift, Integer(minimum=0),
-                         "move each training image by up to this many pixels (networks on "
-                         "images only; 0 = off)")
-    rounds: int = setting(0, Integer(minimum=0),
-                          "rounds to train in all, counting those of a resumed checkpoint; "
-                          "0 = until stopped")
-    eval_every: int = setting(10, Integer(minimum=1), "evaluate every this many rounds")
-    round_interval: float = setting(0.0, Number(minimum=0), "seconds between rounds")
-    min_peers: int = setting(0, Integer(minimum=0), "peers to wait for before the first round")
-    peer_wait: float = setting(60.0, Number(minimum=0), "longest wait for min_peers (s)")
-
-    def __post_init__(self) -> None:
-        self.train_config()
-
-    def train_config(self, seed: int = 0) -> TrainConfig:
-        """The learner's training settings (``seed`` drives the mini-batch order)."""
-        try:
-            return TrainConfig(lr=self.lr, batch_size=self.batch_size,
-                               steps_per_round=self.steps_per_round, optimizer=self.optimizer,
-                               momentum=self.momentum, shift=self.shift, seed=seed)
-        except FieldError as exc:
-            raise _learner_error(exc, "training", {}) from None
 
 
 #: ``gossip.privacy`` for DP-SGD alone; a masking mode followed by DP_SUFFIX combines both.
@@ -361,7 +286,7 @@ class DPSection:
             return DPConfig(clip_norm=self.clip_norm, noise_multiplier=noise_multiplier,
                             delta=self.delta, epsilon_budget=self.budget)
         except FieldError as exc:
-            raise _learner_error(exc, "dp", {}) from None
+            raise learner_error(exc, "dp", {}) from None
 
 
 
@@ -379,72 +304,6 @@ class PeerSamplingConfig:
                 f"peer_sampling.shuffle_length: {self.shuffle_length} exceeds "
                 f"peer_sampling.view_size {self.view_size}; expected 1 <= shuffle_length <= "
                 "view_size", key="peer_sampling.shuffle_length")
-
-
-@dataclass(frozen=True)
-class DataConfig:
-    """``[data]``: where this node's training and test data come from (a :class:`learner.DataSpec`)."""
-
-    task: str = setting(DataSpec.task, Choice(TASKS),
-                        "built-in task (digits, synthetic, mnist5k, mnist1d), .npz file or IDX "
-                        "files")
-    path: Path | None = setting(None, FilePath(), "the .npz file or IDX directory")
-    node_index: int = setting(DataSpec.node_index, Integer(),
-                              "this node's shard of the training data, 0..num_nodes-1")
-    num_nodes: int = setting(DataSpec.num_nodes, Integer(),
-                             "shards the training data is cut into (one per node)")
-    permutation: Cycles = setting((), Permutation(), 'label cycles, e.g. "8:9" or "7:8:9"')
-    test_fraction: float = setting(DataSpec.test_fraction, Number(),
-                                   "share held out for testing, in (0, 1)")
-    seed: int = setting(DataSpec.seed, Integer(), "swarm-wide data seed")
-    scale: str = setting(DataSpec.scale, Choice(SCALINGS),
-                         'features a file stores as they are (floats, integers but uint8): '
-                         '"standard" subtracts the mean and divides by the standard deviation '
-                         "of each feature over the whole file's training samples (the same on "
-                         'every node); "none" uses them as stored. Built-in tasks and uint8 '
-                         "images keep their scaling to [0, 1]")
-    num_samples: int | None = setting(DataSpec.num_samples, Integer(minimum=10),
-                                      "samples a generated task makes (synthetic 2000, mnist1d "
-                                      "5000 when absent); other tasks refuse it")
-    public_size: int | None = setting(DataSpec.public_size, Integer(minimum=0),
-                                      "samples of the public split every node holds alike "
-                                      "(absent: the task's own, 500 for mnist5k and mnist1d, "
-                                      "0 for digits, npz and idx)")
-    classes: tuple[int, ...] | None = setting(None, IntegerList(),
-                                              "true labels this node trains and is tested on, "
-                                              "e.g. [0, 5, 6, 9] (absent: all); the public "
-                                              "split keeps every class")
-    label_skew: float | None = setting(DataSpec.label_skew, Number(above=0),
-                                       "Dirichlet alpha of each node's class proportions "
-                                       "(absent: every class alike; 0.3: a few classes per "
-                                       "node mostly); the same on every node")
-
-    def __post_init__(self) -> None:
-        self.spec()
-
-    def spec(self) -> DataSpec:
-        """The learner's data spec for this node."""
-        try:
-            return DataSpec(task=self.task, path=None if self.path is None else str(self.path),
-                            node_index=self.node_index, num_nodes=self.num_nodes,
-                            permutation=self.permutation_text, seed=self.seed,
-                            test_fraction=self.test_fraction, scale=self.scale,
-                            num_samples=self.num_samples, public_size=self.public_size,
-                            classes=self.classes, label_skew=self.label_skew)
-        except FieldError as exc:
-            raise _learner_error(exc, "data", {}) from None
-
-    @property
-    def permutation_text(self) -> str:
-        """The permutation in its canonical notation (``"8:9"``; ``"id"`` for none)."""
-        return format_cycles(self.permutation)
-
-    def label_map(self, num_classes: int) -> tuple[int, ...]:
-        """``label_map[y]`` is the label this node trains on for true label ``y``."""
-        try:
-            return tuple(int(y) for y in parse_permutation(self.permutation_text, num_classes))
-        except FieldError as exc:
-            raise ConfigError(f"data.permutation: {exc}", key="data.permutation") from None
 
 
 @dataclass(frozen=True)
@@ -598,6 +457,7 @@ CLI_OPTIONS: dict[str, str] = {
     "log_format": "node.log_format",
     "log_level": "node.log_level",
     "swarm_key_file": "security.swarm_key_file",
+    "metrics": "metrics.listen",
 }
 
 
@@ -612,7 +472,7 @@ class NodeConfig:
 
     node: NodeSection = field(default_factory=NodeSection)
     network: NetworkConfig = field(default_factory=NetworkConfig)
-    models: tuple[PartialModelSpec, ...] = ()
+    models: tuple[PartialModelSpec | ModuleModelSpec, ...] = ()
     training: TrainingConfig = field(default_factory=TrainingConfig)
     gossip: GossipConfig = field(default_factory=GossipConfig)
     dp: DPSection = field(default_factory=DPSection)
@@ -624,14 +484,17 @@ class NodeConfig:
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     clustering: ClusteringConfig = field(default_factory=ClusteringConfig)
     strategy: StrategyConfig = field(default_factory=StrategyConfig)
+    metrics: MetricsConfig = field(default_factory=MetricsConfig)
     source: Path | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "models", tuple(self.models))
-        self._check_frame_size(self.layout())
-        self.data.label_map(self.network.layers[-1])
+        check_factory_config(self, model_error)
+        if self.network.factory is None:
+            self._check_frame_size(self.layout())
+            self.data.label_map(self.network.layers[-1])
+            self._check_shift()
         self._check_dp_plan()
-        self._check_shift()
         self._check_clustering()
         self._check_strategy()
 
@@ -689,41 +552,36 @@ class NodeConfig:
                 key="dp.target_epsilon")
 
     def _check_frame_size(self, layout: ModelLayout) -> None:
-        """Every shared model's push must fit in one frame, or the node can never share it."""
-        sizes = {name: layout.vector_length(name) for name in layout.shared_models}
-        if not sizes:
-            return
-        largest = max(sizes, key=lambda name: sizes[name])
-        need = push_frame_bytes(sizes[largest])
-        if self.limits.max_frame_size < need:
-            raise ConfigError(
-                f"limits.max_frame_size: {self.limits.max_frame_size} bytes cannot carry a push "
-                f"of model {largest!r} ({sizes[largest]:,} parameters x 8 bytes + "
-                f"{PUSH_OVERHEAD_BYTES} bytes of message overhead = {need:,} bytes); expected "
-                f"at least {need} (or leave the key out: the default is "
-                f"{DEFAULT_MAX_FRAME_SIZE})", key="limits.max_frame_size")
+        check_frame_size(self.limits.max_frame_size, layout)
 
     def layout(self) -> ModelLayout:
-        """The node's network cut into its declared models (the learner's layout)."""
+        """The node's network cut into its declared models (the learner's layout; a
+        network.factory module's is known once the module is built)."""
+        if self.network.factory is not None:
+            raise ConfigError("network.factory: the layout of your module is known once it is "
+                              "built (p2p.runtime.assembly.build_learning)",
+                              key="network.factory")
         try:
             return ModelLayout(self.network.spec, list(self.models),
                                cross_models=self.network.cross_models)
         except SpecError as exc:
             raise model_error(exc, self.models) from None
 
-    def model(self, name: str) -> PartialModelSpec:
+    def model(self, name: str) -> PartialModelSpec | ModuleModelSpec:
         """The declared model called ``name`` (``KeyError`` if none)."""
         for spec in self.models:
             if spec.name == name:
                 return spec
         raise KeyError(name)
 
+
+
     def with_overrides(self, **options: object) -> NodeConfig:
         """Return a copy with command-line values replacing the file's.
 
         Options are those of :data:`CLI_OPTIONS` (``listen``, ``bootstrap``,
         ``data_dir``, ``swarm_key_file``, ``log_format``, ``log_level``,
-        ``name``, ``seed``, ``node_index``, ``num_nodes``, ``rounds``); ``None`` keeps the
+        ``name``, ``seed``, ``node_index``, ``num_nodes``, ``rounds``, ``metrics``); ``None`` keeps the
         file's value. Values are read
         by the key's own kind: ``bootstrap`` may be a comma-separated string,
         relative paths resolve against the current directory. Errors name the
@@ -754,6 +612,23 @@ class NodeConfig:
                               source=None if self.source is None else str(self.source)) from None
 
 
+def check_frame_size(max_frame_size: int, layout: Any) -> None:
+    """Every shared model's push must fit in one frame, or the node can never share it
+    (``layout``: a notation network's or a module's)."""
+    sizes = {name: layout.vector_length(name) for name in layout.shared_models}
+    if not sizes:
+        return
+    largest = max(sizes, key=lambda name: sizes[name])
+    need = push_frame_bytes(sizes[largest])
+    if max_frame_size < need:
+        raise ConfigError(
+            f"limits.max_frame_size: {max_frame_size} bytes cannot carry a push "
+            f"of model {largest!r} ({sizes[largest]:,} parameters x 8 bytes + "
+            f"{PUSH_OVERHEAD_BYTES} bytes of message overhead = {need:,} bytes); expected "
+            f"at least {need} (or leave the key out: the default is "
+            f"{DEFAULT_MAX_FRAME_SIZE})", key="limits.max_frame_size")
+
+
 def option_setting(option: str) -> Setting:
     """The declaration (kind, help) of the key that command-line ``option`` overrides."""
     section, key = CLI_OPTIONS[option].split(".")
@@ -763,11 +638,12 @@ def option_setting(option: str) -> Setting:
     return settings_of(section_type)[key]  # type: ignore[arg-type]
 
 
-def model_error(exc: SpecError, models: Sequence[PartialModelSpec]) -> ConfigError:
+def model_error(exc: SpecError, models: Sequence[object]) -> ConfigError:
     """A learner error about the declared models, under ``models[i].key``."""
     index = exc.index
     if index is None and exc.model is not None:
-        index = next((i for i, m in enumerate(models) if m.name == exc.model), None)
+        index = next((i for i, m in enumerate(models) if getattr(m, "name", None) == exc.model),
+                     None)
     key = "models"
     if index is not None:
         key = f"models[{index}]"

@@ -59,12 +59,14 @@ def check_task_fit(config: NodeConfig) -> TaskShape:
     read, under ``network.layers`` when the network does not fit.
     """
     d = config.data
+    if d.factory is not None:  # the user's datasets: checked on a first batch when built
+        return TaskShape(0, 0)
     try:
         shape = task_shape(d.task, None if d.path is None else str(d.path), d.seed)
     except FieldError as exc:
         key = f"data.{exc.field}" if exc.field else "data.path"
         raise ConfigError(f"{key}: {exc.detail}", key=key, source=_source(config)) from None
-    error = task_mismatch(config, shape)
+    error = None if config.network.factory is not None else task_mismatch(config, shape)
     if error is not None:
         raise error
     return shape

@@ -56,6 +56,8 @@ class ProgressView(Protocol):
     def accuracy(self) -> float | None: ...
     @property
     def test_loss(self) -> float | None: ...
+    @property
+    def metrics(self) -> Mapping[str, float]: ...
 
 
 class ListeningTransport(Protocol):
@@ -192,6 +194,22 @@ def groups_report(node_id: bytes, groups: GroupsStatus) -> dict[str, Any]:
     return {"id": node_id.hex(), **asdict(groups)}
 
 
+def offence_counts(node: object) -> dict[str, int]:
+    """Offences (warning lines peers caused, written or rate-limited) per subsystem.
+
+    Each subsystem keeps its :class:`~gossip.log_limit.LogLimiter` private as
+    ``_offences``; only this reads the count (``metrics``' ``offences.*``, the
+    Prometheus ``p2p_offences_total``), so none of their interfaces grew for it.
+    """
+    def count(obj: object) -> int:
+        return int(getattr(getattr(obj, "_offences", None), "warnings_total", 0))
+
+    cores: Mapping[str, object] = getattr(node, "cores", {})
+    return {"transport": count(getattr(node, "transport", None)), "requests": count(node),
+            "peer_sampling": count(getattr(node, "started_sampler", None)),
+            "gossip": sum(count(c) for c in cores.values())}
+
+
 #: ``metrics`` counters of a DP node -> the :class:`PrivacySpent` field they show.
 PRIVACY_COUNTERS = {"privacy.epsilon": "epsilon", "privacy.delta": "delta",
                     "privacy.noise_multiplier": "noise_multiplier",
@@ -242,6 +260,9 @@ class NodeAdmin:
             confirmed_addresses=list(reach.confirmed),
             relay=n.relay_status(),
             checkpoint=n.checkpoint_note,
+            metrics_url=getattr(getattr(n, "metrics_endpoint", None), "url", None),
+            metrics=dict(p.metrics) or None,
+            test_loss=p.test_loss,
         )
 
     def groups(self) -> dict[str, Any]:
@@ -304,6 +325,8 @@ class NodeAdmin:
         for key, value in n.strategy_status().items():
             if isinstance(value, (int, float)) and not isinstance(value, bool):
                 counters[f"strategy.{key}"] = value
+        for key, value in offence_counts(n).items():
+            counters[f"offences.{key}"] = value
         counters["round"] = n.progress.round
         counters["steps"] = n.progress.steps
         wire = getattr(n.transport, "bytes_sent", None)  # a TCP transport counts; a test one may not
@@ -312,6 +335,8 @@ class NodeAdmin:
         counters.update(relay_counters(n.relay_status(), n.transport))
         if n.progress.test_loss is not None:
             counters["test_loss"] = n.progress.test_loss
+        for key, value in n.progress.metrics.items():  # accuracy, or the user's metrics
+            counters[f"task.{key}"] = value
         spent = n.privacy_spent()
         if spent is not None:
             for key, attr in PRIVACY_COUNTERS.items():

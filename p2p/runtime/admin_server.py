@@ -46,7 +46,9 @@ them; handlers may return those dataclasses or plain dicts):
     ``circuits`` and ``reservations`` held here, ``circuits_opened``,
     ``circuits_refused``, ``reservations_refused``, ``bytes_relayed``, and this
     node's own reservations, ``reserved_with``: each ``relay``, ``state``,
-    ``reason``, ``circuits``; ``reservation_problem``: why none holds, if so).
+    ``reason``, ``circuits``; ``reservation_problem``: why none holds, if so),
+    ``metrics`` (the URL of the Prometheus endpoint, port 0 resolved, or null
+    without ``[metrics] listen``).
 ``peers``
     ``view``: list of peers, each ``id``, ``address``, ``age`` (shuffle periods
     since the descriptor was fresh), ``last_contact`` (seconds ago or null),
@@ -104,6 +106,7 @@ from typing import Any, ClassVar, Protocol, TypeAlias, runtime_checkable
 import trio
 
 from p2p.peer_credentials import admin_peer_refusal, read_peer_credentials
+from p2p.web.http import accept_forever
 
 logger = logging.getLogger(__name__)
 
@@ -188,6 +191,10 @@ class StatusReport:
     relay: dict[str, Any] | None = None
     # set when the node did not resume its newest checkpoint, or moved one aside
     checkpoint: str | None = None
+    metrics_url: str | None = None  # the Prometheus endpoint's URL ([metrics]), or None
+    # the test set's metrics at the last evaluation: accuracy, or training.metrics' values
+    metrics: dict[str, float] | None = None
+    test_loss: float | None = None
 
 
 @dataclass(frozen=True)
@@ -393,14 +400,7 @@ class AdminServer:
         try:
             async with trio.open_nursery() as nursery:
                 task_status.started(self.path)
-                while True:
-                    try:
-                        stream = await listener.accept()
-                    except OSError as exc:  # e.g. EMFILE: wait and retry, never die
-                        logger.warning("admin socket accept failed: %s", exc)
-                        await trio.sleep(0.1)
-                        continue
-                    nursery.start_soon(self._serve_client, stream)
+                await accept_forever(listener, nursery, self._serve_client, "admin socket")
         finally:
             with contextlib.suppress(OSError):
                 sock.close()

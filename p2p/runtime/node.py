@@ -53,9 +53,10 @@ from learner.spec import PartialModelSpec
 from learner.trainer import Evaluation
 from p2p.config import ConfigError, NodeConfig, load_swarm_key
 from p2p.files import content_digest
+from p2p.metrics import MetricsEndpoint
 from p2p.runtime.admin_commands import NodeAdmin
 from p2p.runtime.admin_server import serve_admin
-from p2p.runtime.assembly import LearningSetup, build_learning
+from p2p.runtime.assembly import AnyLearning, Overrides, build_learning
 from p2p.runtime.checkpoint import (
     CheckpointError,
     CheckpointStore,
@@ -67,6 +68,7 @@ from p2p.runtime.collaboration_watch import CollaborationWatch
 from p2p.runtime.connectivity import NodeConnectivity, ReachabilityStatus
 from p2p.runtime.connectivity.dialback import DialBackRequest
 from p2p.runtime.connectivity.puncher import NodePunch
+from p2p.runtime.datadir_lock import DataDirLock
 from p2p.runtime.finite_guard import FiniteGuard
 from p2p.runtime.grouping.agreement import FindGroups, JoinGroup
 from p2p.runtime.grouping.driver import NodeGrouping
@@ -83,7 +85,7 @@ from p2p.runtime.state import COUNTER_SEP, resume_from, snapshot_state, state_pr
 from p2p.runtime.strategy_host import StrategySupervisor
 from p2p.runtime.timing import TimingStats
 from p2p.runtime.train_runner import ThreadRunner, TrainRunner
-from p2p.runtime.training_record import training_record
+from p2p.runtime.training_record import node_data_path, training_record
 from p2p.runtime.transport_adapters import PushOverTransport, ShuffleOverTransport
 from p2p.strategies import Strategy
 from p2p.wire.codec import Message
@@ -117,16 +119,22 @@ class Progress:
     loss: float | None = None
     accuracy: float | None = None
     test_loss: float | None = None
+    # the test set's metrics at the last evaluation (accuracy, or the user's metrics hook)
+    metrics: dict[str, float] = field(default_factory=dict)
     # (time, round, accuracy) of recent evaluations; bounded for long-lived daemons
     history: deque[tuple[float, int, float]] = field(default_factory=lambda: deque(maxlen=1000))
     finished: bool = False
 
 
 class Node:
-    """A gossip learning daemon; run it with ``await node.run()``.
+    """A gossip learning daemon; run it with ``await node.run()`` (or :meth:`run_blocking`).
 
     ``transport`` may be injected (tests use an in-memory network); by default
-    a TCP :class:`Transport` is built from the configuration.
+    a TCP :class:`Transport` is built from the configuration. ``learning``: the
+    network, data and trainer already built (:func:`~p2p.runtime.assembly.build_learning`),
+    else built here from ``config`` and ``overrides`` (the Python API's model, data
+    and hooks) before anything is created on disk: a bad factory, dataset or device
+    fails with a ConfigError and leaves no identity, lock or checkpoint behind.
     """
 
     def __init__(self, config: NodeConfig, *, transport: NodeTransport | None = None,
@@ -134,10 +142,16 @@ class Node:
                  find_groups: FindGroups | None = None,
                  join_group: JoinGroup | None = None,
                  train_runner: TrainRunner | None = None,
-                 standalone: bool = True, in_process_peers: bool = False) -> None:
+                 standalone: bool = True, in_process_peers: bool = False,
+                 learning: AnyLearning | None = None,
+                 overrides: Overrides | None = None) -> None:
         if config.node.data_dir is None:
             raise ConfigError("node.data_dir: required (set it in the file or pass --data-dir)")
         self.config = config
+        # the data directory's lock when the Python API took it (p2p.api.build_node):
+        # released when run() returns
+        self.lock: DataDirLock | None = None
+        self._build_models(learning, overrides)
         self.data_dir = check_data_dir_writable(config.node.data_dir)
         self.identity = Identity.load_or_create(self.data_dir)
         self.progress = Progress()
@@ -160,7 +174,6 @@ class Node:
         self._offences = LogLimiter(logger)
         self.requests.add(ShuffleRequest, self._serve_shuffle)
         self.requests.add(Push, self._serve_push)
-        self._build_models()
         self.by_fingerprint = {fp: name for name, fp in self.learning.fingerprints.items()}
         # do known peers hold our models, do exchanges get through; how shuffles went
         self.collaboration_watch = CollaborationWatch(self)
@@ -178,7 +191,7 @@ class Node:
             max_connections=config.limits.max_connections,
             connect_timeout=config.limits.connect_timeout,
             read_timeout=config.limits.read_timeout,
-            max_frame_size=node_frame_limit(config),  # sized from its models
+            max_frame_size=node_frame_limit(config, self.learning.layout),  # from its models
             max_messages_per_second=config.limits.max_messages_per_second,
             admission=node_admission(config),
             advertise_address=None if config.node.advertise is None else str(config.node.advertise),
@@ -197,6 +210,8 @@ class Node:
         # relayed sessions moved to direct connections (relay.hole_punch)
         self.punch = NodePunch.for_node(self.transport, self.connectivity, self.requests,
                                         enabled=config.relay.hole_punch)
+        # [metrics]: Prometheus endpoint (bound now, like the listener; none by default)
+        self.metrics_endpoint = MetricsEndpoint(self, config.metrics.listen)
         # sampled holders and their addresses; its sampler is created once the
         # listener is bound (port 0 picks the port then)
         self.peers = PeerBook(config.peer_sampling.period)
@@ -208,8 +223,10 @@ class Node:
         # push-sum counters carried over from a checkpoint, per model
         self.counter_base: dict[str, dict[str, int]] = {}
         # what decides the layout and the data: saved with every checkpoint
+        data_path = node_data_path(config)
         self.trained_with = training_record(
-            config, None if config.data.path is None else content_digest(config.data.path))
+            config, None if data_path is None else content_digest(data_path),
+            self.learning.fingerprints)
         self.resumed_at: int | None = None  # the checkpoint's round, when resumed
         self.checkpoint_note: str | None = None  # a fallback or a file moved aside at start
         self._resume(fresh)
@@ -250,9 +267,9 @@ class Node:
 
     # ------------------------------------------------------------------ state
 
-    def _build_models(self) -> None:
+    def _build_models(self, learning: AnyLearning | None, overrides: Overrides | None) -> None:
         """Fresh network, trainer and push-sum cores from the configuration."""
-        self.learning: LearningSetup = build_learning(self.config)
+        self.learning: AnyLearning = learning or build_learning(self.config, overrides)
         self.cores: dict[str, PushSum] = {
             name: self._new_core(name, fp) for name, fp in self.learning.fingerprints.items()
         }
@@ -350,6 +367,7 @@ class Node:
         the model lock, or the node is not running yet). The other models' vectors and
         fingerprints do not change (asserted)."""
         old = self.learning.layout
+        assert isinstance(old, ModelLayout), "automatic groups need a notation network"
         layout = ModelLayout(old.network, [*(old.spec(n) for n in old.declared_models), spec],
                              cross_models=old.cross_models_enabled)
         for name in old.shared_models:
@@ -511,6 +529,7 @@ class Node:
             nursery.start_soon(self.relay.run)
             if self.punch is not None:
                 nursery.start_soon(self.punch.run)
+            await nursery.start(self.metrics_endpoint.serve)
             if self.standalone:
                 await nursery.start(serve_admin, self.data_dir / ADMIN_SOCKET, self.admin)
                 nursery.start_soon(self._watch_signals)
@@ -546,7 +565,13 @@ class Node:
                 logger.exception("final checkpoint failed")
             nursery.cancel_scope.cancel()
         await self.transport.aclose()
+        if self.lock is not None:
+            self.lock.release()
         logger.info("stopped")
+
+    def run_blocking(self) -> None:
+        """Run until stopped, outside trio (``trio.run(node.run)``)."""
+        trio.run(self.run)
 
     def _start_sampler(self, address: str) -> None:
         ps = self.config.peer_sampling
@@ -691,12 +716,12 @@ class Node:
         A CNN's evaluation takes long enough to stall admin requests and
         pushes if it ran on the event loop.
         """
-        data = self.learning.data
-        return await self.runner.evaluate(functools.partial(
-            self.learning.trainer.evaluate, data.test_x, data.test_y))
+        return await self.runner.evaluate(self.learning.evaluate)
 
     def _record_evaluation(self, ev: Evaluation) -> None:
-        self.progress.accuracy = ev.accuracy
+        custom = self.learning.custom_metrics and "accuracy" not in ev.metrics
+        self.progress.accuracy = None if custom else ev.accuracy
+        self.progress.metrics = dict(ev.metrics)
         self.progress.test_loss = ev.loss
         self.progress.history.append((time.time(), self.progress.round, ev.accuracy))
         self._log_progress()
@@ -783,10 +808,12 @@ class Node:
         return Error(code=ERROR_BAD_REQUEST, reason=f"{type(msg).__name__} is not a request")
 
 
-def run_node(config: NodeConfig, *, fresh: bool = False) -> int:
+def run_node(config: NodeConfig, *, fresh: bool = False, learning: AnyLearning | None = None
+             ) -> int:
     """Run a daemon until stopped; the process exit status. ``fresh``: move an
-    existing checkpoint aside and start over (``p2p run --fresh``)."""
-    node = Node(config, fresh=fresh)
+    existing checkpoint aside and start over (``p2p run --fresh``); ``learning``:
+    the network, data and trainer already built."""
+    node = Node(config, fresh=fresh, learning=learning)
     trio.run(node.run)
     return 0
 

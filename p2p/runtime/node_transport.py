@@ -10,7 +10,7 @@ in-memory :class:`~p2p.testing.memnet.MemoryTransport` that tests inject.
 from __future__ import annotations
 
 import dataclasses
-from typing import Protocol
+from typing import Any, Protocol
 
 import trio
 
@@ -30,15 +30,20 @@ SILENT_PERIODS = 15
 RELAY_SESSIONS_PER_NODE = 4
 
 
-def node_frame_limit(config: NodeConfig) -> int:
+def node_frame_limit(config: NodeConfig, layout: Any = None) -> int:
     """The largest frame a node accepts: twice the largest push it can receive
     (float64 values, the widest encoding a peer may choose), at least
     :data:`~p2p.wire.admission.MIN_FRAME_LIMIT`, at most ``limits.max_frame_size``.
 
     A frame larger than any message a peer may send is refused from its
-    header, so an unfinished frame costs the node little.
+    header, so an unfinished frame costs the node little. ``layout``: the node's
+    built layout (a network.factory module's is only known then; without it such
+    a node accepts up to ``limits.max_frame_size``).
     """
-    layout = config.layout()
+    if layout is None:
+        if config.network.factory is not None:
+            return config.limits.max_frame_size
+        layout = config.layout()
     largest = max((layout.vector_length(name) for name in layout.shared_models), default=0)
     if config.strategy.name == "graph":  # it shares no model but sends the whole network
         largest = max(largest, layout.total_parameters)

@@ -119,7 +119,7 @@ def snapshot_state(node: StatefulNode) -> NodeState:
               (node.started_sampler.snapshot() if node.started_sampler is not None
                else node.restored_view)],
         # a deep copy: the worker thread may step the optimizer while this is saved
-        optimizer_state=copy.deepcopy(node.learning.trainer.optimizer.state_dict()),
+        optimizer_state=copy.deepcopy(node.learning.trainer.optimizer_state()),
         node_id=node.identity.node_id,
         saved_at=time.time(),
         trained_with=dict(node.trained_with),
@@ -323,7 +323,7 @@ def restore_state(node: StatefulNode, state: NodeState) -> None:
     node.learning.network.load_state_dict(state.model_state)
     if state.optimizer_state is not None:
         try:
-            node.learning.trainer.optimizer.load_state_dict(state.optimizer_state)
+            node.learning.trainer.load_optimizer_state(state.optimizer_state)
         except (ValueError, KeyError) as exc:
             logger.warning("optimizer state not restored (%s); starting it fresh", exc)
     for name, rec in state.pushsum.items():

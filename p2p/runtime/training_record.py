@@ -17,6 +17,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from learner.data_factory import node_path
+from learner.spec import PartialModelSpec
 from p2p.config import DataConfig, NetworkConfig, NodeConfig
 from p2p.config.kinds import Setting, settings_of
 
@@ -26,6 +28,7 @@ __all__ = [
     "RecordChange",
     "TrainingRecord",
     "conflict_message",
+    "node_data_path",
     "record_changes",
     "training_record",
 ]
@@ -51,25 +54,38 @@ def _text(setting: Setting, value: object) -> str:
     return str(dumped)
 
 
+#: Keys of the recorded sections that change how data is read, not what it is.
+NOT_RECORDED = frozenset({"data.num_workers", "data.worker_start"})
+
+
 def _section(name: str, cls: type, obj: object) -> TrainingRecord:
     return {f"{name}.{key}": _text(s, getattr(obj, s.attr))
-            for key, s in settings_of(cls).items()}
+            for key, s in settings_of(cls).items() if f"{name}.{key}" not in NOT_RECORDED}
 
 
-def training_record(config: NodeConfig, content: str | None = None) -> TrainingRecord:
-    """The settings that decide a checkpoint's layout and data, as text; ``content``:
-    the data file's digest (None: a built-in task, nothing to digest)."""
+def training_record(config: NodeConfig, content: str | None = None,
+                    fingerprints: Mapping[str, bytes] | None = None) -> TrainingRecord:
+    """The settings that decide a checkpoint's layout and data, as text.
+
+    ``content``: the data file's digest (None: a built-in task, nothing to digest);
+    ``fingerprints``: the shared models' (a network.factory module's are known once
+    it is built; a notation network's are computed from the config when not given).
+    """
     record = _section("network", NetworkConfig, config.network)
-    layout = config.layout()
+    if fingerprints is None:
+        layout = config.layout()
+        fingerprints = {name: layout.fingerprint(name) for name in layout.shared_models}
     for spec in config.models:
-        neurons = "-".join(str(n) for n in spec.counts)
-        text = f"{neurons} (fingerprint {layout.fingerprint(spec.name).hex()[:8]})"
+        held = (spec.notation() if isinstance(spec, PartialModelSpec)
+                else str(spec).partition(" ")[2])
+        text = f"{held} (fingerprint {fingerprints[spec.name].hex()[:8]})"
         if spec.depends_on:
             text += f", depends on {', '.join(spec.depends_on)}"
         record[f"{MODEL_PREFIX}{spec.name}"] = text
     record.update(_section("data", DataConfig, config.data))
-    if config.data.path is not None:
-        record[_PATH_KEY] = str(Path(config.data.path).expanduser().resolve())
+    path = node_data_path(config)
+    if path is not None:
+        record[_PATH_KEY] = str(Path(path).expanduser().resolve())
     record[CONTENT_KEY] = content or _ABSENT
     return record
 
@@ -101,6 +117,11 @@ def record_changes(trained: Mapping[str, str], configured: Mapping[str, str]) ->
     changes += [RecordChange(key, value, _ABSENT) for key, value in trained.items()
                 if key not in configured and key.startswith(MODEL_PREFIX)]
     return changes
+
+
+def node_data_path(config: NodeConfig) -> str | None:
+    """This node's own data file: ``data.path`` with ``{node_index}`` replaced."""
+    return node_path(config.data.path, config.data.node_index)
 
 
 def _same(key: str, trained: str, configured: str) -> bool:

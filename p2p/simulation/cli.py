@@ -45,6 +45,7 @@ from p2p.simulation.churn import ChurnEvent, load_churn_script, random_churn
 from p2p.simulation.network import SimNetwork, parse_distribution
 from p2p.swarm import SwarmError, SwarmSpec
 from p2p.swarm import cli as swarm_cli
+from p2p.swarm.plotting import run_title, save_figure
 
 LOCKSTEP_MODES = ("auto", "off", "plain", "batched")
 HANDSHAKE_MODES = ("auto", "noise", "trusted")
@@ -371,7 +372,7 @@ def simulate(args: argparse.Namespace, plan: Plan, root: Path, *,
     return summary
 
 
-def plot(summary: dict[str, Any], path: Path) -> None:
+def plot(summary: dict[str, Any], path: Path, spec: SwarmSpec) -> None:
     """Mean and worst accuracy over simulated time, and the live nodes."""
     try:
         import matplotlib
@@ -388,12 +389,11 @@ def plot(summary: dict[str, Any], path: Path) -> None:
         ax.plot(t, [s["worst_accuracy"] for s in series], label="worst accuracy")
     ax.set_xlabel("simulated seconds")
     ax.set_ylabel("test accuracy")
-    spec = summary["spec"]
-    ax.set_title(f"simulation: {spec['nodes']} nodes, scheme {spec['scheme']}, task {spec['task']}")
+    ax.set_title(run_title("simulation", spec), fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    save_figure(fig, path)
 
 
 def report(summary: dict[str, Any]) -> str:
@@ -486,7 +486,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         args.json.write_text(json.dumps(summary, indent=2))
     if args.plot:
-        plot(summary, args.plot)
+        plot(summary, args.plot, plan.spec)
     return 1 if summary["timed_out"] else 0
 
 

@@ -31,8 +31,11 @@ permutation groups (``identification``, ``differentiation``).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import warnings
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +47,7 @@ from gossip import ENCODINGS
 from gossip.wave_rule import AUTO
 from learner.tasks import TASKS
 from learner.train_config import OPTIMIZERS
+from p2p.cli.dashboard_args import DEFAULT_LISTEN
 from p2p.cli.fit import fit_table
 from p2p.cli.render import make_console
 from p2p.config import (
@@ -54,8 +58,11 @@ from p2p.config import (
     check_task_fit,
     load_config,
 )
+from p2p.dashboard import Dashboard, DashboardThread, SocketSource
+from p2p.dashboard.cli import DashboardUsage, check_listen
 from p2p.strategies import STRATEGIES
 from p2p.swarm.launcher import Swarm
+from p2p.swarm.plotting import MAX_NODE_LINES, node_colours, run_title, save_figure
 from p2p.swarm.spec import (
     ALL_LOCAL_STRATEGIES,
     AUTO_ROUNDS,
@@ -63,9 +70,11 @@ from p2p.swarm.spec import (
     SwarmError,
     SwarmSpec,
     default_permutations,
+    load_template,
     node_config,
     spec_from_template,
 )
+from p2p.wire.listen import ListenError
 
 
 def parse_permuted(text: str | None, nodes: int) -> tuple[str | None, ...]:
@@ -164,7 +173,26 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", type=Path, metavar="PATH", help="write every figure as JSON")
     p.add_argument("--plot", type=Path, metavar="PATH", help="PNG of accuracy over time per node")
     p.add_argument("--quiet", action="store_true", help="no live progress display")
+    p.add_argument("--dashboard", action="store_true",
+                   help="serve a live page over the daemons while they run (prints its URL; "
+                        "read-only; see `p2p dashboard`)")
+    p.add_argument("--dashboard-listen", default=DEFAULT_LISTEN, metavar="HOST:PORT",
+                   help=f"with --dashboard: where to serve it (default {DEFAULT_LISTEN}, "
+                        "loopback only; port 0 = any free port)")
     return p
+
+
+def open_dashboard(args: argparse.Namespace, swarm: Swarm) -> DashboardThread | None:
+    """With ``--dashboard``: a page over the swarm's daemons, bound now (a taken port
+    stops the launcher before any daemon starts); None without the flag."""
+    if not args.dashboard:
+        return None
+    try:
+        host, port = check_listen(args.dashboard_listen, allow_remote=False)
+    except DashboardUsage as exc:
+        raise SwarmError(str(exc).replace("--listen", "--dashboard-listen")) from None
+    dashboard = Dashboard(lambda: [SocketSource(d.data_dir) for d in swarm.daemons])
+    return DashboardThread(dashboard, host, port)
 
 
 def epsilon_cell(row: dict) -> str:
@@ -240,24 +268,44 @@ def results_table(summary: dict) -> Table:
     return t
 
 
-def plot(summary: dict, path: Path) -> None:
+def plot(summary: dict, path: Path, spec: SwarmSpec) -> None:
+    """Accuracy over time per node and the mean (bold); beyond MAX_NODE_LINES nodes,
+    thin lines coloured by permutation group with each group's mean bold."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import numpy as np
 
-    fig, ax = plt.subplots(figsize=(7, 4))
-    for r in summary["nodes"]:
-        pts = [(t, a) for t, _, a in r["history"] if a is not None]
-        if pts:
-            ax.plot(*zip(*pts, strict=True), label=f"node{r['node']} ({r['permutation']})")
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    rows = [(r, [(t, a) for t, _, a in r["history"] if a is not None]) for r in summary["nodes"]]
+    rows = [(r, pts) for r, pts in rows if pts]
+    grouped = len(rows) > MAX_NODE_LINES
+    groups = sorted({r["permutation"] for r, _ in rows})
+    colours = node_colours(len(groups) if grouped else len(rows))
+    grid = np.linspace(0, max((pts[-1][0] for _, pts in rows), default=1.0), 200)
+    members: dict[str, list[np.ndarray]] = {}
+    for i, (r, pts) in enumerate(rows):
+        t, a = (np.array(v, dtype=float) for v in zip(*pts, strict=True))
+        colour = colours[groups.index(r["permutation"])] if grouped else colours[i]
+        ax.plot(t, a, color=colour, linewidth=0.8, alpha=0.45 if grouped else 0.9,
+                label=None if grouped else f"node{r['node']} ({r['permutation']})")
+        members.setdefault(r["permutation"] if grouped else "all", []).append(
+            np.interp(grid, t, a, left=np.nan))
+    for name, curves in members.items():
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # no node evaluated yet there
+            mean = np.nanmean(np.vstack(curves), axis=0)
+        ax.plot(grid, mean, color=colours[groups.index(name)] if grouped else "black",
+                linewidth=2.6,
+                label=f"{name}: mean of {len(curves)}" if grouped else "mean")
     ax.set_xlabel("seconds since start")
     ax.set_ylabel("test accuracy")
-    ax.set_title(f"swarm: {summary['spec']['nodes']} nodes, scheme {summary['spec']['scheme']}")
+    ax.set_title(run_title("swarm", spec), fontsize=10)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, ncol=2)
+    ax.legend(fontsize=7, ncol=2 if len(members) + len(rows) > 8 else 1)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    save_figure(fig, path)
 
 
 def derived_settings(spec: SwarmSpec) -> list[str]:
@@ -328,14 +376,14 @@ def main(argv: list[str] | None = None) -> int:
     except SwarmError as exc:
         console.print(f"[red]swarm not started:[/red] {exc}")
         return 2
-    console.print(f"starting {spec.nodes} daemons on task {spec.task}, network "
-                  f"{spec.network().notation()}, scheme {spec.scheme}"
+    console.print(f"starting {spec.nodes} daemons on {network_label(spec)}, scheme {spec.scheme}"
                   f"{semi_local_label(spec)}, {spec.rounds} rounds")
     for line in derived_settings(spec):
         console.print(line)
     try:
         with Swarm(spec, workdir=args.workdir, keep=args.keep,
-                   startup_timeout=args.startup_timeout) as swarm:
+                   startup_timeout=args.startup_timeout) as swarm, \
+                dashboard_running(open_dashboard(args, swarm), console):
             swarm.start()
             console.print(f"all daemons up (node0 at {swarm.daemons[0].address}); "
                           f"data in {swarm.workdir}")
@@ -375,6 +423,9 @@ def main(argv: list[str] | None = None) -> int:
     except SwarmError as exc:
         console.print(f"[red]swarm failed:[/red] {exc}")
         return 1
+    except ListenError as exc:
+        console.print(f"[red]swarm not started:[/red] {exc}")
+        return 3 if exc.in_use else 2
     out = make_console()  # the terminal's width; 120 columns when piped
     out.print(fit_table(results_table(summary), out.width, **RESULTS_FITTING))
     out.print(f"mean accuracy {100 * summary['mean_accuracy']:.1f}%, worst "
@@ -409,9 +460,32 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         args.json.write_text(json.dumps(summary, indent=2))
     if args.plot:
-        plot(summary, args.plot)
+        plot(summary, args.plot, spec)
     return 0 if not bad else 1
 
+
+
+@contextlib.contextmanager
+def dashboard_running(board: DashboardThread | None, console: Console) -> Iterator[None]:
+    """Serve ``board`` (if any) while the block runs; say where."""
+    if board is None:
+        yield
+        return
+    console.print(f"dashboard: {board.start()}  (read-only; it stops with the swarm)")
+    try:
+        yield
+    finally:
+        board.stop()
+
+
+def network_label(spec: SwarmSpec) -> str:
+    """``task digits, network 64=48=32=10``, or the template's factories."""
+    template = load_template(spec)
+    data = (f"data {template.data.factory.text}" if template.data.factory is not None
+            else f"task {spec.task}")
+    model = (template.network.factory.text if template.network.factory is not None
+             else spec.network().notation())
+    return f"{data}, network {model}"
 
 
 def pushes_per_round_flag(text: str) -> int | str:

@@ -214,7 +214,7 @@ class Swarm:
         """Every live daemon trained its rounds (or stopped for its privacy budget) and
         was evaluated (and with automatic groups, applied the agreed groups)."""
         return all((d.status.get("round", 0) >= self.spec.rounds or budget_spent(d.status))
-                   and d.status.get("accuracy") is not None
+                   and (d.status.get("accuracy") is not None or bool(d.status.get("metrics")))
                    and (not self.auto_groups() or groups_phase(d.status) == "agreed")
                    for d in self.daemons if not d.down)
 
@@ -336,6 +336,9 @@ class Swarm:
                 "node": d.index,
                 "permutation": self.spec.permutation(d.index) or "id",
                 "accuracy": d.status.get("accuracy"),
+                # the test set's metrics: accuracy, or the user's (training.metrics)
+                "metrics": d.status.get("metrics") or {},
+                "test_loss": d.status.get("test_loss"),
                 "loss": d.status.get("loss"),
                 "round": d.status.get("round"),
                 "steps": d.status.get("steps"),
@@ -370,6 +373,7 @@ class Swarm:
             "nodes": rows,
             "mean_accuracy": sum(accs) / len(accs) if accs else None,
             "worst_accuracy": min(accs) if accs else None,
+            "mean_metrics": mean_metrics(rows),
             "mean_bytes_sent": sum(sent) / len(sent) if sent else None,
             "mean_wire_bytes_sent": sum(wire) / len(wire) if wire else None,
             "wall_seconds": time.monotonic() - self.started_at,
@@ -384,3 +388,13 @@ class Swarm:
         }
 
 
+
+
+def mean_metrics(rows: Sequence[Mapping[str, Any]]) -> dict[str, float]:
+    """Each task metric's mean over the nodes that report it."""
+    values: dict[str, list[float]] = {}
+    for row in rows:
+        for name, value in (row.get("metrics") or {}).items():
+            if isinstance(value, int | float):
+                values.setdefault(name, []).append(float(value))
+    return {name: sum(v) / len(v) for name, v in values.items()}

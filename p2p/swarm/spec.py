@@ -18,6 +18,7 @@ import numpy as np
 from learner.data_errors import DataError
 from learner.errors import FieldError
 from learner.grouping.metrics import differentiation_rate, identification_rate
+from learner.module_spec import ModuleModelSpec
 from learner.permutations import parse_cycles
 from learner.schemes import averaging_level, semi_local_scheme
 from learner.spec import NetworkSpec, PartialModelSpec
@@ -141,9 +142,25 @@ def strategy_of(spec: SwarmSpec) -> str:
     return spec.strategy or load_template(spec).strategy.name
 
 
-def node_models(spec: SwarmSpec, index: int) -> tuple[PartialModelSpec, ...]:
+def factory_models(spec: SwarmSpec, template: NodeConfig
+                   ) -> tuple[PartialModelSpec | ModuleModelSpec, ...]:
+    """The models of a node running the template's network.factory module: none
+    ("local"), the whole module ("full") or the template's own ("partial")."""
+    if spec.semi_local:
+        raise SwarmError("--semi-local declares models by neurons, which a network.factory "
+                         "module has not; declare the groups' models in the config")
+    if spec.scheme == "local":
+        return ()
+    if spec.scheme == "full":
+        return (ModuleModelSpec("global", params=("*",)),)
+    return tuple(template.models)
+
+
+def node_models(spec: SwarmSpec, index: int, template: NodeConfig | None = None
+                ) -> tuple[PartialModelSpec | ModuleModelSpec, ...]:
     """The partial models node ``index`` declares under the spec's scheme (none for a
-    strategy that shares no partial model)."""
+    strategy that shares no partial model; with a template naming a network.factory:
+    :func:`factory_models`)."""
     if strategy_of(spec) in ALL_LOCAL_STRATEGIES:
         if spec.semi_local:
             raise SwarmError(f"--semi-local: strategy {strategy_of(spec)!r} shares no partial "
@@ -152,6 +169,8 @@ def node_models(spec: SwarmSpec, index: int) -> tuple[PartialModelSpec, ...]:
     if spec.scheme not in SCHEME_LEVELS:
         raise SwarmError(f"--scheme: expected one of {', '.join(SCHEME_LEVELS)}, "
                          f"got {spec.scheme!r}")
+    if template is not None and template.network.factory is not None:
+        return factory_models(spec, template)
     network = spec.network()
     if spec.grouping not in GROUPINGS:
         raise SwarmError(f"--semi-local: expected one of {', '.join(GROUPINGS)}, "
@@ -224,7 +243,7 @@ def node_config(spec: SwarmSpec, index: int, data_dir: Path,
             node=dataclasses.replace(base.node, name=f"node{index}", data_dir=data_dir,
                                      seed=spec.seed * 1000 + index),
             network=dataclasses.replace(base.network, layers=layer_sizes(spec.network())),
-            models=node_models(spec, index),
+            models=node_models(spec, index, base),
             training=dataclasses.replace(base.training, **training),
             gossip=gossip_config(spec, base.gossip),
             dp=dp_section(spec, base.dp),

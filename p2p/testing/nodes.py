@@ -96,7 +96,7 @@ def memory_node(net: MemoryNetwork, data_dir: Path, spec: SwarmSpec, index: int,
                 address: str, *, bootstrap: Sequence[str] = (), swarm_key: bytes | None = None,
                 push_timeout: float | None = None,
                 strategy: StrategyConfig | None = None,
-                train_runner: TrainRunner | None = None,
+                train_runner: TrainRunner | None = None, metrics: str | None = None,
                 relay: RelayConfig | None = None,
                 **transport: Unpack[TransportTuning]) -> Node:
     """Node ``index`` of ``spec`` listening on ``address`` of ``net``.
@@ -106,11 +106,12 @@ def memory_node(net: MemoryNetwork, data_dir: Path, spec: SwarmSpec, index: int,
     transport; ``transport`` passes options such as timeouts to the transport.
     ``strategy`` and ``relay`` replace the config's sections; ``train_runner`` is the
     node's (pass :class:`~p2p.runtime.train_runner.InlineRunner` under an
-    autojump clock: a worker thread would let virtual time jump).
+    autojump clock: a worker thread would let virtual time jump). ``metrics``: a
+    loopback ``host:port`` for its Prometheus endpoint (real TCP; port 0 = any).
     """
     data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)  # private, as a node requires
     config = node_config(spec, index, data_dir, None).with_overrides(
-        listen=address, bootstrap=list(bootstrap))
+        listen=address, bootstrap=list(bootstrap), metrics=metrics)
     config = tune_config(config, push_timeout=push_timeout)
     if strategy is not None:
         config = dataclasses.replace(config, strategy=strategy)
@@ -127,15 +128,16 @@ def memory_node(net: MemoryNetwork, data_dir: Path, spec: SwarmSpec, index: int,
 
 def memory_swarm(root: Path, net: MemoryNetwork, spec: SwarmSpec, *,
                  addresses: Sequence[str] | None = None, swarm_key: bytes | None = None,
-                 push_timeout: float | None = None,
+                 push_timeout: float | None = None, metrics: str | None = None,
                  **transport: Unpack[TransportTuning]) -> list[Node]:
-    """All ``spec.nodes`` nodes over ``net``, in ``root/node<i>``; all bootstrap from node 0."""
+    """All ``spec.nodes`` nodes over ``net``, in ``root/node<i>``; all bootstrap from node 0
+    (``metrics``: every node's endpoint address, e.g. ``127.0.0.1:0``)."""
     addresses = list(addresses or memory_addresses(spec.nodes))
     if len(addresses) < spec.nodes:
         raise ValueError(f"{spec.nodes} nodes need as many addresses, got {len(addresses)}")
     return [memory_node(net, root / f"node{i}", spec, i, addresses[i],
                         bootstrap=addresses[:1] if i else (), swarm_key=swarm_key,
-                        push_timeout=push_timeout, **transport)
+                        push_timeout=push_timeout, metrics=metrics, **transport)
             for i in range(spec.nodes)]
 
 

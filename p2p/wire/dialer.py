@@ -106,7 +106,7 @@ class Dialer:
                     # No deadlines() block: the send arms one only if it must wait
                     # (rarely), and the reply's wait gets a scope made with its
                     # deadline (one deadline change less per request).
-                    await conn.stream.send_parts(payload, reply_follows=True)
+                    sent = await conn.stream.send_parts(payload, reply_follows=True)
                     reply_payload = await conn.stream.receive_payload(
                         reply_timeout, self._t.read_timeout, last=True)
                 except BaseException as exc:
@@ -135,6 +135,8 @@ class Dialer:
                 self._t._offence(source_of(address),
                                  "closing connection to %s: bad reply: %s", address, exc)
                 raise PeerUnreachable(address, f"bad reply: {exc}", maybe_delivered=True) from None
+            self._t.traffic.add("sent", type(msg).__name__, sent)
+            self._t.traffic.add("received", type(reply).__name__, reply_payload.nbytes)
             if isinstance(reply, Error):
                 if reply.code == ERROR_HANDSHAKE and fresh:
                     # refused at the end of the handshake (the peer checks our

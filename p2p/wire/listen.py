@@ -47,41 +47,45 @@ def _display(host: str | None, port: int) -> str:
     return f"[{shown}]:{port}" if ":" in shown else f"{shown}:{port}"
 
 
-def describe_listen_error(host: str | None, port: int, exc: OSError) -> ListenError:
-    """The :class:`ListenError` for ``exc`` raised while binding ``host:port``."""
+def describe_listen_error(host: str | None, port: int, exc: OSError, *,
+                          setting: str = "--listen") -> ListenError:
+    """The :class:`ListenError` for ``exc`` raised while binding ``host:port``;
+    ``setting`` names the option and key that choose the address."""
     where = _display(host, port)
     code = exc.errno
     if isinstance(exc, socket.gaierror):
         text = (f"cannot listen on {where}: host {host!r} does not resolve "
                 f"({exc.strerror or exc}); use an IP address such as 127.0.0.1 or 0.0.0.0 "
-                "in --listen / node.listen")
+                f"in {setting}")
         return ListenError(where, text, code=None)
     if code == errno.EADDRINUSE:
         text = (f"cannot listen on {where}: address already in use (another program holds "
-                "it; choose another port with --listen, or port 0 for any free port)")
+                f"it; choose another port with {setting}, or port 0 for any free port)")
     elif code == errno.EADDRNOTAVAIL:
         text = (f"cannot listen on {where}: {host} is not an address of this machine "
-                "(use one of its addresses, or 0.0.0.0 for all, in --listen)")
+                f"(use one of its addresses, or 0.0.0.0 for all, in {setting})")
     elif code in (errno.EACCES, errno.EPERM):
         text = (f"cannot listen on {where}: permission denied (ports below 1024 need "
-                "privileges; choose a port of 1024 or above with --listen)")
+                f"privileges; choose a port of 1024 or above with {setting})")
     else:
         text = f"cannot listen on {where}: {exc.strerror or exc}"
     return ListenError(where, text, code=code)
 
 
 def bind_tcp_listeners(host: str | None, port: int, *,
-                       reuse_port: bool = False) -> list[socket.socket]:
+                       reuse_port: bool = False,
+                       setting: str = "--listen") -> list[socket.socket]:
     """Listening TCP sockets on every address ``host`` resolves to (None: all);
     ``reuse_port``: with ``SO_REUSEPORT`` (see the module docstring).
 
-    Raises :class:`ListenError`; on failure no socket is left open.
+    Raises :class:`ListenError` (its fix names ``setting``); on failure no socket
+    is left open.
     """
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
                                    flags=socket.AI_PASSIVE)
     except socket.gaierror as exc:
-        raise describe_listen_error(host, port, exc) from None
+        raise describe_listen_error(host, port, exc, setting=setting) from None
     sockets: list[socket.socket] = []
     seen: set[tuple[int, object]] = set()
     try:
@@ -107,7 +111,7 @@ def bind_tcp_listeners(host: str | None, port: int, *,
     except OSError as exc:
         for sock in sockets:
             sock.close()
-        raise describe_listen_error(host, port, exc) from None
+        raise describe_listen_error(host, port, exc, setting=setting) from None
     if not sockets:
         raise ListenError(_display(host, port), f"cannot listen on {_display(host, port)}: "
                           "the host resolves to no address")

@@ -190,6 +190,7 @@ class Responder:
                     msg = codec.decode(payload.toreadonly())
                 except codec.DecodeError as exc:
                     raise ConnectionFailure(f"bad message: {exc}") from None
+                self._t.traffic.add("received", type(msg).__name__, payload.nbytes)
                 if limiter is not None:
                     await limiter.wait()  # throttle a flooding peer: it waits for replies
                 reply = await self._dispatch(handler, peer, msg, remote)
@@ -201,7 +202,8 @@ class Responder:
                 if type(msg) is not Ping and not isinstance(reply, Error):
                     admission.request(conn, trio.current_time())
                 # The next request is awaited right after: no yield of the send's own.
-                await ms.send_parts(self._encode_reply(reply, msg), reply_follows=True)
+                sent = await ms.send_parts(self._encode_reply(reply, msg), reply_follows=True)
+                self._t.traffic.add("sent", type(reply).__name__, sent)
                 # Let go of this request's frame before the next one is allocated
                 # (the allocator hands the same, cache-warm, block back).
                 del payload, msg, reply

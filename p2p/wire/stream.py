@@ -179,7 +179,7 @@ class MessageStream:
         """Send one payload as a (sealed) frame."""
         await self.send_parts([payload])
 
-    async def send_parts(self, parts: Sequence[Buffer], *, reply_follows: bool = False) -> None:
+    async def send_parts(self, parts: Sequence[Buffer], *, reply_follows: bool = False) -> int:
         """Send the concatenation of ``parts`` (see :func:`codec.encode_parts`) as
         one (sealed) frame.
 
@@ -191,7 +191,8 @@ class MessageStream:
         A checkpoint, like trio's own calls. ``reply_follows``: the caller
         receives on this stream right after (a request, a server awaiting the
         next one), so a frame the socket takes at once is not followed by a
-        yield of its own: the receive checkpoints, and yields to wait.
+        yield of its own: the receive checkpoints, and yields to wait. Returns the
+        payload's size (bytes before header and tag).
         """
         size = 0
         for part in parts:
@@ -252,6 +253,7 @@ class MessageStream:
                 else:
                     await self._send_rest(fd, out, sent, block)
         self.sent.total += total
+        return size
 
     async def _send_stream(self, out: Sequence[Buffer], block: _Deadlines) -> None:
         """Send ``out`` on a stream that is not a socket (trio's ``send_all``)."""

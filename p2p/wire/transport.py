@@ -48,6 +48,7 @@ from p2p.wire.responder import REFUSAL_FIRST_WAIT, Handler, Handover, Responder
 from p2p.wire.sealing import DEFAULT_CIPHER, check_cipher
 from p2p.wire.side import Connector
 from p2p.wire.stream import ByteCount, ConnectionFailure, MessageStream
+from p2p.wire.traffic import Traffic
 
 __all__ = [
     "DEFAULT_CONNECT_TIMEOUT",
@@ -201,6 +202,7 @@ class Transport:
         self.min_frame_rate = min_frame_rate
         self._offences = LogLimiter(logger)  # lines a peer causes: per source and interval
         self.bytes_sent = ByteCount()  # everything this transport's streams wrote
+        self.traffic = Traffic()  # requests and replies per type and direction (metrics)
         self._serve_scope: trio.CancelScope | None = None
         self._bound_sockets: list[socket.socket] | None = None  # bound by bind(), not yet served
         self._closed = False

@@ -32,6 +32,10 @@ def test_first_line_then_one_summary_per_offender_and_interval(
                                 "one by one (last: frame 57 refused from A: bad MAC)")
     assert len(lines(caplog)) == 3 and limiter.suppressed_total == 57
     assert limiter.tracked == 0
+    # every offence counts, written or not (the node's p2p_offences_total); INFO lines do not
+    assert limiter.warnings_total == 59
+    limiter.log(40.0, "peer C", logging.INFO, "busy, no offence")
+    assert limiter.warnings_total == 59
 
 
 def test_a_new_window_starts_with_a_full_line_and_any_call_flushes_others(

@@ -9,5 +9,6 @@ PLUGIN = StrategyPlugin(
     name="partial",
     summary="push-sum averaging of the partial models alone",
     with_dp=True,
+    with_user_code=True,
     build="p2p.strategies.partial.node:build",
 )

@@ -232,8 +232,8 @@ def reference_accuracy(argv: list[str], *, batched: bool = True) -> dict[str, An
     """
     import torch
 
-    from learner import NodeSetup, TrainConfig, run_reference
-    from p2p.runtime.assembly import build_learning, model_specs, network_spec
+    from learner import TrainConfig, run_reference
+    from p2p.runtime.assembly import build_learning, reference_setup
     from p2p.swarm import node_config
 
     torch.set_num_threads(1)  # small networks: threads cost more than they give (as the runs)
@@ -246,8 +246,7 @@ def reference_accuracy(argv: list[str], *, batched: bool = True) -> dict[str, An
         for i in range(spec.nodes):
             config = configure(node_config(spec, i, Path(tmp) / f"ref{i}", None))
             learning = build_learning(config)
-            setups.append(NodeSetup(network_spec(config), tuple(model_specs(config)),
-                                    learning.data, config.node.seed))
+            setups.append(reference_setup(config, learning))
         train = TrainConfig(lr=spec.lr, batch_size=spec.batch_size,
                             steps_per_round=spec.steps_per_round, seed=spec.seed)
         result = run_reference(setups, spec.rounds, train, eval_every=spec.rounds,

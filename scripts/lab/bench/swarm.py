@@ -27,8 +27,8 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from learner import NodeSetup, TrainConfig, run_reference
-from p2p.runtime.assembly import build_learning, model_specs, network_spec
+from learner import TrainConfig, run_reference
+from p2p.runtime.assembly import build_learning, reference_setup
 from p2p.swarm import Swarm, SwarmSpec, node_config
 from p2p.swarm.cli import add_gossip_flags
 
@@ -46,8 +46,7 @@ def reference_accuracy(spec: SwarmSpec, workdir: Path) -> float:
     for i in range(spec.nodes):
         config = node_config(spec, i, workdir / f"ref{i}", None)
         learning = build_learning(config)
-        setups.append(NodeSetup(network_spec(config), tuple(model_specs(config)),
-                                learning.data, config.node.seed))
+        setups.append(reference_setup(config, learning))
     train = TrainConfig(lr=spec.lr, batch_size=spec.batch_size,
                         steps_per_round=spec.steps_per_round, seed=spec.seed)
     return run_reference(setups, spec.rounds, train, eval_every=spec.rounds).mean_final_accuracy

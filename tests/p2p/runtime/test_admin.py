@@ -248,6 +248,15 @@ async def test_disconnecting_clients_do_not_affect_the_server(server: Path,
     assert (await _request(server, "status"))["name"] == "node-7"
 
 
+async def test_several_requests_share_one_connection(server: Path) -> None:
+    client = AdminClient(server, timeout=60)
+    status, models, metrics = await trio.to_thread.run_sync(
+        client.request_many, ["status", "models", "metrics"])
+    assert status["round"] == 42 and "models" in models and "counters" in metrics
+    with pytest.raises(AdminCommandError, match="unknown command"):
+        await trio.to_thread.run_sync(client.request_many, ["status", "nope"])
+
+
 async def test_too_many_clients_are_refused_politely(tmp_path: Path,
                                                      handler: FakeHandler) -> None:
     path = admin_socket_path(tmp_path)
@@ -260,6 +269,9 @@ async def test_too_many_clients_are_refused_politely(tmp_path: Path,
                 await trio.sleep(0.01)
         with pytest.raises(AdminCommandError, match="too many admin clients"):
             await _request(path, "status")
+        with pytest.raises(AdminCommandError, match="too many admin clients"):  # not "closed"
+            await trio.to_thread.run_sync(AdminClient(path, timeout=60).request_many,
+                                          ["status", "models", "peers"])
         await idle.aclose()
         with trio.fail_after(60):
             while server.clients > 0:
@@ -403,7 +415,7 @@ class _Source:
         self.started = 0.0
         self.data_dir = tmp_path
         self.progress = SimpleNamespace(round=3, steps=30, loss=0.5, accuracy=0.75,
-                                        test_loss=None)
+                                        test_loss=None, metrics={"accuracy": 0.75})
         self.transport = SimpleNamespace(listen_address=me.address, open_connections=2)
         self.sampler = PeerSampler(me, rng=random.Random(1))
         self.sampler.restore([Descriptor(b"\x01" * 32, "10.0.0.2:7400", 1, frozenset())])
@@ -468,8 +480,10 @@ async def test_node_admin_needs_only_its_narrow_source(tmp_path: Path) -> None:
     assert status.strategy == {"name": "partial"}
     (peer,) = admin.peers().view
     assert (peer.address, peer.failures) == ("10.0.0.2:7400", 4)
+    assert status.metrics == {"accuracy": 0.75}
     counters = admin.metrics().counters
     assert counters["rejected_messages"] == 1 and counters["global.pushes_sent"] == 7
+    assert counters["task.accuracy"] == 0.75  # the test set's metrics, for the endpoint
     assert counters["round"] == 3 and "test_loss" not in counters
     assert counters["relay.reservations_active"] == 1
     assert status.relay is not None and status.relay["reserved_with"][0]["state"] == "active"
