@@ -121,7 +121,8 @@ def record_changes(trained: Mapping[str, str], configured: Mapping[str, str]) ->
 
 def node_data_path(config: NodeConfig) -> str | None:
     """This node's own data file: ``data.path`` with ``{node_index}`` replaced."""
-    return node_path(config.data.path, config.data.node_index)
+    path = config.data.path
+    return node_path(None if path is None else str(path), config.data.node_index)
 
 
 def _same(key: str, trained: str, configured: str) -> bool:

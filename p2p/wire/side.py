@@ -15,6 +15,7 @@ from p2p.wire.admission import Admission
 from p2p.wire.handshake import PeerInfo
 from p2p.wire.messages import Error
 from p2p.wire.stream import MessageStream
+from p2p.wire.traffic import Traffic
 
 __all__ = ["Connector", "TransportSide"]
 
@@ -34,6 +35,7 @@ class TransportSide(Protocol):
     _connector: Connector
     _offences: LogLimiter
     _bound_address: str | None
+    traffic: Traffic  # requests and replies per type and direction (metrics)
 
     @property
     def closed(self) -> bool: ...

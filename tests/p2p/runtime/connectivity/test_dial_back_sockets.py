@@ -1,13 +1,16 @@
 """Observe and dial-backs over real loopback sockets: what a peer sees, and a dial-back
-that reaches the requester, one that cannot, and one the gate refuses."""
+that reaches the requester, one that cannot, and one the gate refuses; names that do
+not resolve, reported once."""
 
 from __future__ import annotations
 
+import logging
 import socket
 
+import pytest
 import trio
 
-from common.address import parse_host_port
+from common.address import HostPort, parse_host_port
 from p2p.runtime.connectivity import NodeConnectivity
 from p2p.runtime.connectivity.dialback import DialBackReply, DialBackRequest
 from p2p.runtime.protocol import register_node_messages
@@ -54,3 +57,36 @@ async def test_observe_and_dial_back_over_loopback() -> None:
         nursery.cancel_scope.cancel()
     await asker.aclose()
     await helper.aclose()
+
+
+async def test_names_that_do_not_resolve_are_reported_once_and_checked_again(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    resolvable = {"bootstrap.example.org": False, "me.example.org": False}
+
+    async def getaddrinfo(host: str, *args: object, **kwargs: object) -> list[object]:
+        if not resolvable.get(host, True):
+            raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+        return []
+
+    monkeypatch.setattr(trio.socket, "getaddrinfo", getaddrinfo)
+    t = Transport(Identity.generate(), "127.0.0.1", 0)
+    connectivity = NodeConnectivity(t, advertise=HostPort("me.example.org", 7661),
+                                    bootstrap=[HostPort("bootstrap.example.org", 7661)])
+    async with trio.open_nursery() as nursery:
+        bound = await nursery.start(t.serve, lambda peer, msg: None)
+        connectivity.start(bound)
+        assert connectivity.core is not None
+        with caplog.at_level(logging.WARNING):
+            for _ in range(3):  # the probe loop checks names each time round
+                await connectivity._check_names(connectivity.core)
+        state = connectivity.status()
+        assert state.reachable == "unknown"
+        assert "node.advertise host 'me.example.org' does not resolve" in state.reason
+        assert "bootstrap host 'bootstrap.example.org' does not resolve" in state.reason
+        lines = [r for r in caplog.records if "does not resolve" in r.getMessage()]
+        assert len(lines) == 1  # once, not every round
+        resolvable.update({"bootstrap.example.org": True, "me.example.org": True})
+        await connectivity._check_names(connectivity.core)
+        assert "does not resolve" not in connectivity.status().reason
+        nursery.cancel_scope.cancel()
+    await t.aclose()
