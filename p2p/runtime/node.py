@@ -199,15 +199,13 @@ class Node:
         if transport is None and isinstance(self.transport, Transport):
             # A taken port stops the node here, before it resumes or logs as if started.
             self.transport.bind()
-        # relaying for others (relay.serve) and reservations with relays; observed
-        # addresses, dial-backs, what to advertise (docs/guide/deployment.md)
-        self.relay = NodeRelay(self.transport, self.requests, config.relay,
-                               self.identity.node_id, on_change=self._relays_changed)
+        # relays, reachability, hole punching (docs/guide/deployment.md)
+        self.relay = NodeRelay(self.transport, self.requests, config.relay, self.identity.node_id,
+                               on_change=self._relays_changed)
         self.connectivity = NodeConnectivity(self.transport, advertise=config.node.advertise,
                                              bootstrap=config.node.bootstrap, relay=self.relay)
         self.connectivity.on_tags = self.retag
         self.requests.add(DialBackRequest, self.connectivity.serve_dial_back)
-        # relayed sessions moved to direct connections (relay.hole_punch)
         self.punch = NodePunch.for_node(self.transport, self.connectivity, self.requests,
                                         enabled=config.relay.hole_punch)
         # [metrics]: Prometheus endpoint (bound now, like the listener; none by default)
@@ -344,10 +342,9 @@ class Node:
         return self.connectivity.status()
 
     def relay_status(self) -> dict[str, Any]:
-        """Relaying for others, the reservations held and hole punches (``p2p status``'s
-        ``relay``)."""
-        punched = {} if self.punch is None else {"hole_punch": self.punch.status()}
-        return {**self.relay.status(), **punched}
+        """``p2p status``'s ``relay``: relaying, reservations held, hole punches."""
+        return {**self.relay.status(), **({} if self.punch is None else {
+            "hole_punch": self.punch.status()})}
 
     def collaboration(self) -> CollaborationStatus:
         """Whether this node exchanges its models with the peers it knows, and if not why."""
@@ -414,22 +411,19 @@ class Node:
         return self._model_lock
 
     def _model_tags(self) -> frozenset[bytes]:
-        """Its models' and gossiped vectors' fingerprints; sharing no model, its strategy's
-        and network's tag too, so that only peers able to work with it count towards
-        ``training.min_peers``."""
+        """Its models' fingerprints; sharing none, its strategy's and network's tag (only
+        peers able to work with it count towards ``training.min_peers``)."""
         return frozenset(self.by_fingerprint) | self.collaboration_watch.interest()
 
     def advertised_tags(self) -> frozenset[bytes]:
-        """What the node advertises holding (HELLO tags, own descriptor): :meth:`_model_tags`,
-        and the relay tag while it relays for others."""
+        """HELLO tags, own descriptor: :meth:`_model_tags` and the relay tag if it relays."""
         return self._model_tags() | self.relay.tags()
 
     def _relays_changed(self) -> None:
         self.connectivity.refresh()
 
     def retag(self) -> None:
-        """Advertise :meth:`advertised_tags` again (HELLO tags, own descriptor) after they
-        changed."""
+        """Advertise :meth:`advertised_tags` again after they changed."""
         tags = self.advertised_tags()
         if isinstance(self.transport, Transport):
             self.transport.tags = tags
