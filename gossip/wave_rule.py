@@ -19,7 +19,7 @@ it, and no further:
 
 Where no gap is measured (one-way ``"push"`` exchanges, masked pushes), auto
 makes ``blind_waves`` waves after every round.  The reasoning and the
-measurements behind the constants are in docs/gossip.md.
+measurements behind the constants are in docs/design/gossip.md.
 """
 
 from __future__ import annotations

@@ -2,10 +2,10 @@
 
 Every 4 consecutive points are a token: a linear embedding of them plus a
 learned position, two encoder layers (self-attention and feed-forward), the
-mean over the tokens, a linear head. The node config shares the encoder
-(attention and feed-forward: ``encoder.*``) and keeps the embedding and the
-head on each node (``node.toml``). Tracing cannot split attention by units,
-so this model is split by parameter name.
+mean over the tokens, a linear head. The node config shares everything below
+the head (``embed.*``, ``position``, ``encoder.*``) and keeps the head on each
+node (``node.toml``). Tracing cannot split attention by units, so this model
+is split by parameter name.
 """
 
 from __future__ import annotations

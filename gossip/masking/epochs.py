@@ -90,7 +90,7 @@ MIN_HIDING_HOLDERS = 4
 
 @dataclass(frozen=True)
 class EpochSettings:
-    """How masking epochs run (one set per node; see docs/gossip.md for the figures)."""
+    """How masking epochs run (one set per node; see docs/design/gossip.md for the figures)."""
 
     partners: int = 3  # pairs a node offers per epoch
     mask_scale: float = 10.0  # noise per pair in the estimate, in the values' units

@@ -1,26 +1,16 @@
 """AUCCCR, the thesis' utility-driven clustering (chapter 4), over numpy arrays.
 
-Agents are rows of ``points`` (their projections). An agent's utility in a
-group ``g`` is ``U(a, g) = n(d(p(a), bary(g))) * v(#g)``; the caller gives the
-product as one function ``utility(distance, size, cap)``, with
-``utility(0, 1, cap) == 1`` (alone). ``cap`` is the agent's own size cap
-(``caps[a]``, infinite unless given): the size beyond which a bigger group is
-worth no more *to that agent* (see :mod:`learner.grouping.calibration`). Distances are Euclidean, computed element-wise (no BLAS), so that two
-machines given the same points compute bit-identical utilities and so the same
-grouping.
-
-- :func:`cluster_conv` is Algorithm 8, the variant that always terminates:
-  k-means++ seeds, then an outer loop that moves barycentres while the global
-  utility grows and an inner loop over *potential* sizes (every group starts
-  as if everyone joined it) that stops once the number of agents in groups
-  stops shrinking. ``atomic=True`` is the atomic variant: an agent ignores its
-  own effect on a group's barycentre and size.
-- :func:`aucccr` is the driver (Algorithm 6): k = 1, 2, ..., ``tries`` seeded
-  runs each, until ``momentum`` successive k bring no gain; it keeps the best
-  assignment seen.
-
-Labels: ``labels[a]`` is agent a's group index, -1 when alone. Everything is
-deterministic for the points and the ``numpy.random.Generator`` given.
+Agents are rows of ``points`` (their projections); the caller gives the
+utility ``utility(distance, size, cap)`` with ``utility(0, 1, cap) == 1``
+(alone) and each agent's size cap (:mod:`learner.grouping.calibration`).
+Distances are computed element-wise (no BLAS) so two machines given the same
+points compute bit-identical utilities and so the same grouping.
+:func:`cluster_conv` is Algorithm 8 (``atomic=True``: an agent ignores its own
+effect on a group), :func:`aucccr` the driver of Algorithm 6 (k = 1, 2, ...
+until ``momentum`` successive k bring no gain, best assignment kept).
+``labels[a]`` is agent a's group, -1 when alone; everything is deterministic
+for the points and the generator given. See docs/design/partial-models.md
+("Automatic groups").
 """
 
 from __future__ import annotations

@@ -1,38 +1,16 @@
 """Choosing AUCCCR's distance scale and size term from the projections alone.
 
 The utility is U(a, g) = v_a(#g) / (1 + d(p(a), bary(g)) / scale) with
-v_a(s) = min(s, cap_a) ** 0.5: the thesis' n(x) = 1/(1+x) and v = sqrt with a
-size cap, the cap being each agent's own. Fixed values fail on real
-projections (issue 16): the thesis' scale leaves everyone alone on one task
-and merges everyone on another, because how far two nodes of the same task
-lie apart depends on the task, the network and the training. So everything is
-read off the m(m-1)/2 pairwise distances, and nothing else (no group size, no
-number of tasks):
+v_a(s) = min(s, cap_a) ** 0.5. Fixed values fail on real projections (how far
+two nodes of one task lie apart depends on the task, the network and the
+training), so the scale and each agent's cap are read off the sorted pairwise
+distances only: the best gap score (below :data:`MIN_GAP_SCORE`: no structure,
+everyone alone), the best split whose near pairs form cliques (score >=
+:data:`MIN_SPLIT_SCORE`), each agent's cap (1 + its near agents) and the scale
+that puts a pair's break-even distance at the geometric middle of the gap,
+``sqrt(near * far) / (2 (sqrt 2 - 1))``.
 
-1. **Gap score.** Sort the distances; each split between two consecutive ones
-   scores its jump on a log scale, minus and divided by the jump that the
-   order statistics of a smooth distribution make there anyway,
-   log(1 + 1/min(j, M - j)) with j distances below and M - j above (the few
-   smallest and largest distances are sparse: a jump among them means little).
-2. **Structure or not.** Best score below :data:`MIN_GAP_SCORE`: one smooth
-   spread, no structure: ``size_cap = 1`` (no group can pay), everyone alone.
-   This is the "no false groups" answer: the semi-local neurons stay local,
-   the node is exactly "80 % global".
-3. **Split.** The best-scoring split (score >= :data:`MIN_SPLIT_SCORE`) whose
-   near pairs form groups of mutually near nodes (every component of the
-   near graph is a clique). None: everyone alone (chained near pairs are not
-   groups).
-4. **Size term.** ``near_distance`` is the largest near distance; each agent's
-   cap is 1 + the number of agents within it (a group bigger than the set of
-   agents the data shows as alike to a is worth no more to a);
-   ``size_cap`` is the largest. One cap for all lets a pair and two lone
-   agents merge into a group of the largest size seen.
-5. **Scale.** The break-even distance of a pair (v(2) n(d / 2 / scale) = 1)
-   sits at the geometric middle of the gap:
-   ``scale = sqrt(near * far) / (2 (sqrt 2 - 1))``.
-
-Failure modes are listed in docs/partial-models.md ("Automatic groups: the
-algorithm and its calibration").
+The steps and failure modes: docs/design/partial-models.md ("Automatic groups").
 """
 
 from __future__ import annotations

@@ -241,7 +241,7 @@ class DataConfig:
     factory: FactoryRef | None = setting(
         None, Factory(), 'your own data instead of task: "package.module:function" returning '
         "torch Datasets (train, test[, public]); called with path, node_index, num_nodes, "
-        "seed (docs/guide/own-data.md)")
+        "seed (docs/guide/own-model.md)")
     num_workers: int = setting(0, Integer(minimum=0, maximum=64),
                                "DataLoader worker processes reading a factory's dataset (0: "
                                "read in the training thread)")

@@ -2,7 +2,7 @@
 
 One definition for every process that joins a swarm (the training node and
 :class:`~lab.averaging.peers.AveragingPeer`), so that they all follow the
-same rules (docs/peersampling.md, "Signed descriptors and fake identities").
+same rules (docs/design/peer-sampling.md, "Signed descriptors and fake identities").
 """
 
 from __future__ import annotations

@@ -19,10 +19,10 @@ optimizer, ``--config``...) mean the same here. Without ``--task`` or
 ``--config``, a swarm too large for digits to give every node
 ``--samples-per-node`` training samples runs the generated ``synthetic`` task
 sized for it (it learns visibly from 50 samples a node in 50 rounds; ``mnist1d``
-barely does, see docs/simulation.md). Latencies are in milliseconds and
+barely does, see docs/guide/simulation.md). Latencies are in milliseconds and
 bandwidths in Mbit/s, each a value or a distribution drawn per link:
 ``VALUE``, ``uniform:LOW:HIGH`` or ``lognormal:MEDIAN:SIGMA``. See
-docs/simulation.md.
+docs/guide/simulation.md.
 """
 
 from __future__ import annotations
@@ -54,12 +54,12 @@ HANDSHAKE_MODES = ("auto", "noise", "trusted")
 #: more session slots (LARGE_SWARM_MAX_CONNECTIONS).
 LARGE_SWARM = 256
 #: Session slots per node above LARGE_SWARM nodes (daemons: limits.max_connections, 64).
-#: Measured (docs/simulation.md, "Session slots"): with 64, nodes refuse sessions from the
+#: Measured (docs/guide/simulation.md, "Session slots"): with 64, nodes refuse sessions from the
 #: first simulated seconds (after a full handshake each, then retried elsewhere); 256
 #: removed the refusals at 150 and 300 nodes and cost less CPU.
 LARGE_SWARM_MAX_CONNECTIONS = 256
 DESCRIPTOR_CHECKS = ("in-process", "full")
-#: Default --connect-jitter, ms (docs/simulation.md, "Cost at scale", "Start-up"): 0. With
+#: Default --connect-jitter, ms (docs/guide/simulation.md, "Cost at scale", "Start-up"): 0. With
 #: 1 ms no handshake is refused (the nodes, started at one instant, otherwise open a round's
 #: connections at one virtual instant) and 300 x 5 cost less, but at 1,000 nodes the most
 #: contacted nodes then refused 22,187 sessions after full handshakes (6,664 refusals in all
@@ -92,7 +92,7 @@ def add_simulation_arguments(p: argparse.ArgumentParser) -> None:
                         f"(default {DEFAULT_CONNECT_JITTER_MS:g}: none): dials made at one "
                         "instant reach a node one after the other instead of all at once "
                         "(more than its 16 handshake slots, the rest refused); see "
-                        "docs/simulation.md for what it does at 1,000 nodes")
+                        "docs/guide/simulation.md for what it does at 1,000 nodes")
     g.add_argument("--loss", type=float, default=0.0, metavar="P",
                    help="probability that a message is lost (its connection goes dark)")
     g.add_argument("--churn", type=float, default=0.0, metavar="FRACTION",
@@ -109,7 +109,7 @@ def add_simulation_arguments(p: argparse.ArgumentParser) -> None:
                    help="with --lockstep: a round starts on the next multiple of S simulated "
                         "seconds, so that nodes a little apart train in one batch (default 0: "
                         "no alignment; the wait comes before the node takes its model lock, "
-                        "see docs/simulation.md)")
+                        "see docs/guide/simulation.md)")
     g.add_argument("--handshakes", choices=HANDSHAKE_MODES, default="auto",
                    help="noise: the daemon's Noise handshake with Ed25519 signatures; trusted: "
                         "the same messages and identity checks without that cryptography "

@@ -3,7 +3,7 @@
 A simulation of 1,000 nodes holds about half a million tracked objects once
 its nodes are built (models, data, views, connections), and CPython's
 collector, left at its defaults, walks all of them at every full collection:
-measured at 300 nodes (docs/simulation.md, "Cost at scale"), the collector
+measured at 300 nodes (docs/guide/simulation.md, "Cost at scale"), the collector
 took about a quarter of the start-up's CPU time, mostly in full collections.
 :class:`CollectorTuning` does two things while a simulation runs, and undoes
 them after:

@@ -114,7 +114,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="averaging level 0, 100 or 80 %% of each hidden layer (default partial)")
     p.add_argument("--strategy", choices=tuple(STRATEGIES),
                    help="strategy.name of every node (default: the config's, else "
-                        "\"partial\"; docs/strategies.md)")
+                        "\"partial\"; docs/guide/strategies.md)")
     p.add_argument("--semi-local", nargs="?", const="manual", choices=GROUPINGS,
                    metavar="manual|auto",
                    help="80 %% global + 20 %% semi-local models: alone (or \"manual\"), a "

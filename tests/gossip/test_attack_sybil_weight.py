@@ -5,7 +5,7 @@ identity: 50 identities, each pushing the victim's own estimate one-way with a
 share of 3 (no update, so nothing to clip), took it from weight 1 to 151 at
 once.  Now no push that leaves weight here may take the node over
 ``GuardSettings.weight_ceiling`` (16; honest nodes stay under 6, see
-docs/gossip.md), whatever the number of identities.
+docs/design/trust.md), whatever the number of identities.
 """
 
 from __future__ import annotations

@@ -3,14 +3,14 @@ spreading its requests over 16 made-up identities instead of one.
 
 SenderShares counts per identity, partners or not, and the clip radius applies
 to non-partners alike, so each identity stays under its share while the liar as
-a whole sends every holder a request 0.9 radius away every round.  docs/gossip.md
+a whole sends every holder a request 0.9 radius away every round.  docs/design/trust.md
 says the rule is not Sybil-proof ("not measured"); measured at the review, 12
 holders, seeds 0-1, x ||mean||: one identity 0.17-0.21 at 120 rounds (276-297 of
 1,320 kicks merged), 16 identities 8.9-9.2 (1,320 of 1,320 merged), as without
 the rule.
 
 Strict xfail: open (the bound is per identity, and off by default since this
-review); docs/gossip.md, "Random kicks inside the radius". Remove the marker the
+review); docs/design/trust.md, "Random kicks inside the radius". Remove the marker the
 day it passes.
 """
 
@@ -72,7 +72,7 @@ class _RotatingKicker:
 
 
 @pytest.mark.xfail(strict=True, reason="open: made-up identities each stay under their "
-                   "share (docs/gossip.md)")
+                   "share (docs/design/trust.md)")
 @pytest.mark.parametrize("seed", [0, 1])
 def test_random_kicks_from_sixteen_identities_stay_bounded(seed: int) -> None:
     n = 12

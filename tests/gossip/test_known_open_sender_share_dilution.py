@@ -8,7 +8,7 @@ senders, so the typical count falls to about 1 and the bar to the allowance, 6.
 In a group of four honest holders each honest sender's count is ~10, so honest
 pushes are refused ("sender_share"): 23-25 of 240 in 60 rounds at the review
 (0 without the liar). Strict xfail: open; the bound is off by default since
-this review (docs/gossip.md, "Random kicks inside the radius"). Remove the marker
+this review (docs/design/trust.md, "Random kicks inside the radius"). Remove the marker
 the day it passes.
 """
 
@@ -63,7 +63,7 @@ class _Diluter:
 
 @pytest.mark.parametrize("seed", [0, 1])
 @pytest.mark.xfail(strict=True, reason="open: the typical count is taken over made-up "
-                   "identities too (docs/gossip.md)")
+                   "identities too (docs/design/trust.md)")
 def test_made_up_identities_do_not_get_honest_senders_refused(
         seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
     n = 4

@@ -3,7 +3,7 @@
 The defences are on by default (``gossip.merge_guard``).  A refusal changes
 nothing, so what must hold in every honest run is conservation; the refusal
 rate is pinned over a fixed grid (deterministic: a search for rare refusing
-runs would fail at random).  The net balance per peer decays (docs/gossip.md,
+runs would fail at random).  The net balance per peer decays (docs/design/trust.md,
 "Merge defences"): honest flows circulating between three or more nodes must
 not accumulate into refusals, which the longer runs below check.
 """

@@ -49,7 +49,7 @@ take an old contribution back out of it; and the vector is a checked core
 (:class:`~p2p.runtime.strategy_host.CheckedPushSum`), which replies from its free
 mass, because the plain reply rule lets an ack take out more of a coordinate than a
 node still holds. Both kept the mixes non-negative; the measurements behind them are
-in docs/strategies.md.
+in docs/guide/strategies.md.
 
 A node joins generation 0 (a fresh start) by *adding* its first estimate to its
 zero vector (adding keeps every mix non-negative); a generation is started only

@@ -31,7 +31,7 @@ proportion to the identities it has heard of (here 20 fakes vs 2 honest
 peers): a uniform pick of push targets sends most pushes to fakes. The
 daemons' default ``gossip.partner_choice = "reciprocity"`` pushes mostly to
 holders that gave weight back and drops a holder that answers a push-pull
-request without a reply from its views for a while (docs/peersampling.md).
+request without a reply from its views for a while (docs/design/peer-sampling.md).
 """
 
 from __future__ import annotations

@@ -4,8 +4,8 @@
 labels 8 and 9 swapped): local learning, one global model (every tensor), a
 unit split (80 % of every layer's units, traced) and a parameter split
 (``features.*`` global, head local). ``--study transformer``
-(examples/own-transformer on mnist1d): local learning against the encoder
-shared by name. Seeds run through the synchronous reference (thesis
+(examples/own-transformer on mnist1d): local learning against sharing by
+name the embedding and encoder (the example's split) or the encoder alone. Seeds run through the synchronous reference (thesis
 Algorithm 2, in process; the same model, data split and SGD steps as the
 daemons); ``--daemons`` runs the same schemes on real daemons through the
 swarm launcher (``scripts/swarm.py --config``) for ``--daemon-seeds`` seeds.
@@ -63,7 +63,9 @@ RESNET = Study(
 TRANSFORMER = Study(
     "own-transformer", "mnist1d", 4, 150, True,
     {"local": ("node.toml", ()),
-     "encoder.* global": ("node.toml", (ModuleModelSpec("global", params=("encoder.*",)),))},
+     "embed+encoder global": ("node.toml", (ModuleModelSpec(
+         "global", params=("embed.*", "position", "encoder.*")),)),
+     "encoder.* global": ("node-encoder.toml", (ModuleModelSpec("global", params=("encoder.*",)),))},
     "adam", 0.002)
 STUDIES = {"resnet": RESNET, "transformer": TRANSFORMER}
 #: The swarm launcher's scheme for each study scheme (the config says the rest).
@@ -125,7 +127,9 @@ def spread(values: list[float]) -> str:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--study", choices=sorted(STUDIES), default="resnet")
-    p.add_argument("--seeds", type=int, default=5, help="reference seeds (0..N-1)")
+    p.add_argument("--seeds", type=int, default=5, help="reference seeds (first..first+N-1)")
+    p.add_argument("--first-seed", type=int, default=0,
+                   help="first reference seed (to share the seeds out among processes)")
     p.add_argument("--rounds", type=int, help="rounds (default: the study's)")
     p.add_argument("--schemes", help="comma-separated subset of the study's schemes")
     p.add_argument("--daemons", action="store_true", help="also run real daemons")
@@ -143,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
     for name, (_, models) in schemes.items():
         if args.no_reference:
             break
-        for seed in range(args.seeds):
+        for seed in range(args.first_seed, args.first_seed + args.seeds):
             t0 = time.perf_counter()
             accuracy = reference_run(study, models, seed, rounds)
             results[name]["reference"].append(accuracy)
@@ -170,7 +174,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{name:22} {ref:32} {swarm}")
     if args.json:
         args.json.write_text(json.dumps({"study": args.study, "rounds": rounds,
-                                         "nodes": study.nodes, "results": results},
+                                         "nodes": study.nodes, "first_seed": args.first_seed,
+                                         "results": results},
                                         indent=2))
     return 0
 

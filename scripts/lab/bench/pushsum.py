@@ -1,6 +1,6 @@
 """Push-sum benchmark: convergence, loss, crashes and the masked exchange.
 
-Prints the figures listed in docs/gossip.md; ``--json PATH`` also writes them,
+Prints the figures listed in docs/design/gossip.md; ``--json PATH`` also writes them,
 ``--quick`` runs a reduced set (one seed, no N = 1,024).  ``--exchange`` prints
 only the exchange figures (push vs push-pull, wire encodings, requests as
 deltas against the pair's reference or not, bytes per node, and the 4-peer,
@@ -36,7 +36,7 @@ TOL = 1e-6
 DIM = 8
 
 
-BENCH_MASK_STD = 100.0  # the scale the masked figures in docs/gossip.md were measured at
+BENCH_MASK_STD = 100.0  # the scale the masked figures in docs/design/gossip.md were measured at
 
 
 def _sim(n: int, seed: int, dim: int = DIM, **kwargs: Any) -> Simulation:

@@ -11,7 +11,8 @@ model out and back in (``extract`` + ``assign``), which the node does once per
 averaging. For the user's modules (``--modules``: the default MLP as an
 ``nn.Sequential`` and examples/own-model's ResNet, both 80 % units global) it
 times the trainer on the node's :class:`~learner.modules.partial.PartialModule`
-against a plain torch loop on the same module, data and batch size: the
+against a plain torch loop on the same module, data and batch size, both
+called for ``steps_per_round`` steps at a time as the daemon's rounds call it: the
 trainer's overhead, and the trainer's steps/s on each device present (cpu,
 cuda, mps; ``--cpu-only``: the CPU alone). torch runs on one thread; both runs of a pair alternate, and the
 medians of wall and thread CPU time are reported (on a busy machine the CPU
@@ -162,20 +163,26 @@ def bench_module(name: str, batch: int, inner: int, repeats: int,
     order = np.random.default_rng(1).permutation(1024)
     cursor = [0]
 
-    def plain_step() -> None:  # the same batches: a seeded pass, reshuffled when done
-        if cursor[0] + batch > order.size:
-            order[:] = np.random.default_rng(cursor[0]).permutation(1024)
-            cursor[0] = 0
-        index = torch.from_numpy(order[cursor[0]:cursor[0] + batch])
-        cursor[0] += batch
-        xb, yb = xt[index].to(device), yt[index].to(device)
-        opt.zero_grad(set_to_none=True)
-        F.cross_entropy(plain(xb), yb).backward()
-        opt.step()
+    def plain_steps() -> None:  # the same batches: a seeded pass, reshuffled when done
+        plain.train()
+        for _ in range(steps):
+            if cursor[0] + batch > order.size:
+                order[:] = np.random.default_rng(cursor[0]).permutation(1024)
+                cursor[0] = 0
+            index = torch.from_numpy(order[cursor[0]:cursor[0] + batch])
+            cursor[0] += batch
+            xb, yb = xt[index].to(device), yt[index].to(device)
+            opt.zero_grad(set_to_none=True)
+            F.cross_entropy(plain(xb), yb).backward()
+            opt.step()
 
-    ours, base = measure_pair(lambda: trainer.train_steps(1), plain_step, inner, repeats)
+    # as the daemon drives it: one call per round of steps_per_round steps
+    steps = config.steps_per_round
+    ours, base = measure_pair(lambda: trainer.train_steps(steps), plain_steps,
+                              max(1, inner // steps), repeats)
+    ours, base = (ours[0] / steps, ours[1] / steps), (base[0] / steps, base[1] / steps)
     return {"module": name, "device": device, "batch_size": batch,
-            "values": node.layout.total_parameters,
+            "values": node.layout.total_parameters, "steps_per_call": steps,
             "step_ms": 1000 * ours[0], "step_cpu_ms": 1000 * ours[1],
             "torch_step_ms": 1000 * base[0], "torch_step_cpu_ms": 1000 * base[1],
             "overhead_cpu": ours[1] / base[1], "steps_per_second": 1.0 / ours[0]}
@@ -233,8 +240,9 @@ def main(argv: list[str] | None = None) -> int:
               f"{r['steps_per_second']:8.1f}")
     if module_rows:
         print("modules: the node's trainer on its PartialModule (80 % units global) against a "
-              "plain torch loop on the same module, data and batches; ratio: CPU time, "
-              "trainer / plain; steps/s: the trainer's, wall time")
+              "plain torch loop on the same module, data and batches, both called for "
+              "steps_per_round (10) steps as a round does; ratio: CPU time, trainer / plain; "
+              "steps/s: the trainer's, wall time")
     if args.json:
         args.json.write_text(json.dumps({"networks": rows, "modules": module_rows}, indent=2))
     return 0

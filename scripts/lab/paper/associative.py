@@ -24,7 +24,7 @@ the complete vector. A test succeeds when expected AND returned has at least as
 many 1s as expected XOR returned (the thesis' criterion).
 
 Defaults follow the thesis where it speaks; where it is silent or
-inconsistent, an option shows the alternative (docs/strategies.md gives each
+inconsistent, an option shows the alternative (docs/guide/strategies.md gives each
 choice and its source line):
 
 - ``--shared-init``: ``independent`` (default) lets each peer draw its whole

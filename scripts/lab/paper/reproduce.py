@@ -35,7 +35,7 @@ to the two reference variants (no averaging and full averaging) of the same seed
     python scripts/paper/reproduce.py averaging-level --task mnist5k --network cnn --quick --json
     python scripts/paper/reproduce.py semi-local --json out.json --plot out.png
 
-The other collaboration schemes of the papers (docs/strategies.md) have their
+The other collaboration schemes of the papers (docs/guide/strategies.md) have their
 own experiment scripts, run through this one as well; the arguments after the
 name go to that script (``--help`` lists them):
 
@@ -81,7 +81,7 @@ logger = logging.getLogger("reproduce_paper")
 
 EXPERIMENTS = ("averaging-level", "semi-local", "semi-local-local")
 #: Experiment name -> the script (beside this one) that runs it: the schemes of
-#: docs/strategies.md, each measured by its own script with its own options.
+#: docs/guide/strategies.md, each measured by its own script with its own options.
 SCHEME_EXPERIMENTS = {
     "fedcurv": "lab.paper.fedcurv",
     "graph": "lab.paper.graph",

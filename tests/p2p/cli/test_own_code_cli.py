@@ -50,6 +50,23 @@ def rows(node_index):
             TensorDataset(torch.rand(10, 64), torch.randint(0, 10, (10,))))
 
 
+class Ragged(torch.utils.data.Dataset):  # item 0 looks right, the others are shorter
+    def __len__(self):
+        return 40
+
+    def __getitem__(self, i):
+        return torch.rand(64 if i == 0 else 63), i % 10
+
+
+def ragged():
+    return {"train": Ragged(), "num_classes": 10,
+            "test": TensorDataset(torch.rand(10, 64), torch.randint(0, 10, (10,)))}
+
+
+def texts():
+    return [("text", 1)] * 4, [("text", 1)] * 2
+
+
 def odd_rows():  # the test set's inputs have another shape
     return (TensorDataset(torch.rand(40, 64), torch.randint(0, 10, (40,))),
             TensorDataset(torch.rand(10, 65), torch.randint(0, 10, (10,))))
@@ -90,6 +107,16 @@ def fresh_logging() -> Iterator[None]:
      "training.device: 'cuda' asked for, but this machine has no CUDA"),
     ('[network]\nfactory = "code.py:mlp"\n[data]\nfactory = "code.py:odd_rows"\n',
      r"data.factory: .*test set have shape \(65,\)"),
+    ('[network]\nfactory = "code.py:mlp"\n[data]\nfactory = "no_such_pkg.data:load"\n',
+     "data.factory: .*no module named 'no_such_pkg'"),
+    ('[network]\nfactory = "code.py:mlp"\n[data]\nfactory = "code.py:NUMBER"\n',
+     "data.factory: .*is an int, not callable"),
+    ('[network]\nfactory = "code.py:mlp"\n[data]\nfactory = "code.py:listing"\n',
+     "data.factory: .*returned a list; expected \\(train, test\\)"),
+    ('[network]\nfactory = "code.py:mlp"\n[data]\nfactory = "code.py:texts"\n',
+     "data.factory: .*input of item 0 .* is a str"),
+    ('[network]\nfactory = "code.py:mlp"\n[data]\nfactory = "code.py:ragged"\n',
+     "data.factory: the first training batch fails"),
 ])
 def test_bad_user_code_is_one_line_exit_2_and_nothing_created(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], config: str, fragment: str) -> None:

@@ -85,3 +85,34 @@ def test_what_cannot_run_is_one_line_naming_the_key(text: str, key: str, fragmen
         parse_config_text(text)
     assert caught.value.key == key
     assert "\n" not in str(caught.value)
+
+
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
+
+
+@pytest.mark.parametrize(("config", "shape", "local"), [
+    ("own-model/node.toml", (1, 28, 28), {"head.weight", "head.bias"}),
+    ("own-model/node-units.toml", (1, 28, 28), None),
+    ("own-transformer/node.toml", (1, 40), {"head.weight", "head.bias"}),
+    ("own-transformer/node-encoder.toml", (1, 40),
+     {"embed.weight", "embed.bias", "position", "head.weight", "head.bias"}),
+])
+def test_the_examples_configs_split_their_modules(
+        config: str, shape: tuple[int, ...], local: set[str] | None) -> None:
+    """Each example config's models resolve on its own model.py (no data needed): the
+    parameter splits leave exactly the head (and, for node-encoder.toml, the embedding)
+    on the node; the unit split shares part of every tensor it cuts."""
+    from learner.modules.build import ModuleRecipe, build_partial_module
+
+    loaded = load_config(EXAMPLES / config)
+    factory = loaded.network.factory
+    assert factory is not None
+    recipe = ModuleRecipe(factory.resolve("network.factory"), shape, 10, tuple(loaded.models))
+    layout = build_partial_module(recipe, seed=0).layout
+    assert layout.shared_models == ("global",)
+    names = {name for name, _ in recipe.build(0).named_parameters()}
+    on_node = {n for n in names if layout.owner_of(n) == "local"}
+    if local is None:
+        assert not on_node and any(layout.owner_of(n) is None for n in names)
+    else:
+        assert on_node == local

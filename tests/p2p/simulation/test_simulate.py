@@ -99,7 +99,7 @@ async def test_sim_streams_behave_as_trio_streams(autojump_clock: trio.testing.M
 
 async def test_pooled_connections_are_reused_and_redials_counted(
         autojump_clock: trio.testing.MockClock) -> None:
-    # The diagnosis of docs/simulation.md, "Cost at scale": the simulation's new
+    # The diagnosis of docs/guide/simulation.md, "Cost at scale": the simulation's new
     # connections are first contacts, not pooled connections closed and reopened.
     net = SimNetwork(latency=Distribution("fixed", 0.01))
     server = net.transport(Identity.generate(), "b:1")
