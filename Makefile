@@ -22,7 +22,7 @@ venv: $(STAMP)
 # ruff on everything; mypy on the packages and the lab (not tests), configured in
 # pyproject.toml: strict on gossip, peersampling and p2p.wire
 lint: $(STAMP)
-	$(BIN)/ruff check p2p learner gossip peersampling scripts tests
+	$(BIN)/ruff check p2p learner gossip peersampling common scripts tests
 	$(BIN)/mypy
 
 # Debian's chromium + chromium-driver for the dashboard's browser test, when missing

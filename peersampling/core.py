@@ -24,7 +24,7 @@ from typing import TypedDict
 
 from .contacts import ISLAND_REJOIN_EVERY, Contacts
 from .cyclon_merge import CyclonMerge
-from .descriptor import MAX_AGE, Descriptor, parse_address, validate_descriptor
+from .descriptor import MAX_AGE, Descriptor, validate_descriptor
 from .errors import InvalidDescriptor, InvalidMessage
 from .intake import Intake, Standing, sender_key
 from .messages import ShuffleReply, ShuffleRequest, new_request
@@ -238,10 +238,12 @@ class PeerSampler:
         self._reissue(me)
         self._views.sync(self._me.tags)
 
-    def set_address(self, address: str) -> None:
-        """Change the address advertised for this node."""
-        parse_address(address)
-        self._reissue(replace(self._me, address=address))
+    def set_address(self, address: str, alternates: Sequence[str] = ()) -> None:
+        """Change the addresses advertised for this node: ``address``, then
+        ``alternates`` in order (raises :class:`InvalidDescriptor` for a bad one)."""
+        me = validate_descriptor(replace(self._me, address=address,
+                                         alternates=tuple(alternates)), max_age=self.max_age)
+        self._reissue(me)
 
     def _reissue(self, me: Descriptor) -> None:
         """Adopt a changed self-descriptor; a signing node issues it under a new epoch."""

@@ -8,20 +8,23 @@ and which partial models it holds (``tags``: 32-byte sha256 fingerprints).
 A node may sign its own descriptor (:mod:`peersampling.signed`): ``epoch``
 orders the versions it issued (a higher epoch replaces a lower one) and
 ``signature`` is its Ed25519 signature over every field but ``age``, which
-each hop changes.
+each hop changes. ``alternates`` are further addresses to try, in order, when
+``address`` does not answer (a second relay, a LAN address tried last).
+Addresses are ``host:port`` or relayed ``<relay>/circuit/<node id hex>``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .address import AddressError, parse_host_port
+from common.address import HostPort, parse_dial_address
+from common.tags import MAX_TAGS as MAX_TAGS  # the bound of the handshake too
+
+from .address import AddressError
 from .errors import InvalidDescriptor
 
 #: A descriptor older than this many periods is treated as garbage, not as old.
 MAX_AGE = 10_000
-#: Upper bound on the number of partial models one node may advertise.
-MAX_TAGS = 256
 #: Fingerprints are sha256 digests.
 TAG_LENGTH = 32
 #: Node ids are Ed25519 public keys on the wire (32 bytes); simulations may use
@@ -31,6 +34,8 @@ MAX_NODE_ID_LENGTH = 64
 MAX_EPOCH = 2**64 - 1
 #: An Ed25519 signature; an unsigned descriptor has an empty one.
 SIGNATURE_LENGTH = 64
+#: Further addresses a descriptor may carry besides ``address``.
+MAX_ALTERNATES = 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,19 +47,22 @@ class Descriptor:
     age: int = 0
     tags: frozenset[bytes] = frozenset()
     epoch: int = 0  # version number chosen by the node itself (signed)
-    signature: bytes = b""  # over (node_id, address, tags, epoch); b"" = unsigned
+    signature: bytes = b""  # over (node_id, address, tags, epoch, alternates); b"" = unsigned
+    alternates: tuple[str, ...] = ()  # tried in order after ``address`` (signed)
 
 
 def parse_address(address: object) -> tuple[str, int]:
-    """Split ``"host:port"`` (or ``"[v6]:port"``) into its parts (rule: :mod:`.address`).
+    """Split ``"host:port"`` (or ``"[v6]:port"``) into its parts (rule: :mod:`.address`);
+    for a relayed address, the relay's.
 
     Raises :class:`InvalidDescriptor` (field ``address``) when malformed.
     """
     try:
-        parsed = parse_host_port(address)
+        parsed = parse_dial_address(address)
     except AddressError as exc:
         raise InvalidDescriptor("address", str(exc)) from None
-    return parsed.host, parsed.port
+    hop = parsed if isinstance(parsed, HostPort) else parsed.relay
+    return hop.host, hop.port
 
 
 # Addresses repeat endlessly in shuffles: remember the valid ones (errors are
@@ -110,6 +118,7 @@ def validate_descriptor(
             and type(epoch) is int and 0 <= epoch <= MAX_EPOCH
             and type(signature) is bytes and len(signature) in _SIGNATURE_LENGTHS
             and type(descriptor.address) is str
+            and descriptor.alternates == ()
         ):
             if descriptor.address not in _GOOD_ADDRESSES:
                 _check_address(descriptor.address)
@@ -154,8 +163,20 @@ def validate_descriptor(
         raise InvalidDescriptor(
             "signature", f"expected b'' or {SIGNATURE_LENGTH} bytes, got {signature!r:.40}"
         )
-    if type(tags) is not frozenset:
-        return Descriptor(node_id, descriptor.address, age, frozenset(tags), epoch, signature)
+    alternates = descriptor.alternates
+    if not isinstance(alternates, tuple | list) or len(alternates) > MAX_ALTERNATES:
+        raise InvalidDescriptor("alternates", f"expected at most {MAX_ALTERNATES} addresses, got "
+                                f"{alternates!r:.80}")
+    for alternate in alternates:
+        if type(alternate) is not str:
+            raise InvalidDescriptor("alternates", f"expected str addresses, got {alternate!r:.40}")
+        try:
+            _check_address(alternate)
+        except InvalidDescriptor as exc:
+            raise InvalidDescriptor("alternates", exc.problem) from None
+    if type(tags) is not frozenset or type(alternates) is not tuple:
+        return Descriptor(node_id, descriptor.address, age, frozenset(tags), epoch, signature,
+                          tuple(alternates))
     return descriptor
 
 
@@ -169,6 +190,7 @@ _set_age = Descriptor.__dict__["age"].__set__
 _set_tags = Descriptor.__dict__["tags"].__set__
 _set_epoch = Descriptor.__dict__["epoch"].__set__
 _set_signature = Descriptor.__dict__["signature"].__set__
+_set_alternates = Descriptor.__dict__["alternates"].__set__
 
 
 def with_age(descriptor: Descriptor, age: int) -> Descriptor:
@@ -182,4 +204,5 @@ def with_age(descriptor: Descriptor, age: int) -> Descriptor:
     _set_tags(copy, descriptor.tags)
     _set_epoch(copy, descriptor.epoch)
     _set_signature(copy, descriptor.signature)
+    _set_alternates(copy, descriptor.alternates)
     return copy

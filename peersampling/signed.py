@@ -1,7 +1,8 @@
 """Signed self-descriptors: what a node signs about itself and how peers check it.
 
-A node signs its id, address, model fingerprints (tags) and an epoch with its
-Ed25519 key; the age is left out because every hop changes it. The package
+A node signs its id, address, model fingerprints (tags), an epoch and its
+alternate addresses with its Ed25519 key; the age is left out because every
+hop changes it. The package
 never imports a crypto library: the node injects a ``sign`` callable
 (``data -> signature``) and a ``verify`` callable with the argument order of
 :func:`p2p.wire.identity.verify_signature` (``node_id, signature, data ->
@@ -24,6 +25,7 @@ Signer = Callable[[bytes], bytes]
 Verifier = Callable[[bytes, bytes, bytes], bool]
 
 _DOMAIN = b"p2p-peer-descriptor-v1\x00"
+_ALTERNATES = b"\x00alternates"
 
 
 def signing_payload(d: Descriptor) -> bytes:
@@ -38,6 +40,11 @@ def signing_payload(d: Descriptor) -> bytes:
     tags = sorted(d.tags)
     parts.append(len(tags).to_bytes(2, "big"))
     parts.extend(tags)
+    if d.alternates:  # absent when empty: descriptors without them sign as before
+        parts += [_ALTERNATES, len(d.alternates).to_bytes(1, "big")]
+        for alternate in d.alternates:
+            data = alternate.encode("utf-8")
+            parts += [len(data).to_bytes(2, "big"), data]
     return b"".join(parts)
 
 
@@ -60,8 +67,9 @@ class SignatureCheck:
 
     def __init__(self, verify: Verifier, *, capacity: int = 4096) -> None:
         self._verify = verify
-        # signature -> (node_id, address, tags, epoch, answer)
-        self._cache: dict[bytes, tuple[bytes, str, frozenset[bytes], int, bool]] = {}
+        # signature -> (node_id, address, tags, epoch, alternates, answer)
+        self._cache: dict[bytes, tuple[bytes, str, frozenset[bytes], int, tuple[str, ...],
+                                       bool]] = {}
         self.capacity = capacity
         self.checks = 0  # calls of ``verify`` (cache misses)
 
@@ -72,15 +80,15 @@ class SignatureCheck:
         hit = self._cache.get(signature)
         if (
             hit is not None and hit[0] == d.node_id and hit[1] == d.address
-            and hit[3] == d.epoch and hit[2] == d.tags
+            and hit[3] == d.epoch and hit[2] == d.tags and hit[4] == d.alternates
         ):
-            return hit[4]
+            return hit[5]
         self.checks += 1
         ok = bool(self._verify(d.node_id, signature, signing_payload(d)))
-        if ok or hit is None or not hit[4]:  # a forgery never evicts the valid answer
+        if ok or hit is None or not hit[5]:  # a forgery never evicts the valid answer
             if len(self._cache) >= self.capacity:
                 self._cache.clear()  # simple bound; refilled from live traffic
-            self._cache[signature] = (d.node_id, d.address, d.tags, d.epoch, ok)
+            self._cache[signature] = (d.node_id, d.address, d.tags, d.epoch, d.alternates, ok)
         return ok
 
 

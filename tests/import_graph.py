@@ -16,7 +16,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 #: The product's packages: what ships in the wheel.
-PRODUCT = ("p2p", "gossip", "peersampling", "learner")
+PRODUCT = ("p2p", "gossip", "peersampling", "learner", "common")
 
 
 def _modules(root: Path, packages: Iterable[str]) -> dict[str, tuple[Path, bool]]:

@@ -13,6 +13,8 @@
   reachable from an entry point a user has (the CLI, the node, the simulator,
   the swarm launcher, the testing kit's public names): a module nothing of
   the product reaches is measurement code living in the product.
+- The wire (``p2p.wire``) is a layer of its own: it imports nothing of the
+  sans-IO packages (what it shares with them lives in ``common``).
 """
 
 from __future__ import annotations
@@ -32,6 +34,12 @@ FORBIDDEN = {
     "peersampling": {"torch", "p2p", "learner", "gossip"} | NEVER_IN_PRODUCT,
     "gossip": {"torch", "p2p", "learner", "peersampling"} | NEVER_IN_PRODUCT,
     "learner": {"p2p", "gossip", "peersampling", "trio", "socket"} | NEVER_IN_PRODUCT,
+    "common": {"torch", "p2p", "learner", "gossip", "peersampling", "trio"} | NEVER_IN_PRODUCT,
+}
+# subpackage -> what it must never import besides its package's rules: the wire is
+# a layer of its own, below the sans-IO packages the node composes
+FORBIDDEN_BELOW = {
+    "p2p/wire": {"gossip", "peersampling", "learner", "torch"},
 }
 # trio only in the thin drivers of the sans-IO packages
 TRIO_ALLOWED = {"driver.py", "drivers.py"}
@@ -66,6 +74,14 @@ def test_package_respects_dependency_direction(package: str) -> None:
         bad = imported_roots(path) & forbidden
         if bad:
             offences.append(f"{path.relative_to(ROOT)} imports {sorted(bad)}")
+    assert not offences, "; ".join(offences)
+
+
+@pytest.mark.parametrize("folder", sorted(FORBIDDEN_BELOW))
+def test_subpackage_respects_its_layer(folder: str) -> None:
+    offences = [f"{path.relative_to(ROOT)} imports {sorted(bad)}"
+                for path in sorted((ROOT / folder).rglob("*.py"))
+                if (bad := imported_roots(path) & FORBIDDEN_BELOW[folder])]
     assert not offences, "; ".join(offences)
 
 
@@ -205,5 +221,5 @@ def test_every_product_module_is_reached_from_an_entry_point() -> None:
 
 def test_the_lab_is_not_in_the_wheel() -> None:
     text = (ROOT / "pyproject.toml").read_text()
-    assert 'include = ["p2p*", "learner*", "gossip*", "peersampling*"]' in text
+    assert 'include = ["p2p*", "learner*", "gossip*", "peersampling*", "common*"]' in text
     assert not (ROOT / "lab").exists()  # the lab lives in scripts/lab only

@@ -17,12 +17,7 @@ MAX_FILE_LINES = 800
 MAX_CLASS_LINES = 500
 #: path or "path:Class" -> why it is still too large
 KNOWN_LARGE: dict[str, str] = {
-    "p2p/wire/transport.py": "Transport is split with issue 34's relays",
-    "p2p/wire/transport.py:Transport": "split with issue 34's relays",
-    "p2p/testing/memnet.py:MemoryTransport": "a Transport subclass: shrinks with Transport",
-    "p2p/simulation/network.py:SimTransport": "a Transport subclass: shrinks with Transport",
     "p2p/runtime/node.py:Node": "its status and tasks move out as the wave's features land",
-    "p2p/wire/codec.py": "the codec's field kinds move out with the wire's domain imports",
 }
 
 

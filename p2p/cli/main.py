@@ -2,7 +2,8 @@
 
 ::
 
-    p2p run --config node.toml --data-dir ./n0 [--listen H:P] [--bootstrap H:P,...]
+    p2p run --config node.toml --data-dir ./n0 [--listen H:P] [--advertise H:P] [--bootstrap H:P,...]
+    p2p run --relay-only --config node.toml --data-dir ./relay --listen 0.0.0.0:7661
     p2p status|peers|models|metrics|groups (--data-dir DIR | --socket PATH) [--json]
     p2p checkpoint|stop (--data-dir DIR | --socket PATH)
     p2p keygen [--out FILE] [--force]
@@ -44,6 +45,7 @@ from p2p.config import (
     encode_swarm_key,
     generate_swarm_key,
     load_config,
+    load_swarm_key,
     option_setting,
     preflight,
     render_config_toml,
@@ -151,6 +153,10 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--listen", metavar="HOST:PORT",
                      help="TCP address to accept peers on, port 0 = any free port "
                           "(overrides node.listen)")
+    run.add_argument("--advertise", metavar="HOST:PORT",
+                     help="address other nodes should dial, a host name or IP (overrides "
+                          "node.advertise; default: the address peers confirm, see "
+                          "docs/guide/deployment.md)")
     run.add_argument("--bootstrap", metavar="HOST:PORT,...",
                      help="comma-separated peers to join through (overrides node.bootstrap; "
                           "an empty string means none)")
@@ -162,6 +168,10 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--log-level", choices=LOG_LEVELS, type=str.lower,
                      help="minimum level logged (overrides node.log_level)")
     _add_override_options(run)
+    run.add_argument("--relay-only", action="store_true",
+                     help="run a bootstrap-and-relay node: peer sampling, reachability and "
+                          "relaying for nodes behind NATs (relay.serve), no model, no data, "
+                          "no torch (see docs/guide/deployment.md)")
     run.add_argument("--fresh", action="store_true",
                      help="start over: move an existing checkpoint aside (to "
                           "DIR/checkpoint.<date-time>.old) instead of resuming it; needed when "
@@ -250,8 +260,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
                          f"{args.config}")
     # data, key and models, as `p2p config` checks them: before the identity key, the
     # lock or the data directory is created (torch loads only for the user's code)
-    preflight(config)
-    learning = _build_user_code(config)  # the user's code fails here: nothing created yet
+    learning = None
+    if not args.relay_only:
+        preflight(config)
+        learning = _build_user_code(config)  # the user's code fails here: nothing created yet
+    elif config.security.swarm_key_file is not None:  # a relay-only node reads no data
+        load_swarm_key(config.security.swarm_key_file)
     setup_logging(config.node.log_format, config.node.log_level)
     from p2p.runtime.datadir_lock import DataDirLock
 
@@ -262,10 +276,14 @@ def _cmd_run(args: argparse.Namespace) -> int:
         if lock.data_dir.is_dir():
             lock.acquire()  # before torch loads, which takes seconds
         _probe_listen(config)
-        from p2p.runtime.checkpoint import check_data_dir_writable  # imports torch
+        from p2p.runtime.data_dir import check_data_dir_writable
 
         check_data_dir_writable(lock.data_dir)
         lock.acquire()  # a new directory: now that it exists (no-op when held)
+        if args.relay_only:
+            from p2p.runtime.relay_node import run_relay_node
+
+            return run_relay_node(config)
         return _start_node(config, fresh=args.fresh, learning=learning)
     finally:
         lock.release()
@@ -517,12 +535,14 @@ def _run_command(args: argparse.Namespace) -> int:
                 traceback.print_exc()
             _error(str(exc))
             return status
-        checkpoint = sys.modules.get("p2p.runtime.checkpoint")  # only loaded by `run`
-        if checkpoint is not None and isinstance(exc, checkpoint.CheckpointError):
+        data_dir = sys.modules.get("p2p.runtime.data_dir")  # only loaded by `run`
+        if data_dir is not None and isinstance(exc, data_dir.CheckpointError):
             _error(str(exc))
+            checkpoint = sys.modules.get("p2p.runtime.checkpoint")
+            broken = () if checkpoint is None else (checkpoint.CheckpointConflict,
+                                                    checkpoint.CheckpointCorrupt)
             # fixed by a flag, or by running again (the corrupt files were moved aside)
-            usage = (checkpoint.DataDirError, checkpoint.CheckpointConflict,
-                     checkpoint.CheckpointCorrupt)
+            usage = (data_dir.DataDirError, *broken)
             return EXIT_USAGE if isinstance(exc, usage) else EXIT_FAILURE
         if debug:
             traceback.print_exc()

@@ -220,12 +220,38 @@ def fmt_groups(value: object) -> str:
     return f"{_fmt_text(phase)}, epoch {epoch}"
 
 
+def fmt_relay(value: object) -> str:
+    """``status``'s ``relay``: what this node relays for others and the relays it
+    reserved with: ``reserved with 203.0.113.10:7661 (active, 2 circuits)``;
+    ``relaying: 3 circuits, 5 reservations, 1.2 MB``."""
+    r = _mapping(value)
+    if not r:
+        return MISSING
+    parts = []
+    if r.get("serving"):
+        parts.append(f"relaying: {_fmt_int(r.get('circuits'))} circuits, "
+                     f"{_fmt_int(r.get('reservations'))} reservations, "
+                     f"{fmt_bytes(r.get('bytes_relayed'))} relayed, "
+                     f"{_fmt_int(r.get('circuits_refused'))} circuits refused")
+    held = [_mapping(x) for x in r.get("reserved_with") or []]
+    if held:
+        parts.append("reserved with " + ", ".join(
+            f"{h.get('relay')} ({h.get('state')}"
+            + (f": {h.get('reason')}" if h.get("reason") else "")
+            + f", {_fmt_int(h.get('circuits'))} circuits)" for h in held))
+    if r.get("reservation_problem"):
+        parts.append(str(r["reservation_problem"]))
+    return "; ".join(parts) or "not relaying, no reservation"
+
+
 # --------------------------------------------------------------------------- renderers
 
 _STATUS_FIELDS: tuple[tuple[str, str, Callable[[object], str]], ...] = (
     ("id", "node id", _fmt_text),
     ("name", "name", _fmt_text),
     ("addresses", "addresses", _fmt_text),
+    ("reachable", "reachable", _fmt_text),
+    ("relay", "relay", fmt_relay),
     ("uptime", "uptime", fmt_duration),
     ("round", "round", _fmt_int),
     ("steps", "steps", _fmt_int),
@@ -249,7 +275,7 @@ _STATUS_FIELDS: tuple[tuple[str, str, Callable[[object], str]], ...] = (
 
 # shown inside another row: collaboration_* in "collaborating", rounds in "training"
 _STATUS_FOLDED = frozenset({"collaboration_state", "collaboration_reason", "isolation_reason",
-                            "rounds"})
+                            "rounds", "reachable_reason", "confirmed_addresses"})
 
 
 def _collaboration(result: Mapping[str, Any]) -> Text:
@@ -264,6 +290,19 @@ def _collaboration(result: Mapping[str, Any]) -> Text:
         return Text("no (isolated: see above)", style="bold red")
     return Text("no" + (f": {reason}" if isinstance(reason, str) else ""),
                 style="" if benign else "bold red")
+
+
+def _reachable(result: Mapping[str, Any]) -> Text:
+    """``yes`` / ``no (why)`` / ``unknown (why)``: whether peers can dial this node,
+    and the addresses peers confirmed."""
+    value, reason = result.get("reachable"), result.get("reachable_reason")
+    if not isinstance(value, str):
+        return Text(MISSING)
+    text = value + (f" ({reason})" if isinstance(reason, str) and reason else "")
+    confirmed = result.get("confirmed_addresses")
+    if isinstance(confirmed, list) and confirmed:
+        text += "; confirmed by peers: " + ", ".join(str(a) for a in confirmed)
+    return Text(text, style="bold red" if value == "no" else "")
 
 
 def render_status(result: Mapping[str, Any]) -> RenderableType:
@@ -284,6 +323,8 @@ def render_status(result: Mapping[str, Any]) -> RenderableType:
                                       else "yes (no peer reachable)", style="bold red"))
         elif key == "collaborating":
             table.add_row(label, _collaboration(result))
+        elif key == "reachable":
+            table.add_row(label, _reachable(result))
         else:
             table.add_row(label, value)
     known = {key for key, _, _ in _STATUS_FIELDS} | _STATUS_FOLDED
@@ -299,6 +340,7 @@ def _peer_table(title: str, peers: list[Mapping[str, Any]]) -> Table:
     table.add_column("age", justify="right")
     table.add_column("last contact", justify="right", no_wrap=True)
     table.add_column("failures", justify="right")
+    table.add_column("path", no_wrap=True)
     table.add_column("models")
     for peer in sorted(peers, key=lambda p: (p.get("age") if _is_number(p.get("age")) else 1e18,
                                              str(p.get("id", "")))):
@@ -310,10 +352,11 @@ def _peer_table(title: str, peers: list[Mapping[str, Any]]) -> Table:
             fmt_age(peer.get("last_contact")) if "last_contact" in peer else MISSING,
             Text(_fmt_int(failures), style="red") if _is_number(failures) and failures
             else _fmt_int(failures),
+            _fmt_text(peer.get("path")),
             _fmt_text(peer.get("models")),
         )
     if not peers:
-        table.add_row("(none)", "", "", "", "", "")
+        table.add_row("(none)", "", "", "", "", "", "")
     return table
 
 

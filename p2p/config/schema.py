@@ -58,6 +58,7 @@ from p2p.config.learning import (
 )
 from p2p.config.metrics_section import MetricsConfig
 from p2p.config.plugins import StrategyConfig, strategy_plugins
+from p2p.config.relay_section import RelayConfig
 from p2p.wire.framing import DEFAULT_MAX_FRAME_SIZE
 from p2p.wire.sealing import CIPHERS, DEFAULT_CIPHER
 from p2p.wire.transport import (
@@ -86,6 +87,7 @@ __all__ = [
     "NodeConfig",
     "NodeSection",
     "PeerSamplingConfig",
+    "RelayConfig",
     "SecurityConfig",
     "StrategyConfig",
     "PUSH_OVERHEAD_BYTES",
@@ -109,7 +111,8 @@ class NodeSection:
     listen: HostPort = setting(HostPort("127.0.0.1", 0), Address(allow_port_zero=True),
                                "address to accept peers on; port 0 = any free port")
     advertise: HostPort | None = setting(None, Address(),
-                                         "address other nodes should dial, if not `listen`")
+                                         "address other nodes should dial (host name or IP); default: "
+                                         "the address peers confirm")
     bootstrap: tuple[HostPort, ...] = setting((), AddressList(), "peers to join through")
     data_dir: Path | None = setting(None, FilePath(),
                                     "identity key, checkpoint and admin socket")
@@ -451,6 +454,7 @@ def push_frame_bytes(parameters: int) -> int:
 CLI_OPTIONS: dict[str, str] = {
     "name": "node.name",
     "listen": "node.listen",
+    "advertise": "node.advertise",
     "bootstrap": "node.bootstrap",
     "data_dir": "node.data_dir",
     "seed": "node.seed",
@@ -483,6 +487,7 @@ class NodeConfig:
     data: DataConfig = field(default_factory=DataConfig)
     security: SecurityConfig = field(default_factory=SecurityConfig)
     limits: LimitsConfig = field(default_factory=LimitsConfig)
+    relay: RelayConfig = field(default_factory=RelayConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     clustering: ClusteringConfig = field(default_factory=ClusteringConfig)
     strategy: StrategyConfig = field(default_factory=StrategyConfig)

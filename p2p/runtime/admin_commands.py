@@ -26,6 +26,7 @@ from p2p.runtime.admin_server import (
     StatusReport,
     StopReport,
 )
+from p2p.runtime.relay.book import RELAY_TAG
 from p2p.wire.transport import ByteCount
 
 if TYPE_CHECKING:
@@ -35,6 +36,7 @@ if TYPE_CHECKING:
     from p2p.runtime.assembly import LearningSetup
     from p2p.runtime.checkpoint import CheckpointStore
     from p2p.runtime.collaboration import CollaborationStatus
+    from p2p.runtime.connectivity import ReachabilityStatus
     from p2p.runtime.grouping.status import GroupsStatus
     from p2p.runtime.timing import TimingStats
     from p2p.wire.identity import Identity
@@ -111,8 +113,26 @@ class AdminSource(Protocol):
     def model_counters(self, name: str) -> dict[str, int]: ...
     def flat_model_counters(self) -> dict[str, int]: ...
     def strategy_status(self) -> dict[str, Any]: ...
+    def reachability(self) -> ReachabilityStatus: ...
+    def relay_status(self) -> dict[str, Any]: ...
     async def save_checkpoint(self) -> int: ...
     def request_stop(self) -> None: ...
+
+
+def relay_counters(relay: Mapping[str, Any], transport: object) -> dict[str, int]:
+    """``metrics``' ``relay.*`` (what this node relays) and ``paths.*`` (its open
+    outgoing connections by path) counters."""
+    counters = {f"relay.{k}": v for k, v in relay.items()
+                if isinstance(v, int) and not isinstance(v, bool)}
+    counters["relay.reservations_active"] = sum(
+        1 for r in relay.get("reserved_with", []) if r.get("state") == "active")
+    for key, value in relay.get("hole_punch", {}).items():
+        counters[f"punch.{key}"] = value
+    paths = getattr(transport, "path_counts", None)
+    if callable(paths):
+        for path, count in paths().items():
+            counters[f"paths.{path}"] = count
+    return counters
 
 
 def _seconds_ago(instant: float | None) -> float | None:
@@ -211,6 +231,7 @@ class NodeAdmin:
         training = n.training_note() or training_summary(rounds, p.round, n.resumed_at)
         if spent is not None and spent.budget_spent:
             training = budget_summary(spent, p.round)
+        reach = n.reachability()
         return StatusReport(
             id=n.identity.node_id.hex(),
             name=n.config.node.name,
@@ -234,6 +255,10 @@ class NodeAdmin:
             masking=n.masking_status(),
             groups=groups_summary(n.groups_status()),
             strategy=n.strategy_status(),
+            reachable=reach.reachable,
+            reachable_reason=reach.reason,
+            confirmed_addresses=list(reach.confirmed),
+            relay=n.relay_status(),
             checkpoint=n.checkpoint_note,
             metrics_url=getattr(getattr(n, "metrics_endpoint", None), "url", None),
             metrics=dict(p.metrics) or None,
@@ -246,9 +271,10 @@ class NodeAdmin:
 
     def peers(self) -> PeersReport:
         n = self._node
-        names = n.by_fingerprint
+        names = {**n.by_fingerprint, RELAY_TAG: "relay"}
         view: list[PeerReport] = []
         models: dict[str, list[PeerReport]] = {name: [] for name in n.cores}
+        path_to = getattr(n.transport, "path_to", None)  # a TCP transport knows; a test one may not
         for entry in n.sampler.peer_entries():
             d = entry.descriptor
             row = PeerReport(
@@ -258,6 +284,7 @@ class NodeAdmin:
                 last_contact=_seconds_ago(entry.last_contact),
                 failures=n.peer_failures.get(d.node_id, 0),
                 models=sorted(names.get(t, t.hex()[:12]) for t in d.tags),
+                path=None if path_to is None else path_to(d.address),
             )
             if entry.view is None:
                 view.append(row)
@@ -305,6 +332,7 @@ class NodeAdmin:
         wire = getattr(n.transport, "bytes_sent", None)  # a TCP transport counts; a test one may not
         if isinstance(wire, ByteCount):
             counters["transport.bytes_sent"] = wire.total
+        counters.update(relay_counters(n.relay_status(), n.transport))
         if n.progress.test_loss is not None:
             counters["test_loss"] = n.progress.test_loss
         for key, value in n.progress.metrics.items():  # accuracy, or the user's metrics

@@ -41,14 +41,22 @@ them; handlers may return those dataclasses or plain dicts):
     result: ``phase``, ``epoch``, ``records``, ``expected``, ``fingerprint``,
     ``count`` (groups of two or more), ``model`` and ``members`` (the node's
     own group: its semi-local model or null, its size), ``peers_agreeing``,
-    ``disagreements``, ``attempt``), ``metrics`` (the URL of the Prometheus
-    endpoint, port 0 resolved, or null without ``[metrics] listen``).
+    ``disagreements``, ``attempt``), ``reachable`` (``yes``, ``no``, ``unknown``),
+    ``reachable_reason``, ``confirmed_addresses``, ``relay`` (``serving``,
+    ``circuits`` and ``reservations`` held here, ``circuits_opened``,
+    ``circuits_refused``, ``reservations_refused``, ``bytes_relayed``, and this
+    node's own reservations, ``reserved_with``: each ``relay``, ``state``,
+    ``reason``, ``circuits``; ``reservation_problem``: why none holds, if so),
+    ``metrics`` (the URL of the Prometheus endpoint, port 0 resolved, or null
+    without ``[metrics] listen``).
 ``peers``
     ``view``: list of peers, each ``id``, ``address``, ``age`` (shuffle periods
     since the descriptor was fresh), ``last_contact`` (seconds ago or null),
     ``failures`` (consecutive failed contacts), ``models`` (names or
-    fingerprints it holds); ``models``: per shared model name, the per-model
-    view as the same kind of list.
+    fingerprints it holds; ``relay`` for a relay), ``path`` (this node's open
+    connection to it: ``direct``, ``relayed``, ``punched`` or ``reversed``, or
+    null); ``models``: per shared model name, the per-model view as the same
+    kind of list.
 ``models``
     ``models``: list of partial models, each ``name``, ``kind`` (``global``,
     ``semi-local`` or ``local``), ``size`` (parameters), ``fingerprint`` (hex),
@@ -174,6 +182,13 @@ class StatusReport:
     groups: dict[str, Any] | None = None  # clustering on: summary of the ``groups`` command
     # the collaboration strategy ([strategy]): its name and what it reports
     strategy: dict[str, Any] | None = None
+    # connectivity (docs/guide/deployment.md): "yes" / "no" / "unknown", why, and the
+    # addresses several peers confirmed
+    reachable: str | None = None
+    reachable_reason: str | None = None
+    confirmed_addresses: list[str] | None = None
+    # relaying (docs/guide/deployment.md#relays): serving, circuits, reservations held
+    relay: dict[str, Any] | None = None
     # set when the node did not resume its newest checkpoint, or moved one aside
     checkpoint: str | None = None
     metrics_url: str | None = None  # the Prometheus endpoint's URL ([metrics]), or None
@@ -192,6 +207,8 @@ class PeerReport:
     last_contact: float | None = None
     failures: int = 0
     models: list[str] = field(default_factory=list)
+    # how this node's connection to the peer goes: direct, relayed, punched, reversed
+    path: str | None = None
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,6 @@ How a node resumes from them, falling back to the older, is
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import errno
 import hashlib
@@ -24,7 +23,6 @@ import io
 import logging
 import math
 import os
-import tempfile
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -35,6 +33,7 @@ import numpy as np
 import torch
 
 from p2p.files import FileWriteError, describe_os_error, write_private_file
+from p2p.runtime.data_dir import CheckpointError, DataDirError, check_data_dir_writable
 
 logger = logging.getLogger(__name__)
 
@@ -75,17 +74,6 @@ HEADER_BYTES = len(MAGIC) + 8 + 32
 _ZIP_MAGIC = b"PK\x03\x04"  # a bare torch.save file: versions 1-4, no digest
 
 
-class CheckpointError(Exception):
-    """Writing or reading node state failed; the message names the file and why.
-
-    ``errno`` is the underlying OS error number when there is one.
-    """
-
-    def __init__(self, code: int | None, message: str) -> None:
-        super().__init__(message)
-        self.errno = code
-
-
 class CheckpointCorrupt(CheckpointError):
     """The file is not what this program wrote: truncated, bytes changed on disk (its
     digest does not match), or values no node could hold. The node falls back to the
@@ -93,10 +81,6 @@ class CheckpointCorrupt(CheckpointError):
 
     def __init__(self, message: str) -> None:
         super().__init__(errno.EINVAL, message)
-
-
-class DataDirError(CheckpointError):
-    """The data directory is missing, not a directory, or not writable."""
 
 
 class CheckpointConflict(CheckpointError):
@@ -123,35 +107,6 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes, mode: int = 0o
         write_private_file(path, data, mode=mode)
     except FileWriteError as exc:
         raise CheckpointError(exc.errno, str(exc)) from exc
-
-
-def check_data_dir_writable(path: str | os.PathLike[str], *, create: bool = True) -> Path:
-    """Check (creating it with mode 0700 if needed) that ``path`` is a writable
-    directory; returns it as an absolute path.
-
-    Raises :class:`DataDirError` with a clear message otherwise: meant to be
-    called at start-up, before any network activity.
-    """
-    p = Path(path).expanduser().absolute()
-    if p.exists() and not p.is_dir():
-        raise DataDirError(errno.ENOTDIR, f"data directory {p} exists but is not a directory")
-    if not p.exists():
-        if not create:
-            raise DataDirError(errno.ENOENT, f"data directory {p} does not exist")
-        try:
-            p.mkdir(mode=0o700, parents=True, exist_ok=True)
-        except OSError as exc:
-            raise DataDirError(exc.errno, f"cannot create data directory {p}: "
-                               f"{describe_os_error(exc)}") from exc
-    try:
-        fd, probe = tempfile.mkstemp(prefix=".write-test.", dir=p)
-    except OSError as exc:
-        raise DataDirError(exc.errno, f"data directory {p} is not writable: "
-                           f"{describe_os_error(exc)}") from exc
-    os.close(fd)
-    with contextlib.suppress(OSError):
-        os.unlink(probe)
-    return p
 
 
 # --------------------------------------------------------------------------- state

@@ -29,6 +29,7 @@ from p2p.runtime.collaboration import (
     with_exchanges,
 )
 from p2p.runtime.exchanges import ExchangeLedger
+from p2p.runtime.relay.book import RELAY_TAG
 
 if TYPE_CHECKING:
     from gossip import Push
@@ -39,6 +40,9 @@ if TYPE_CHECKING:
 __all__ = ["CollaborationWatch", "WatchedNode"]
 
 logger = logging.getLogger(__name__)
+
+#: The tags of a relay that holds no model (a relay-only node).
+_RELAY_ONLY = frozenset({RELAY_TAG})
 
 
 class WatchedNode(Protocol):
@@ -86,7 +90,9 @@ class CollaborationWatch:
         if sampler is not None:
             for entry in sampler.peer_entries():
                 d = entry.descriptor
-                peers[d.node_id] = peers.get(d.node_id, frozenset()) | d.tags
+                if d.tags == _RELAY_ONLY:  # a relay-only node: no collaborator
+                    continue
+                peers[d.node_id] = peers.get(d.node_id, frozenset()) | (d.tags - _RELAY_ONLY)
         if peers or isolated:
             self._recent_peers = peers
         return self._recent_peers
@@ -106,7 +112,7 @@ class CollaborationWatch:
         status = assess(
             node.learning.fingerprints, peers.values(),
             isolated=sampler is None or sampler.is_isolated,
-            bootstrap=[f"{b.host}:{b.port}" for b in node.config.node.bootstrap],
+            bootstrap=[str(b) for b in node.config.node.bootstrap],
             contacts=self.contacts, swarm_key=node.swarm_key is not None,
         )
         if self._waiting is not None:

@@ -27,9 +27,8 @@ import os
 import random
 import signal
 import time
-from collections import deque
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from typing import Any
 
 import torch
@@ -65,6 +64,9 @@ from p2p.runtime.checkpoint import (
 )
 from p2p.runtime.collaboration import CollaborationStatus
 from p2p.runtime.collaboration_watch import CollaborationWatch
+from p2p.runtime.connectivity import NodeConnectivity, ReachabilityStatus
+from p2p.runtime.connectivity.dialback import DialBackRequest
+from p2p.runtime.connectivity.puncher import NodePunch
 from p2p.runtime.datadir_lock import DataDirLock
 from p2p.runtime.finite_guard import FiniteGuard
 from p2p.runtime.grouping.agreement import FindGroups, JoinGroup
@@ -76,7 +78,9 @@ from p2p.runtime.masking.host import NodeMaskingHost
 from p2p.runtime.merge_recovery import NodeRecovery
 from p2p.runtime.node_transport import NodeTransport, node_admission, node_frame_limit
 from p2p.runtime.peer_book import PeerBook, peer_label
+from p2p.runtime.progress import Progress, log_budget_spent, log_progress
 from p2p.runtime.protocol import register_node_messages
+from p2p.runtime.relay.host import NodeRelay
 from p2p.runtime.signed_sampling import signed_sampler
 from p2p.runtime.state import COUNTER_SEP, resume_from, snapshot_state, state_problem
 from p2p.runtime.strategy_host import StrategySupervisor
@@ -105,22 +109,6 @@ MIN_SHUFFLE_TIMEOUT = 1.0  # seconds; see Node.shuffle_timeout
 STOP_ROUND_WAIT = 30.0  # seconds a stop request waits for the trainer's current round
 
 ADMIN_SOCKET = "admin.sock"
-
-
-@dataclass
-class Progress:
-    """What the trainer has done; read by the admin commands."""
-
-    round: int = 0
-    steps: int = 0
-    loss: float | None = None
-    accuracy: float | None = None
-    test_loss: float | None = None
-    # the test set's metrics at the last evaluation (accuracy, or the user's metrics hook)
-    metrics: dict[str, float] = field(default_factory=dict)
-    # (time, round, accuracy) of recent evaluations; bounded for long-lived daemons
-    history: deque[tuple[float, int, float]] = field(default_factory=lambda: deque(maxlen=1000))
-    finished: bool = False
 
 
 class Node:
@@ -182,7 +170,7 @@ class Node:
             self.identity,
             listen.host,
             listen.port,
-            tags=self.advertised_tags(),
+            tags=self._model_tags(),  # the relay's tag once it serves: retag
             swarm_key=swarm_key,
             cipher=config.security.cipher,
             max_connections=config.limits.max_connections,
@@ -196,6 +184,15 @@ class Node:
         if transport is None and isinstance(self.transport, Transport):
             # A taken port stops the node here, before it resumes or logs as if started.
             self.transport.bind()
+        # relays, reachability, hole punching (docs/guide/deployment.md)
+        self.relay = NodeRelay(self.transport, self.requests, config.relay, self.identity.node_id,
+                               on_change=self._relays_changed)
+        self.connectivity = NodeConnectivity(self.transport, advertise=config.node.advertise,
+                                             bootstrap=config.node.bootstrap, relay=self.relay)
+        self.connectivity.on_tags = self.retag
+        self.requests.add(DialBackRequest, self.connectivity.serve_dial_back)
+        self.punch = NodePunch.for_node(self.transport, self.connectivity, self.requests,
+                                        enabled=config.relay.hole_punch)
         # [metrics]: Prometheus endpoint (bound now, like the listener; none by default)
         self.metrics_endpoint = MetricsEndpoint(self, config.metrics.listen)
         # sampled holders and their addresses; its sampler is created once the
@@ -327,6 +324,15 @@ class Node:
         """What the strategy reports (``p2p status``, ``p2p metrics``, the swarm's JSON)."""
         return self.strategy_supervisor.status()
 
+    def reachability(self) -> ReachabilityStatus:
+        """Whether peers can dial this node, why, and the addresses peers confirmed."""
+        return self.connectivity.status()
+
+    def relay_status(self) -> dict[str, Any]:
+        """``p2p status``'s ``relay``: relaying, reservations held, hole punches."""
+        return {**self.relay.status(), **({} if self.punch is None else {
+            "hole_punch": self.punch.status()})}
+
     def collaboration(self) -> CollaborationStatus:
         """Whether this node exchanges its models with the peers it knows, and if not why."""
         return self.collaboration_watch.status()
@@ -391,14 +397,20 @@ class Node:
         """Held while the trainer trains or the network is read or written."""
         return self._model_lock
 
-    def advertised_tags(self) -> frozenset[bytes]:
-        """What the node advertises holding (HELLO tags, own descriptor): its models' and
-        gossiped vectors' fingerprints; sharing no model, its strategy's and network's tag
-        too, so that only peers able to work with it count towards ``training.min_peers``."""
+    def _model_tags(self) -> frozenset[bytes]:
+        """Its models' fingerprints; sharing none, its strategy's and network's tag (only
+        peers able to work with it count towards ``training.min_peers``)."""
         return frozenset(self.by_fingerprint) | self.collaboration_watch.interest()
 
+    def advertised_tags(self) -> frozenset[bytes]:
+        """HELLO tags, own descriptor: :meth:`_model_tags` and the relay tag if it relays."""
+        return self._model_tags() | self.relay.tags()
+
+    def _relays_changed(self) -> None:
+        self.connectivity.refresh()
+
     def retag(self) -> None:
-        """Advertise :meth:`advertised_tags` again (HELLO tags, own descriptor) after they grew."""
+        """Advertise :meth:`advertised_tags` again after they changed."""
         tags = self.advertised_tags()
         if isinstance(self.transport, Transport):
             self.transport.tags = tags
@@ -492,8 +504,12 @@ class Node:
     async def run(self, *, task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED) -> None:
         """Run until stopped (admin ``stop``, a signal, or cancellation)."""
         async with trio.open_nursery() as nursery:
-            await nursery.start(self.transport.serve, self.handle_request)
-            self._start_sampler(self.transport.listen_address)
+            bound = await nursery.start(self.transport.serve, self.handle_request)
+            self._start_sampler(self.connectivity.start(bound))
+            nursery.start_soon(self.connectivity.run)
+            nursery.start_soon(self.relay.run)
+            if self.punch is not None:
+                nursery.start_soon(self.punch.run)
             await nursery.start(self.metrics_endpoint.serve)
             if self.standalone:
                 await nursery.start(serve_admin, self.data_dir / ADMIN_SOCKET, self.admin)
@@ -548,8 +564,10 @@ class Node:
             c=ps.view_size, l=ps.shuffle_length, in_process=self.in_process_peers,
         )
         self.peers.start(sampler)
+        self.connectivity.attach(sampler)
+        self.relay.attach(sampler)
         sampler.restore(self.restored_view)
-        sampler.bootstrap([f"{b.host}:{b.port}" for b in self.config.node.bootstrap])
+        sampler.bootstrap([str(b) for b in self.config.node.bootstrap])  # [v6]:port too
 
     async def _watch_signals(self) -> None:
         with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
@@ -601,7 +619,7 @@ class Node:
                             self._record_evaluation(await self._evaluation())
                         self.progress.finished = True
                         if budget_spent:
-                            self._log_budget_spent()
+                            log_budget_spent(self)
                         elif not self.finite.stopped:
                             logger.info("finished %d rounds; still serving peers", t.rounds)
                     # Keep averaging after the last round so late peers still
@@ -658,19 +676,6 @@ class Node:
                 self._record_evaluation(ev)
         return True
 
-    def _log_budget_spent(self) -> None:
-        """Say once why a DP node stopped training while it keeps gossiping."""
-        spent = self.privacy_spent()
-        if spent is None:
-            return
-        logger.warning(
-            "privacy budget spent: epsilon %.4g of %g (delta %g) after %d DP-SGD steps; another "
-            "round would go past it, so training stops at round %d. The node keeps averaging "
-            "with its peers: pushing the model it holds reveals nothing new about its data",
-            spent.epsilon, spent.budget, spent.delta, spent.steps, self.progress.round,
-            extra={"epsilon": spent.epsilon, "epsilon_budget": spent.budget,
-                   "dp_steps": spent.steps, "round": self.progress.round})
-
     async def _pause(self, seconds: float) -> None:
         """Sleep between rounds, waking at once on a stop request."""
         with trio.move_on_after(seconds):
@@ -690,30 +695,7 @@ class Node:
         self.progress.metrics = dict(ev.metrics)
         self.progress.test_loss = ev.loss
         self.progress.history.append((time.time(), self.progress.round, ev.accuracy))
-        self._log_progress()
-
-    def _log_progress(self) -> None:
-        """One line per evaluation, so a foreground node shows how it learns."""
-        p = self.progress
-        totals = {"pushes_sent": 0, "pushes_received": 0}
-        for name in self.cores:
-            counters = self.model_counters(name)
-            for key in totals:
-                totals[key] += counters[key]
-        sampler = self.started_sampler
-        train = "-" if p.loss is None else f"{p.loss:.4g}"
-        test = "-" if p.test_loss is None else f"{p.test_loss:.4g}"
-        logger.info(
-            "round %d: train loss %s, test accuracy %.1f%% (test loss %s), %d peers in view, "
-            "pushes %d sent / %d received", p.round, train, 100 * (p.accuracy or 0.0), test,
-            0 if sampler is None else len(sampler.view()), totals["pushes_sent"],
-            totals["pushes_received"],
-            extra={"round": p.round, "train_loss": p.loss, "test_accuracy": p.accuracy,
-                   "test_loss": p.test_loss,
-                   "view_size": 0 if sampler is None else len(sampler.view()),
-                   "pushes_sent": totals["pushes_sent"],
-                   "pushes_received": totals["pushes_received"]},
-        )
+        log_progress(self)
 
     # ------------------------------------------------------------------ gossip
 

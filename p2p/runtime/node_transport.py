@@ -25,6 +25,9 @@ __all__ = ["SILENT_PERIODS", "NodeTransport", "Requester", "node_admission", "no
 #: session may give its slot to a newcomer while the slots are under pressure (a
 #: daemon's 15 s at its default period of 1 s).
 SILENT_PERIODS = 15
+#: Sessions one node id may hold at a relay: its own, a waiting reservation (one
+#: more while it is replaced) and a circuit being opened.
+RELAY_SESSIONS_PER_NODE = 4
 
 
 def node_frame_limit(config: NodeConfig, layout: Any = None) -> int:
@@ -53,7 +56,8 @@ def node_admission(config: NodeConfig, *, idle_timeout: float = 60.0,
     (:meth:`AdmissionLimits.for_connections`).  ``idle_timeout``: the
     transport's (sessions silent for twice that are closed whatever the pressure).
 
-    ``simulated``: the silence that lets a session give way is counted in the
+    A relay (``relay.serve``) lets a node id hold
+    :data:`RELAY_SESSIONS_PER_NODE` sessions. ``simulated``: the silence that lets a session give way is counted in the
     node's peer-sampling periods (:data:`SILENT_PERIODS`).  A simulation runs
     the swarm's clock fast (shuffles every 0.3 s) and its runs last seconds of
     virtual time: the daemon's fixed 15 s outlasted every 1,000-node run, so
@@ -64,6 +68,11 @@ def node_admission(config: NodeConfig, *, idle_timeout: float = 60.0,
     """
     limits = AdmissionLimits.for_connections(config.limits.max_connections,
                                              idle_limit=2 * idle_timeout)
+    if config.relay.serve:
+        # a node reserving here holds its waiting connection besides its session,
+        # and one more while it asks for a circuit (RELAY_SESSIONS_PER_NODE)
+        limits = dataclasses.replace(limits, sessions_per_node=max(
+            limits.sessions_per_node, RELAY_SESSIONS_PER_NODE))
     if not simulated:
         return limits
     silence = SILENT_PERIODS * config.peer_sampling.period

@@ -11,9 +11,12 @@ editing the codec; adding a strategy touches neither.
 from __future__ import annotations
 
 from gossip import WIRE_MESSAGES as GOSSIP_MESSAGES
+from p2p.runtime.connectivity.dialback import DIALBACK_MESSAGES
+from p2p.runtime.connectivity.punch import PUNCH_MESSAGES
 from p2p.runtime.grouping.messages import GROUPING_MESSAGES
 from p2p.strategies import strategy_messages
 from p2p.wire import codec
+from p2p.wire.circuit import CIRCUIT_MESSAGES
 from p2p.wire.messages import MESSAGES as P2P_MESSAGES
 from peersampling import WIRE_MESSAGES as PEER_SAMPLING_MESSAGES
 
@@ -23,6 +26,9 @@ __all__ = ["NODE_MESSAGES", "node_messages", "register_node_messages"]
 #: strategies' come from their registry: :func:`node_messages`).
 NODE_MESSAGES: tuple[codec.WireMessage, ...] = (
     *P2P_MESSAGES,
+    *DIALBACK_MESSAGES,
+    *CIRCUIT_MESSAGES,
+    *PUNCH_MESSAGES,
     *PEER_SAMPLING_MESSAGES,
     *GOSSIP_MESSAGES,
     *GROUPING_MESSAGES,

@@ -79,6 +79,7 @@ class TrustedHandshake(Handshake):
         swarm_key: bytes | None = None,
         cipher: str = DEFAULT_CIPHER,
         expected_node_id: bytes | None = None,
+        seal: bool = False,  # ignored: a simulated session is never sealed
     ) -> None:
         # no super().__init__(): it would build the Noise state this class skips
         if swarm_key is not None and len(swarm_key) != 32:

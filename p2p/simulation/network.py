@@ -374,7 +374,7 @@ class SimTransport(MemoryTransport):
         async def connect(target: str) -> trio.abc.Stream:
             return await network.connect_from(address, target)
 
-        self._connector = connect
+        self._base_connector = connect
 
     def _offence(self, source: str, msg: str, *args: object) -> None:
         if not self._refusal_counted(msg, args):

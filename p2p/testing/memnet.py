@@ -155,8 +155,9 @@ class MemoryTransport(Transport):
         ``task_status.started`` receives the address. While serving, the
         address is registered; connections already accepted end with it.
         """
-        if self._closed:
+        if self.closed:
             raise RuntimeError("transport is closed")
+        self.handler = handler
         address = self.listen_address
         if address in self.network.servers:
             raise OSError(f"address {address} already in use (in-memory network)")

@@ -18,7 +18,7 @@ from typing import Any, Unpack
 import trio
 
 from p2p.cli.admin_client import AdminClient
-from p2p.config import LimitsConfig, NodeConfig, StrategyConfig, encode_swarm_key
+from p2p.config import LimitsConfig, NodeConfig, RelayConfig, StrategyConfig, encode_swarm_key
 from p2p.runtime.node import ADMIN_SOCKET, Node
 from p2p.runtime.train_runner import TrainRunner
 from p2p.swarm import SwarmSpec, node_config
@@ -97,13 +97,14 @@ def memory_node(net: MemoryNetwork, data_dir: Path, spec: SwarmSpec, index: int,
                 push_timeout: float | None = None,
                 strategy: StrategyConfig | None = None,
                 train_runner: TrainRunner | None = None, metrics: str | None = None,
+                relay: RelayConfig | None = None,
                 **transport: Unpack[TransportTuning]) -> Node:
     """Node ``index`` of ``spec`` listening on ``address`` of ``net``.
 
     ``data_dir`` is created if missing (a node restarted on it resumes its
     identity and checkpoint). ``swarm_key`` goes to both the node and its
     transport; ``transport`` passes options such as timeouts to the transport.
-    ``strategy`` replaces the config's ``[strategy]``; ``train_runner`` is the
+    ``strategy`` and ``relay`` replace the config's sections; ``train_runner`` is the
     node's (pass :class:`~p2p.runtime.train_runner.InlineRunner` under an
     autojump clock: a worker thread would let virtual time jump). ``metrics``: a
     loopback ``host:port`` for its Prometheus endpoint (real TCP; port 0 = any).
@@ -114,6 +115,8 @@ def memory_node(net: MemoryNetwork, data_dir: Path, spec: SwarmSpec, index: int,
     config = tune_config(config, push_timeout=push_timeout)
     if strategy is not None:
         config = dataclasses.replace(config, strategy=strategy)
+    if relay is not None:
+        config = dataclasses.replace(config, relay=relay)
     memory_transport = net.transport(Identity.load_or_create(data_dir), address,
                                      swarm_key=swarm_key, **transport)
     node = Node(config, transport=memory_transport, swarm_key=swarm_key,

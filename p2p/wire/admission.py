@@ -68,6 +68,8 @@ import ipaddress
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from common.address import CIRCUIT
+
 __all__ = [
     "DEFAULT_FRAME_BUDGET",
     "DEFAULT_MIN_FRAME_RATE",
@@ -177,7 +179,9 @@ def source_of(remote: str) -> str:
     since one host is usually given a whole /64 and counting it per address
     would let it bypass every per-source cap; an IPv4-mapped address (a v4
     peer on a dual-stack listener) as the IPv4 address, loopback as itself.
-    Other labels (in-memory peers) whole."""
+    A connection through a relay (``<relay>/circuit/<id>``) counts as the
+    relay's. Other labels (in-memory peers) whole."""
+    remote = remote.partition(CIRCUIT)[0]
     if remote.startswith("["):
         end = remote.find("]")
         if end > 0:

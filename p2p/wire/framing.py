@@ -314,6 +314,19 @@ class FrameDecoder:
         that came with its header included); 0 between frames."""
         return self._have
 
+    def take_buffered(self) -> bytes:
+        """The bytes received but not yet part of a whole frame (a partial header,
+        or a frame's header and the part of its body in), handed over and
+        forgotten: the stream leaves framing (:meth:`MessageStream.detach`)."""
+        if self._body is not None:
+            data = _HEADER.pack(len(self._body)) + bytes(self._body[: self._have])
+            self._body, self._have = None, 0
+        else:
+            data = bytes(self._stage[self._start : self._end])
+        self._start = self._end = 0
+        self.release()
+        return data
+
     def release(self) -> None:
         """Give back the budget the frame in progress holds (its connection is
         closing, or it is complete). Idempotent."""

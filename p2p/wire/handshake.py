@@ -41,7 +41,8 @@ id nor learn the keys of a session it is not an end of.
 Once done, each direction's AEAD key comes from Noise's Split(); each side
 seals with the cipher it announced. Without a swarm key the session is
 authenticated by the same handshake but frames travel in clear
-(:attr:`HandshakeResult.keys` is None).
+(:attr:`HandshakeResult.keys` is None), unless both ends ask for sealing
+(``seal``: a session through a relay, which must not read it).
 
 The object below performs no I/O: feed it received payloads, send what it
 returns. Payloads are codec-encoded messages (framing is the caller's job).
@@ -114,11 +115,16 @@ class HandshakeError(Exception):
 
 @dataclass(frozen=True)
 class PeerInfo:
-    """The authenticated peer at the other end of a connection."""
+    """The authenticated peer at the other end of a connection.
+
+    ``remote``: where an incoming connection comes from, ``"host:port"`` as this
+    node sees it (a label for in-memory streams; ``""`` on outgoing connections).
+    """
 
     node_id: bytes
     listen_address: str
     tags: frozenset[bytes]
+    remote: str = ""
 
 
 @dataclass(frozen=True)
@@ -141,7 +147,8 @@ class SessionKeys:
 
 @dataclass(frozen=True)
 class HandshakeResult:
-    """Outcome of a successful handshake; ``keys`` is None without a swarm key."""
+    """Outcome of a successful handshake; ``keys`` is None without a swarm key
+    (and without ``seal``)."""
 
     peer: PeerInfo
     keys: SessionKeys | None
@@ -193,6 +200,7 @@ class Handshake:
         swarm_key: bytes | None = None,
         cipher: str = DEFAULT_CIPHER,
         expected_node_id: bytes | None = None,
+        seal: bool = False,
     ) -> None:
         if swarm_key is not None and len(swarm_key) != SWARM_KEY_SIZE:
             raise ValueError(f"swarm key must be {SWARM_KEY_SIZE} bytes, got {len(swarm_key)}")
@@ -204,6 +212,7 @@ class Handshake:
         self.cipher = cipher
         self.expected_node_id = expected_node_id
         self._swarm_key = swarm_key
+        self._seal = seal  # seal without a swarm key too (a session through a relay)
         self.protocol = PROTOCOL_PLAIN if swarm_key is None else PROTOCOL_KEYED
         self._noise = HandshakeState(
             self.protocol, initiator=initiator,
@@ -419,7 +428,7 @@ class Handshake:
         return tokens + noise.write_payload(codec.encode(payload))
 
     def _session_keys(self, peer_cipher: str) -> SessionKeys | None:
-        if self._swarm_key is None:
+        if self._swarm_key is None and not self._seal:
             return None
         send, recv = self._noise.split()
         assert send.key is not None and recv.key is not None

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 # one bound for the models a node advertises, in its handshake as in its descriptors
-from peersampling.descriptor import MAX_TAGS
+from common.tags import MAX_TAGS
 
 __all__ = [
     "ERROR_BAD_REQUEST",
@@ -25,6 +25,8 @@ __all__ = [
     "HandshakePayload",
     "NoiseHello",
     "NoiseMessage",
+    "Observe",
+    "Observed",
     "Ping",
     "Pong",
 ]
@@ -120,6 +122,24 @@ class Pong:
 
 
 @dataclass(frozen=True)
+class Observe:
+    """Asks the peer which address this connection comes from (as libp2p's identify
+    tells the other end); answered by the transport itself with :class:`Observed`."""
+
+
+@dataclass(frozen=True)
+class Observed:
+    """Answer to :class:`Observe`: ``"host:port"`` of the requester as the peer sees
+    it (what a NAT made of it), or ``""`` when the peer cannot tell (an in-memory stream)."""
+
+    address: str
+
+    def __post_init__(self) -> None:
+        if len(self.address) > MAX_ADDRESS_LENGTH:
+            raise ValueError(f"address longer than {MAX_ADDRESS_LENGTH} characters")
+
+
+@dataclass(frozen=True)
 class Error:
     """Reply telling the requester why its request was not served."""
 
@@ -134,8 +154,11 @@ MESSAGES: tuple[tuple[type, str], ...] = (
     (HandshakePayload, "handshake_payload"),
     (Ping, "ping"),
     (Pong, "pong"),
+    (Observe, "observe"),
+    (Observed, "observed"),
     (Error, "error"),
 )
 
 #: Messages a peer may send but never as a request (the transport refuses them).
-NOT_REQUESTS: tuple[type, ...] = (NoiseHello, NoiseMessage, HandshakePayload, Pong, Error)
+NOT_REQUESTS: tuple[type, ...] = (NoiseHello, NoiseMessage, HandshakePayload, Pong, Observed,
+                                  Error)

@@ -174,15 +174,21 @@ def run_swarm(link: Link, spec: SwarmSpec, workdir: Path, timeout: float) -> dic
                 "weight_per_node_final": weights[-1], "pushes_received": pushes,
                 "pushes_rejected": rejected, "seconds": time.monotonic() - t0}
     finally:
-        for p in procs:
-            if p.poll() is None:
-                os.killpg(p.pid, signal.SIGTERM)
-        for p in procs:
-            try:
-                p.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                os.killpg(p.pid, signal.SIGKILL)
-                p.wait()
+        stop_daemons(procs, 15.0)
+
+
+def stop_daemons(procs: list[subprocess.Popen[bytes]], wait: float) -> None:
+    """SIGTERM every daemon (each runs in its own session), SIGKILL those still up
+    after ``wait`` seconds."""
+    for p in procs:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGTERM)
+    for p in procs:
+        try:
+            p.wait(timeout=wait)
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -451,6 +451,14 @@ class _Source:
     def strategy_status(self) -> dict[str, Any]:
         return {"name": "partial"}  # the default strategy reports only its name
 
+    def reachability(self) -> Any:
+        from p2p.runtime.connectivity import ReachabilityStatus
+
+        return ReachabilityStatus("no", "2 peers could not dial back", "10.0.0.1:7400", ())
+
+    def relay_status(self) -> dict[str, Any]:
+        return {"serving": False, "reserved_with": [
+            {"relay": "203.0.113.1:7661", "state": "active", "reason": "", "circuits": 2}]}
     def training_note(self) -> None:
         return None  # neither waiting for peers nor stopped
 
@@ -477,6 +485,8 @@ async def test_node_admin_needs_only_its_narrow_source(tmp_path: Path) -> None:
     assert counters["rejected_messages"] == 1 and counters["global.pushes_sent"] == 7
     assert counters["task.accuracy"] == 0.75  # the test set's metrics, for the endpoint
     assert counters["round"] == 3 and "test_loss" not in counters
+    assert counters["relay.reservations_active"] == 1
+    assert status.relay is not None and status.relay["reserved_with"][0]["state"] == "active"
     report = await admin.checkpoint()
     assert (report.bytes, report.round) == (123, 3)
     assert admin.stop().stopping and source.stop_requested

@@ -174,7 +174,9 @@ def test_check_data_dir_not_writable(tmp_path: Path, monkeypatch: pytest.MonkeyP
     def denied(*args: object, **kwargs: object) -> tuple[int, str]:
         raise PermissionError(errno.EACCES, "Permission denied")
 
-    monkeypatch.setattr(ckpt.tempfile, "mkstemp", denied)
+    import p2p.runtime.data_dir
+
+    monkeypatch.setattr(p2p.runtime.data_dir.tempfile, "mkstemp", denied)
     with pytest.raises(DataDirError, match="is not writable: permission denied"):
         check_data_dir_writable(tmp_path)
 

@@ -86,14 +86,14 @@ async def test_outgoing_connections_survive_an_inbound_flood() -> None:
         peer_address = await nursery.start(peer.serve, pong_handler)
         other_address = await nursery.start(other.serve, pong_handler)
         assert await node.request(peer_address, Ping(1)) == Pong(1)
-        pooled = node._pool[peer_address]
+        pooled = node.dialer.pool[peer_address]
         # strangers take every incoming slot: sessions that ping, idle TCP connections
         sessions = [(await open_session(address))[0] for _ in range(2)]
         idle = [await trio.open_tcp_stream(*parse_address(address)) for _ in range(6)]
         await wait_until(lambda: node.admission.sessions == 2
                          and node.admission.refused.get("sessions_per_source", 0) == 6)
         # the node's own outgoing connection was not closed to admit them...
-        assert node._pool[peer_address] is pooled and not pooled.closed
+        assert node.dialer.pool[peer_address] is pooled and not pooled.closed
         assert await node.request(peer_address, Ping(2)) == Pong(2)
         # ...and it can still dial a new peer while the incoming slots are full
         assert await node.request(other_address, Ping(3)) == Pong(3)

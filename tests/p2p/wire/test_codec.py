@@ -16,11 +16,14 @@ import peersampling
 from gossip.compression import ENCODINGS, EncodedVector, encode
 from gossip.masking.epochs import PairAccept, PairOffer
 from gossip.messages import Push, PushAck
+from p2p.runtime.connectivity import DIALBACK_MESSAGES
+from p2p.runtime.connectivity.punch import PUNCH_MESSAGES
 from p2p.runtime.grouping.messages import GROUPING_MESSAGES
 from p2p.runtime.protocol import node_messages, register_node_messages
 from p2p.strategies.fedlinked.messages import FEDLINKED_MESSAGES
 from p2p.strategies.graph.messages import GRAPH_MESSAGES
 from p2p.wire import codec
+from p2p.wire.circuit import CIRCUIT_MESSAGES
 from p2p.wire.codec import DecodeError, EncodeError, RegistrationError, VersionMismatch
 from p2p.wire.messages import MESSAGES, Error, HandshakePayload, NoiseHello, Ping, Pong
 from peersampling.descriptor import Descriptor
@@ -453,10 +456,12 @@ def test_each_package_brings_its_wire_surface() -> None:
                                     (PairOffer, "pair_offer"), (PairAccept, "pair_accept"))
     assert peersampling.WIRE_MESSAGES == (
         (ShuffleRequest, "shuffle_request"), (ShuffleReply, "shuffle_reply"))
-    # plus the runtime's own surface: automatic grouping's record exchange (issue 16) and
-    # the strategies' pulls (issue 18), which their plug-ins declare
+    # plus the runtime's own surface: automatic grouping's record exchange (issue 16),
+    # the strategies' pulls (issue 18), which their plug-ins declare, dial-backs and relay
+    # circuits and hole punching (issue 34)
     assert set(node_messages()) == {*MESSAGES, *gossip.WIRE_MESSAGES, *peersampling.WIRE_MESSAGES,
-                                  *GROUPING_MESSAGES, *FEDLINKED_MESSAGES, *GRAPH_MESSAGES}
+                                    *GROUPING_MESSAGES, *FEDLINKED_MESSAGES, *GRAPH_MESSAGES,
+                                    *DIALBACK_MESSAGES, *CIRCUIT_MESSAGES, *PUNCH_MESSAGES}
     # the wire's own messages need no registration: the handshake relies on them
     assert all(codec.is_registered(cls) for cls, _ in MESSAGES)
 
@@ -486,11 +491,12 @@ _GOLDEN = {
                       "00ac7265706c795f776569676874cb3fd0000000000000a17603a174a8707573685f6163"
                       "6b",
     # Issue 11 (same protocol version 3): descriptors carry a signed epoch and
-    # their signature (peersampling/signed.py).
-    "shuffle_request": "85a673656e64657286a76e6f64655f6964c4046e6e6e6ea761646472657373a3683a31a3"
-                       "61676502a47461677392c40161c40162a565706f636800a97369676e6174757265c400a7"
-                       "656e747269657390a476696577c40176a17603a174af73687566666c655f726571756573"
-                       "74",
+    # their signature (peersampling/signed.py); issue 34: and their alternate
+    # addresses (a second relay, a LAN address tried last).
+    "shuffle_request": "85a673656e64657287a76e6f64655f6964c4046e6e6e6ea761646472657373a3683a31a3"
+                       "61676502a47461677392c40161c40162a565706f636800a97369676e6174757265c400aa"
+                       "616c7465726e6174657390a7656e747269657390a476696577c40176a17603a174af7368"
+                       "7566666c655f72657175657374",
 }
 
 

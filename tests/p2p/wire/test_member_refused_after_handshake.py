@@ -109,9 +109,9 @@ async def test_refusals_beyond_the_waiting_cap_are_sent_at_once(
     net = MemoryNetwork()
     node = net.transport(Identity.generate(), "node:1", swarm_key=SWARM,
                          admission=AdmissionLimits(max_sessions=1))
-    node._refusals_waiting = node.admission.limits.max_handshakes
+    node.responder.refusals_waiting = node.admission.limits.max_handshakes
     first, second = (net.transport(Identity.generate(), f"{x}:1", swarm_key=SWARM)
                      for x in "ab")
     refused = await _second_member_refused(node, first, second, "node:1")
     assert refused.reason.startswith(BUSY), refused.reason
-    assert node._refusals_waiting == node.admission.limits.max_handshakes  # given back
+    assert node.responder.refusals_waiting == node.admission.limits.max_handshakes  # given back
