@@ -1,21 +1,16 @@
 """Compact encodings of the float vectors that push-sum sends.
 
 The push-sum state stays float64; what travels is an :class:`EncodedVector`:
+``f64`` as is; ``f32``, ``f16`` rounded to nearest even; ``bf16`` the top 16
+bits of the float32 value, rounded to nearest even, stored as ``<u2``; ``int8``
+blockwise symmetric quantization (blocks of :data:`INT8_BLOCK` values share one
+float32 scale ``max|block| / 127``, so each value errs by at most half its
+block's scale). :func:`encode` refuses values the encoding cannot hold (it never
+emits an infinity); :func:`decode` checks a received vector in one vectorized
+pass. No error feedback here: the core merges and removes exactly the decoded
+values, so the rounding residual stays in the sender's own state.
 
-- ``f64``: the values as they are (8 bytes each);
-- ``f32``, ``f16``: rounded to nearest (even) in the smaller float format;
-- ``bf16``: the top 16 bits of the float32 value, rounded to nearest even
-  (float32's range with 8 bits of mantissa), stored as ``<u2``;
-- ``int8``: blockwise symmetric quantization: blocks of :data:`INT8_BLOCK`
-  values share one float32 scale ``max|block| / 127`` (rounded up to float32;
-  0 for an all-zero block); each value is ``round(x / scale)`` in [-127, 127],
-  so its error is at most half its block's scale.
-
-:func:`encode` refuses values the encoding cannot hold (it never emits an
-infinity); :func:`decode` checks a received vector in one vectorized pass and
-returns a fresh float64 array. Error feedback is not here: the push-sum core
-merges and removes exactly the *decoded* values, so the rounding residual stays
-in the sender's own state.
+See docs/design/gossip.md and docs/guide/configuration.md (``gossip.encoding``).
 """
 
 from __future__ import annotations

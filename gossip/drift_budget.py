@@ -1,27 +1,17 @@
 """How far other nodes' merges have moved this node, against how far it trained: the creep budget.
 
-Clipping bounds what one merge moves, not where many merges lead.  A liar
-whose requests, replies or pushes all pull one way (a fixed or slowly
-rotating direction) walks a node any distance, one in-radius merge at a
-time, and with many identities it is most of the node's partners.  Honest
-merges do not add up like that: over a horizon, what they move a node by in
-all is where the swarm's average went (the other nodes' training) minus what
-this node trained itself, so their sum, with this node's own training taken
-back, is about as long as a node's own training over that horizon.
-:class:`DriftBudget` keeps ``S``, the decaying sum of the movement every merge
-made (pushes, requests and replies, all senders together: identities are
-free), and ``T``, the decaying sum of this node's own training steps, both in
-the model's units and decaying with this node's own pushes; ``S`` counts as
-``min ||S + l T||`` over ``0 <= l <= 1`` and may reach ``cap * ||T||`` (at
-least ``floor`` times the model's norm).  Only this node sets ``T``: no
-sender can widen the bound, however many identities it holds.
+Clipping bounds what one merge moves, not where many merges lead: a liar whose
+merges all pull one way walks a node any distance, one in-radius merge at a
+time. Honest merges add up, with this node's own training taken back, to about
+as much as its own training. :class:`DriftBudget` keeps ``S``, the decaying sum
+of the movement every merge made (all senders together: identities are free),
+and ``T``, the decaying sum of this node's own training steps, both decaying
+with this node's own pushes; ``S`` counts as ``min ||S + l T||`` over
+``0 <= l <= 1`` and may reach ``cap * ||T||`` (at least ``floor`` times the
+model's norm). Only this node sets ``T``. Models of more than
+:data:`SKETCH_WIDTH` values keep the sums as a private count sketch.
 
-For models of more than :data:`SKETCH_WIDTH` values the sums are kept as a
-count sketch of that width (each value added, with a random sign, into one of
-``SKETCH_WIDTH`` buckets): its squared norm is an unbiased estimate of the
-sum's (relative spread ``sqrt(2 / width)``, 9 %).  The buckets and signs are
-drawn per core from its RNG and never leave it: a sender that knew them could
-creep along a direction the sketch does not see.
+How it works: docs/design/trust.md ("The creep budget: a bound liars cannot move").
 """
 
 from __future__ import annotations

@@ -1,21 +1,17 @@
 """Trio driver: runs push-sum cores over an abstract push transport.
 
 After each training round (:meth:`GossipDriver.signal_round`) the driver mixes
-every shared model, all models at once: it retransmits what expired and makes
-exchange *waves* (one push, or push-pull request, per model to freshly sampled
-holders) as the :class:`~gossip.wave_rule.WaveRule` decides: a fixed
-``pushes_per_round``, or ``"auto"``, which measures after each answered
-exchange how far apart the partners were and stops once that is within the
-drift of one round of training (see :mod:`gossip.wave_rule`).  With a core's
-``max_in_flight`` > 1 the next wave starts as soon as the core allows it, not
-when the previous one is answered.  Acknowledgements and failures are fed back
-into the cores.  While mask noise is held apart it keeps mixing until the next
-round.  The rule for undelivered pushes is the core's
-(:meth:`PushSum.on_undelivered`), so the simulator and the daemon agree.
+every shared model at once: it retransmits what expired and makes exchange
+*waves* (one push or push-pull request per model, to freshly sampled holders)
+as the :class:`~gossip.wave_rule.WaveRule` decides. With a core's
+``max_in_flight`` > 1 the next wave starts as soon as the core allows it.
+Acknowledgements and failures go back into the cores, whose
+:meth:`PushSum.on_undelivered` rule the simulator shares; while mask noise is
+held it keeps mixing until the next round. The node plugs in its connections
+(a :class:`PushTransport`) and holder sampling (a :data:`Holders` callable);
+tests plug in a fake network and trio's ``MockClock``.
 
-The node plugs in its connections (a :class:`PushTransport`) and its holder
-sampling (a :data:`Holders` callable); its server side calls ``core.on_push``
-directly.  Tests plug in a fake network and trio's ``MockClock``.
+How it works: docs/design/gossip.md ("In the daemon").
 """
 
 from __future__ import annotations

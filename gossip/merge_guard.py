@@ -2,97 +2,17 @@
 
 Sans-IO: plain Python state keyed by sender id, fed the time the core is given.
 A :class:`PushSum` built with ``guard=GuardSettings()`` consults a
-:class:`MergeGuard` before and during every merge (issue 11, item 3):
+:class:`MergeGuard` before and during every merge (push, request or reply):
+weight share and ceiling, net weight balance per peer, sinks (reciprocity),
+``masked``/``noisy`` flags, value clipping around this node's own model (the
+radius from partners' and its own training, jittered, with a clip debt per
+sender), the sender share (:class:`SenderShares`, off by default) and the creep
+budget (:mod:`gossip.drift_budget`). Every refusal raises
+:class:`RefusedByGuard` (a ``RejectedPush`` naming its ``rule``) before any
+state changes.
 
-- **Weight share.**  A push may carry at most ``share_ratio`` times the
-  receiver's own weight (or ``weight_floor``, the weight every node starts
-  with, if that is larger).  An honest push carries ``w_sender / (fanout + 1)``;
-  with the default push-pull exchange weights stay within a few times 1 and
-  the largest honest share / receiver weight measured is 1.8 (see
-  docs/gossip.md), so 4 leaves a margin of 2 while a liar can at most
-  multiply a receiver's weight by 5 per accepted push.  A node's own pushes
-  carry at most :attr:`GuardSettings.max_share` (2): a liar that made it
-  heavy (one identity, one-way pushes of the node's own estimate, 10 weight
-  in 7 minutes) otherwise left it with shares every guarded peer refused,
-  for good, as weight only leaves a node by its pushes.
-- **Net weight balance per peer.**  Per peer one number: the net weight it
-  handed us (what stays here of its pushes: share minus our reply) minus the
-  net weight we handed it (what it kept of ours).  Both ends of an honest
-  pair count the same flows with opposite signs, and push-pull flows go both
-  ways, so an honest pair's balance stays small; a liar that only gives
-  (weight injection) or only takes (a sink) moves it one way.  A push that
-  would take it above ``balance_cap`` is refused; no push goes to a peer we
-  already gave ``balance_cap`` net (counting the whole share of the push).
-  The balance decays towards 0 with ``balance_halflife`` (seconds in the
-  daemon, rounds in the simulator): honest flows can circulate around a cycle
-  of three nodes (A to B to C to A) without changing anyone's weight, a random
-  walk the decay keeps bounded.  A liar moves at most ``balance_cap`` at once
-  and then ``balance_cap * ln 2 / balance_halflife`` per time unit per honest
-  node.
-- **Reciprocity (sinks).**  A peer that answers a push-pull request of a
-  privacy "none" node with a plain ack (an honest one replies unless it holds
-  mask noise, which a guarded "none" node never does) did not give weight
-  back: the core keeps the share (as for a refused push, so the honest sums
-  stay exact) and sends the peer nothing for ``sink_pause``.  A plain sink
-  takes no weight at all.  A reply under ``1 / share_ratio`` of the share
-  (a sink that returns a token weight) is merged but earns the same pause:
-  such a sink takes under one share per honest node and ``sink_pause``.
-- **Flags.**  A push marked ``masked`` or ``noisy`` carries values that are
-  large by design and escape clipping; it is refused unless this node itself
-  runs a masked mode, and each sender may send at most ``flag_budget`` such
-  pushes per ``flag_period``.  With masking epochs (:mod:`gossip.masking.epochs`)
-  an honest node's pushes are noisy for whole mixing phases, back to back by
-  default, at the rate acks come back: the default (a burst of 400, 40 per
-  second) is a ceiling far above that, not a tight budget; what bounds a
-  look-alike's size is the magnitude check derived from the mask scale.
-- **Value clipping** (ClippedGossip, He, Karimireddy, Jaggi 2022): the update
-  ``y - x`` a merge applies (a push, a request, a reply) is clipped to a radius
-  ``tau`` around this node's own model: ``clip_factor`` times the larger of
-  the median, over the latest ``clip_senders`` distinct partners, of the
-  norm of the last update each proposed, and the median of this node's own
-  recent training steps; at least ``clip_floor`` times the norm of our own
-  estimate.  Only *partners* count (peers that acknowledged a push of ours or
-  got a one-way push of ours: holders this node chose itself), one entry
-  each, the sender's own left out: made-up identities cannot set the bar,
-  and partners that answer with nothing (zero-delta replies) cannot collapse
-  it below this node's own training, after which honest merges were refused.
-  Before ``clip_warmup`` partners have been seen the radius is ``clip_start``
-  times our norm.  Each check draws the radius within ``clip_jitter`` of
-  itself from a private generator: a reply to a probe tells the radius to
-  that, no better (docs/design/trust.md, "No reading through replies").  A
-  one-way push beyond the radius is refused; a request is clipped and the
-  clipped part handed back in the reply (exact for mass, see
-  :class:`gossip.merge_checks.MergeChecks`), at a *clip debt* per sender
-  (``clip_debt_cap``, ``clip_debt_halflife``) in proportion to how many
-  decades beyond the radius it was (in full from ``clip_debt_decades``): a
-  poisoner's kicks cost it its whole share.  A reply is clipped to
-  ``reply_clip_factor`` times the radius (the responder may have handed back
-  up to its own radius); what is clipped of a reply is dropped, the one place
-  the defences lose mass.  A holder that itself pushes one-way refuses a
-  request beyond its radius rather than clip it (its slow mixing cannot
-  absorb clipped kicks).  The debt is kept apart from the net balance
-  because only the receiver sees it.
-- **Weight ceiling.**  No push that leaves weight here may take this node's
-  weight over ``weight_ceiling``: the net balance bounds each identity, and
-  identities are free (50 made-up ones took a node from weight 1 to 151).
-- **Sender share** (:class:`SenderShares`; off by default, ``sender_share``
-  0).  One sender may hold at most ``sender_share`` (3 when on) times a fair share of the pushes this node merged
-  recently (counts decaying with this node's own pushes, at least
-  ``sender_allowance`` merges each): a liar that sent every holder a request
-  0.9 radius away in a fresh random direction every round was a third to a
-  half of each holder's merges and grew the honest spread, and with it the
-  radius, without bound.  Replies to this node's requests are not counted.
-- **Creep budget** (:mod:`gossip.drift_budget`).  The movement every merge
-  made, pushes, requests and replies, all senders together, summed as a
-  vector, decaying with this node's own pushes, with this node's own training
-  taken back, stays within ``drift_cap`` times the norm of this node's own
-  training over the same horizon (at least ``drift_floor`` times its own
-  norm), after its first ``drift_warmup`` merges: a liar's merges, whatever
-  their number of identities, move a node by at most about as much as it
-  trains.  A push that would take the sum over is refused, a request or a
-  reply is scaled to fit; a merge that shrinks the sum always fits.
-Every refusal raises :class:`RefusedByGuard` (a ``RejectedPush`` with the rule
-named in ``rule``) before any state changes.
+Each rule, its defaults and why: docs/design/trust.md ("Merge guard" and its
+sections).
 """
 
 from __future__ import annotations

@@ -1,20 +1,16 @@
 """Keep a node's trained network and its push-sum cores consistent.
 
 Plain numpy: the network and the cores are reached through the two Protocols
-below, so this module needs neither torch nor trio.  The trainer owns the
-network and runs SGD in a worker thread; pushes arrive on the event loop at any
-time and are merged into the push-sum cores, never into the network during a
-step. Between steps, the
-training progress since the last synchronisation is carried into each core as
-a delta and the merged values are written back into the network:
+below, so this module needs neither torch nor trio. The trainer runs SGD in a
+worker thread; pushes arrive on the event loop and are merged into the cores,
+never into the network during a step. Between steps the training since the
+last sync is carried into each core as a delta and the merged values are
+written back, ``z_core <- z_core + (extract(net) - z_synced)`` then
+``assign(net, z_core)``, so no merge is lost or applied mid-step (the
+Stochastic Gradient Push pattern). :meth:`ModelSync.roll_back` undoes the
+merges a sync brought in (:mod:`gossip.recovery`).
 
-    z_core <- z_core + (extract(net) - z_synced);  assign(net, z_core)
-
-so a merge that arrived while the worker was training is neither lost nor
-applied in the middle of a step, and the push-sum invariants only ever see
-"local SGD changed z" between exchanges (the Stochastic Gradient Push pattern).
-:meth:`ModelSync.roll_back` undoes the merges a sync brought in (the network
-goes back to its own training: :mod:`gossip.recovery`).
+See docs/design/gossip.md ("In the daemon").
 """
 
 from __future__ import annotations

@@ -1,49 +1,17 @@
 """Which sampled holders a node pushes to: peers that gave weight back come first.
 
-Sans-IO: plain Python state keyed by peer id, fed the outcome of every
-exchange and the time the driver sees (issue 11, items 3 and 4).
+Sans-IO: plain Python state keyed by peer id, fed the outcome of every exchange
+and the driver's time. A Sybil-resistant view gives fakes their share of the
+identities, which may be most of a model view; what tells them apart is
+behaviour. :class:`PartnerChoice`: a peer whose reply to our push-pull request
+gave back at least ``min_reply_ratio`` of the share, with values the merge guard
+found useful, is *proven*; a plain ack, a rejected reply or a poisoner's reply
+is a *strike* (no push for ``strike_pause``, doubling up to ``max_pause``). Each
+target goes to an unproven candidate with probability
+``q = max(explore, u * trust)``, else to a proven one: uniform with no attacker.
+One-way pushes prove nothing. Candidates come from peer sampling.
 
-Why peer sampling alone is not enough: a Sybil-resistant view (a rank sampler,
-Brahms/Basalt style) gives an adversary its share of the *identities* a node
-has heard of, no more. With 3 honest daemons and 20 fake identities a model
-view of 22 is 20/22 fakes by construction, so a uniform pick from it sends
-about 90 % of the pushes to fakes. Fairness between identities cannot help
-there; what separates the two is behaviour. An honest holder answers a
-push-pull request with a reply carrying weight back; a fake that wants to
-drain or isolate honest nodes takes the push and gives nothing back.
-
-The rule (:class:`PartnerChoice`):
-
-- **Proven partners.**  A peer that answered one of our push-pull requests
-  with a reply of at least ``min_reply_ratio`` times the share we sent, whose
-  values the merge guard found *useful*, has *reciprocated*: it is proven.
-  Weight back is not enough: a fake that echoes our own values back (a zero
-  delta) gives weight for nothing, and one whose reply the creep budget cut
-  to less than half gave more than this node takes.  Either is no proof,
-  counts as a failed exploration, and a cut reply costs a proven peer its
-  proof.  A reply over twice the reply radius away is a poisoner's: a strike.
-- **Strikes.**  A peer that answers a push-pull request with a plain ack (or
-  with a reply the core rejected) took the share and gave nothing back: it
-  loses its proof and gets no push for ``strike_pause`` seconds, doubled at
-  each further strike in a row (up to ``max_pause``); a reciprocation clears
-  its strikes.  A reply that is merely small is neither proof nor strike
-  (honest weights can differ several-fold).  One-way pushes (exchange
-  "push", masked modes) prove nothing either way.
-- **The choice.**  Each target slot goes to an *unproven* candidate with
-  probability ``q = max(explore, u * trust)``, else to a proven one (each
-  class picked uniformly; the other class when one is empty). ``u`` is the
-  share of unproven candidates and ``trust`` a moving average (weight
-  ``trust_step``) of how exchanges with unproven peers turned out (1 when
-  they reciprocate, 0 when they take). With no attacker ``trust`` stays 1 and
-  ``q = u``: the choice is uniform over the sampled holders, exactly as
-  without the rule (with at least ``explore`` for holders new to this node).
-  Once unproven peers have been taking, ``q`` falls to ``explore``: proven
-  partners get the rest. Exploration tries every holder never struck before
-  one whose pause ended, so a new honest holder is found among ``k`` fakes
-  within ``k + 1`` explorations.
-
-The candidates come from peer sampling, so membership stays peer sampling's
-business: a peer leaving the view leaves the choice.
+How it works: docs/design/trust.md ("Partner choice: holders that give back").
 """
 
 from __future__ import annotations

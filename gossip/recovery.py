@@ -1,20 +1,16 @@
 """Rolling back merges that made a node worse on its own held-out data.
 
-A liar's merges can be bounded (:mod:`gossip.drift_budget`) but not told apart
-from honest ones by their values alone; what this node can tell is whether
-they made its model worse on data no peer sees.  After each training round
-the node measures the loss of its own-trained model (before the round's
-merges are folded in) and of the merged one on a held-out probe of its own
-data; :class:`MergeRecovery` judges the pair.  A jump for the worse (the
-merged loss over ``worse_ratio`` times the own one and ``worse_margin``
-above it) rolls the round's merges back (the node keeps its own training,
-:meth:`ModelSync.roll_back`) and blames the peers whose merges moved the
-model most (at least ``blame_share`` of the largest); one blamed in
-``blames`` of the last ``blame_rounds`` judged rounds is struck: the node
-stops trusting it for a while, as for any other offence
-(docs/design/trust.md, "Recovery").  Honest merges make such a jump now and
-then (a node whose model fits its own data better than the average does); a
-liar's, round after round.
+A liar's merges can be bounded (:mod:`gossip.drift_budget`) but not told from
+honest ones by their values; this node can tell whether they made its model
+worse on data no peer sees. After each round it measures the loss of its
+own-trained model and of the merged one on a held-out probe, and
+:class:`MergeRecovery` judges the pair: a jump for the worse (over
+``worse_ratio`` times and ``worse_margin`` above) rolls the round's merges back
+(:meth:`ModelSync.roll_back`) and blames the peers that moved the model most (at
+least ``blame_share`` of the largest); one blamed in ``blames`` of the last
+``blame_rounds`` judged rounds is struck.
+
+How it works: docs/design/trust.md ("Recovery").
 """
 
 from __future__ import annotations

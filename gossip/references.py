@@ -1,20 +1,17 @@
 """References that both ends of a push-pull exchange hold (requests sent as deltas).
 
-After a push-pull exchange between A and B completes, both ends know the
-request's merged values ``q_A`` and the reply's decoded delta ``d = q_B - q_A``
-bit for bit, so both derive the same *reference* with :func:`reference_of` (the
-midpoint ``q_A + d / 2``, rounded to float32: identical float operations on
-identical inputs give identical bits, and float32 halves the memory).  The reference is named by the
-exchange's push id plus who started it.  Either end may later send a request
-as ``encode(x - reference)``: a delta that is small once the two agree, so a
-coarse encoding (int8) rounds relative to the disagreement rather than to the
-values.  The receiver rebuilds the values with :func:`rebuild`, the same
-operation the sender used, so both merge exactly the same vector.
+After a completed exchange both ends hold the request's values ``q_A`` and the
+reply's delta ``d = q_B - q_A`` bit for bit, so both derive the same reference
+with :func:`reference_of` (the midpoint ``q_A + d / 2`` rounded to float32),
+named by the exchange's push id and who started it. Either end may later send
+a request as ``encode(x - reference)``, small once the two agree, so a coarse
+encoding rounds relative to the disagreement; :func:`rebuild` applies the same
+operation on both ends, so both merge the same vector.
+:class:`PairReferences` keeps the latest two references per peer in an LRU
+bounded by count and bytes; they are not checkpointed (after a restart a delta
+request is refused and the sender falls back to absolute values).
 
-:class:`PairReferences` keeps the latest two references per peer (a reply lost
-for good leaves the initiator one exchange behind the responder) in an LRU
-bounded by count and bytes.  References are not checkpointed: after a restart a
-peer's delta request is refused and the sender falls back to absolute values.
+How it works: docs/design/gossip.md ("The exchange").
 """
 
 from __future__ import annotations

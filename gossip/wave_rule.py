@@ -1,25 +1,16 @@
 """How many exchanges a node makes after each training round (sans-IO).
 
-``pushes_per_round`` is either a fixed count or ``"auto"``.  Auto mixes until
-the model is as close to its partners as one round of local training moves
-it, and no further:
+``pushes_per_round`` is a fixed count or ``"auto"``: mix until the model is as
+close to its partners as one round of training moves it, and no further. After
+a round the node makes exchange waves while the last answered exchange's gap
+(:attr:`PushSum.last_gap`) exceeds ``gap_ratio`` times the round's drift
+(:attr:`PushSum.round_drift`), at least once, at most ``max_waves`` times, and
+stops when the gap stops shrinking. When a round's first exchange already finds
+the gap within the drift, the next exchange waits one more round (up to
+``max_interval`` rounds apart). Where no gap is measured (one-way or masked
+pushes) it makes ``blind_waves`` waves after every round.
 
-* after a round, the node makes exchange *waves* (one push-pull exchange per
-  shared model, to a freshly sampled holder) while the partner gap measured by
-  the last answered exchange (:attr:`PushSum.last_gap`: how far apart the two
-  ends were, relative) exceeds ``gap_ratio`` times the drift of the round
-  (:attr:`PushSum.round_drift`: how far local training moved the model,
-  relative), at least once and at most ``max_waves`` times;
-* it also stops when the gap stops shrinking (the partners are as close as the
-  swarm's training noise lets them be: more waves buy nothing);
-* when a round's first exchange already finds the gap within the drift, the
-  node is ahead of what training adds: it waits one round more before the next
-  exchange (up to ``max_interval`` rounds apart); when a round needs more than
-  one wave, it exchanges after every round again.
-
-Where no gap is measured (one-way ``"push"`` exchanges, masked pushes), auto
-makes ``blind_waves`` waves after every round.  The reasoning and the
-measurements behind the constants are in docs/design/gossip.md.
+How it works: docs/design/gossip.md ("How often to exchange").
 """
 
 from __future__ import annotations

@@ -1,30 +1,16 @@
 """The thesis' associative network (ch. 3 IV.2, V.5): a non-SGD learner over partial models.
 
-A visible layer of ``V`` binary neurons and a hidden layer of ``H`` binary
-neurons form a complete directed bipartite graph. Each neuron fires (1) when
-the weighted sum of the other layer's outputs reaches its threshold
-(Algorithm 4). Learning is Hebbian (Algorithm 5): the visible layer is set to a
-complete training vector, the hidden outputs are computed, then every weight
-leaving an active neuron moves towards +1 if its target is active too and
-towards -1 otherwise, by half the distance to that bound times the learning
-rate. Weights therefore stay in ``[-1, 1]``; thresholds are fixed (a
-hyperparameter of the thesis, 0.5), never learned.
+A visible layer of ``V`` binary neurons and a hidden layer of ``H`` form a
+complete bipartite graph; a neuron fires when the weighted sum of the other
+layer's outputs reaches its fixed threshold (Algorithm 4). Learning is Hebbian
+(Algorithm 5), keeping weights in ``[-1, 1]``. The parameters are laid out as a
+``V=H=V`` MLP (:class:`learner.layout.ModelLayout`, thresholds in the bias
+slots), so partial models are declared, owned and moved in and out
+(:meth:`AssociativeNetwork.extract` / :meth:`AssociativeNetwork.assign`) as for
+the MLP, through the interface :class:`gossip.model_sync.ModelSync` needs.
+numpy in float64: the rule needs no gradient.
 
-The parameters are laid out exactly like a ``V=H=V`` multi-layer perceptron
-(:class:`learner.layout.ModelLayout`): layer 1 holds the hidden neurons'
-weights ``(H, V)`` and thresholds, layer 2 the visible neurons' weights
-``(V, H)`` and thresholds, each threshold in its layer's bias slot. So partial
-models are declared, fingerprinted and owned as for the MLP, and
-:meth:`AssociativeNetwork.extract` / :meth:`AssociativeNetwork.assign` move a
-shared model's canonical vector in and out by the layout's index arrays, the
-interface :class:`learner.network.PartialNetwork` offers and
-:class:`gossip.model_sync.ModelSync` needs. Sharing 300 of 400 hidden neurons
-with the whole visible layer is the thesis' partial model ``V-300-V``.
-
-numpy rather than torch: the rule needs no gradient, it is two masked
-outer-product updates per vector, and the canonical vectors gossip averages are
-float64 numpy arrays already, so the parameters are kept in float64 and
-extract/assign are plain gathers and scatters.
+How it works: docs/design/partial-models.md ("The associative network").
 """
 
 from __future__ import annotations

@@ -1,30 +1,16 @@
 """Many nodes' training steps at once: one vectorised step over identical networks.
 
-A simulation in lock-step mode trains every node's round at the same virtual
-instant. When the nodes' networks share one architecture and their optimizers
-one setting, :func:`train_steps_batched` stacks their parameters and runs a
-single ``torch.func.vmap``-ed forward/backward per step for all of them,
-instead of one small step per node: the same arithmetic, far fewer Python and
-kernel-launch overheads.
+When a lock-step simulation's nodes share one architecture and optimizer
+setting, :func:`train_steps_batched` stacks their parameters and runs one
+``torch.func.vmap``-ed forward/backward per step for all of them. The results
+match each trainer's ``train_steps`` (within float tolerance): each node draws
+its own mini-batches, torch's optimizer formula is applied to the stacked
+tensors with each trainer's optimizer state read and written back, and the new
+values go into each node's parameter tensors in place. Trainers that cannot be
+batched (DP-SGD, other optimizer settings, buffers or dropout, an unshared
+architecture) train with their own loop; a debug log says which.
 
-The results match calling ``trainer.train_steps(steps)`` on each trainer in
-turn (within float tolerance: a batched matrix product may round differently):
-
-- every node's mini-batches are drawn by its own trainer (its RNG, its
-  augmentation), so the order of samples is the same;
-- the optimizer update is torch's formula (SGD with momentum and weight
-  decay, Adam), applied to the stacked tensors; the optimizer's state
-  (momentum buffers, Adam moments and step counts) is read from and written
-  back to each trainer's torch optimizer, so a later plain step continues
-  where the batched one stopped;
-- the new values are written into each node's parameter tensors in place:
-  whatever holds a view of them (the node's partial-model bookkeeping, the
-  optimizer) sees the change.
-
-Trainers that cannot be batched train with their own plain loop: DP-SGD
-(Poisson batches, per-sample clipping), optimizer settings other than those
-:class:`~learner.trainer.Trainer` builds, models with buffers or dropout, and
-any trainer whose architecture no other trainer shares. A debug log says which.
+See docs/guide/simulation.md ("Lock-step training").
 """
 
 from __future__ import annotations

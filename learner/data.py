@@ -1,21 +1,16 @@
 """One node's data: its training shard, the shared test part and the public split.
 
-Every node of a swarm calls `load_node_data` with the same task, seed,
-`num_nodes` and `test_fraction` and its own `node_index`: the seeded split then
-gives all nodes the same test part and disjoint training shards, without any
-coordination. Each node's labels (train and test) go through its own
-permutation, so each node is scored on the shared test part as its task sees it.
-The public split (see :mod:`learner.tasks`) is the same on every node, labels
-included: no permutation is applied to it.
+Every node calls `load_node_data` with the same task, seed, `num_nodes` and
+`test_fraction` and its own `node_index`: the seeded split gives all nodes the
+same test part and disjoint shards without coordination. Each node's train and
+test labels go through its own permutation; the public split (see
+:mod:`learner.tasks`) is the same on every node, true labels included. Features
+a file stores as they are (floats, integers other than uint8) are standardized
+by default (`scale = "standard"`) with statistics over the training samples of
+all nodes, which every node computes alike; built-in tasks and uint8 images
+keep their fixed scaling to [0, 1].
 
-Features a file stores as they are (floats; integers other than uint8) are
-standardized by default (`scale = "standard"`): minus the mean, divided by the
-standard deviation of each feature over the training samples of *all* nodes
-(every sample of the file but the shared test part). Every node loads the whole
-file and makes the same seeded split, so every node computes the same
-statistics without exchanging anything: the shared first layers see inputs on
-one scale. Statistics of a node's own shard would differ from node to node.
-Built-in tasks and uint8 images keep their fixed scaling to [0, 1].
+See docs/guide/data-and-training.md ("How the data is split", "Scaling").
 """
 
 from __future__ import annotations

@@ -3,19 +3,13 @@
 :class:`ModelLayout` is pure numpy (no torch): it validates a node's network and
 the partial models it implements, assigns neurons to models, applies the
 ownership rule (DESIGN 3.3, thesis ch. 3 II.4 ``R(pi)``) and precomputes, for
-every shared model, the index array that maps its canonical vector onto the
-node's flat parameter vector.
+every shared model, the index array mapping its canonical vector onto the
+node's flat parameter vector. The flat layout is torch's own memory order, per
+layer the weights ``(sizes[l], sizes[l-1], unit)`` then the biases, with
+``unit`` from :meth:`NetworkSpec.weights_per_pair` (1 between dense layers, the
+kernel area for a convolution).
 
-Flat parameter layout: for each layer ``l = 1..k``, the weights of shape
-``(sizes[l], sizes[l-1], unit)`` in row-major order, then the bias of length
-``sizes[l]``. ``unit`` is the number of weights joining one neuron of layer
-``l - 1`` to one of layer ``l`` (:meth:`NetworkSpec.weights_per_pair`): 1 between
-dense layers, the kernel area for a convolution (whose output channels are its
-neurons), the feature-map area of a channel for the dense layer that flattens
-them. That is torch's own memory order for a linear weight ``(out, in)``, a
-convolution weight ``(out, in, kh, kw)`` and a linear weight over a
-channel-major flattening ``(out, in * h * w)``; so a block of neurons is a
-rectangle of whole ``unit`` runs, and the ownership rule needs no change.
+How it works: docs/design/partial-models.md ("Neurons", "Who owns a parameter").
 """
 
 from __future__ import annotations

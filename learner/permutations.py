@@ -1,20 +1,15 @@
 """Label permutations (the papers' "modified MNIST"): one notation, one parser.
 
 A permutation maps each true label ``y`` to the label the node is taught,
-``perm[y]``. It is a product of disjoint cycles, written (whitespace ignored
-around tokens):
+``perm[y]``: a product of disjoint cycles. Accepted forms: ``"id"`` (also ``""``,
+``"identity"``, ``"none"``, ``"()"``, ``None``); colon cycles separated by commas,
+``"8:9,6:7"`` (the canonical form, written by :func:`format_cycles` and
+:func:`format_permutation`); parenthesised cycles ``"(7 8 9)(6 7)"``; the
+papers' difference rate ``"rate:r"`` (the cycle over the last ``r`` classes);
+an image list ``"map:1,0,2,..."``. A comma always separates cycles (or images),
+never labels of one cycle.
 
-- ``"id"`` (also ``""``, ``"identity"``, ``"none"``, ``"()"`` or ``None``): no change;
-- colon cycles separated by commas: ``"8:9"`` swaps 8 and 9, ``"7:8:9"`` maps
-  7->8, 8->9, 9->7, ``"8:9,6:7"`` applies two disjoint cycles. This is the
-  canonical form: :func:`format_cycles` and :func:`format_permutation` write it;
-- the same cycles in parentheses, labels separated by spaces: ``"(7 8 9)(6 7)"``;
-- the papers' difference rate ``"rate:r"``: the cycle ``(C-r ... C-1)`` over the
-  last ``r`` of ``C`` classes (``rate:0`` is the identity, ``rate:1`` is impossible);
-- an explicit image list ``"map:1,0,2,3,4,5,6,7,8,9"`` (``perm[i]`` for every class).
-
-A comma always separates cycles (or, after ``map:``, images); it never
-separates labels of one cycle.
+See docs/guide/data-and-training.md ("How the data is split").
 """
 
 from __future__ import annotations

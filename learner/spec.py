@@ -1,22 +1,16 @@
 """Declarations of networks and partial models in the papers' notation.
 
-A network is written ``64=48=32=10`` (input, hidden..., output layer sizes) and
-a partial model ``64-40-24-10`` (how many neurons of each layer it holds).
-These are plain, validated value objects; :mod:`learner.layout` turns them into
-neuron assignments and parameter ownership.
+A network is written ``64=48=32=10`` (layer sizes) and a partial model
+``64-40-24-10`` (neurons of each layer it holds): plain validated value
+objects that :mod:`learner.layout` turns into neuron assignments and ownership.
+A convolutional network starts with its image shape:
+``1x28x28=c16k5=pool2=c32k5=pool2=100=10`` (``c16k5``: 16 channels, 5x5 kernel,
+no padding, stride 1; ``p2`` pads, ``s2`` strides; ``pool2``: 2x2 max pooling
+after the convolution's activation). Channels play the role of neurons, so its
+sizes are ``(1, 16, 32, 100, 10)``. Batch normalization is refused: its running
+statistics neither belong to a weight block nor average like one.
 
-A convolutional network starts with its image shape ``CxHxW`` and lists its
-parts the same way: ``1x28x28=c16k5=pool2=c32k5=pool2=100=10``. ``c16k5`` is a
-convolution with 16 output channels and a 5x5 kernel, no padding ("valid"),
-stride 1; ``c16k5p2`` pads 2 zeros on every side, ``c16k3s2`` strides by 2.
-``pool2`` is a 2x2 max pooling with stride 2 (rows or columns left over are
-dropped) applied after the activation of the convolution just before it.
-Plain numbers are dense layers; the first one flattens the feature maps
-channel by channel. Channels play the role of neurons: the network's
-:attr:`NetworkSpec.sizes` are ``(1, 16, 32, 100, 10)`` and a partial model
-counts channels then neurons (``1-12-24-80-10``). Batch normalization is
-refused (``bn``): its running statistics would be a per-channel state that
-neither belongs to a weight block nor averages like one.
+See docs/guide/configuration.md and docs/design/partial-models.md.
 """
 
 from __future__ import annotations

@@ -1,25 +1,15 @@
 """Refuse files another local user could have planted, changed or read.
 
-A node trusts three things on disk: its data directory (identity key,
-checkpoint, admin socket), its identity key and the swarm key file. If another
-local user owns one of them, or can write it, that user can hand the node an
-identity of their choosing or read its secrets, and the node would run as them
-without a word. So the node refuses to start instead: :class:`UnsafeFileError`
-names the path, its owner, its mode and the command that fixes it, and ``p2p
-run`` exits with status 2.
+The node trusts its data directory, its identity key and the swarm key file.
+:func:`ownership_problem` (a pure function over a stat result) refuses one that
+is owned by another user than the node's effective uid (root included), that
+its group or others can write, or, for a key (``secret=True``), that they can
+read. :class:`UnsafeFileError` names the path, owner, mode and the fixing
+command; ``p2p run`` exits with status 2. Nothing is ``chmod``-ed: a secret may
+already have leaked. What the node creates itself (directory 0700, keys 0600
+via :func:`p2p.files.write_private_file`) always passes.
 
-The rules (:func:`ownership_problem`, a pure function over a stat result):
-
-- the owner must be the user the node runs as (its effective uid), root
-  included: a root daemon refuses a directory a user prepared for it;
-- nobody but the owner may write it (no group or other write bit);
-- a key (``secret=True``) must not be readable by its group or others either.
-
-What the node creates itself passes: the data directory is made with mode 0700
-and keys are written 0600 (:func:`p2p.files.write_private_file`) by the node's
-own user. A file that is merely too open is refused rather than ``chmod``-ed:
-its secret may already have leaked, and one that another user could write may
-already have been replaced.
+See docs/guide/operations.md ("Ownership rules").
 """
 
 from __future__ import annotations

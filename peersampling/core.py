@@ -2,19 +2,16 @@
 
 :class:`PeerSampler` holds no sockets and no clock: callers hand it messages,
 the current time and a seeded :class:`random.Random`, and it returns what to
-send. The same object runs under the trio driver (:mod:`peersampling.driver`)
-and inside the in-process simulator (:mod:`peersampling.simulator`).
-
-Protocol (Voulgaris et al., "CYCLON", 2005), once per period: age every
-entry; take the oldest entry Q out and send it ``l - 1`` random other entries
-plus a fresh self-descriptor; Q answers with up to ``l`` entries of its own
-and merges what it got; the initiator merges the answer (known entries are
-refreshed, new ones fill empty slots, then replace the entries it sent). A
+send, under the trio driver (:mod:`peersampling.driver`) and inside the
+in-process simulator (:mod:`peersampling.simulator`) alike. Once per period
+(Voulgaris et al., "CYCLON", 2005) it ages every entry, sends the oldest entry
+``l - 1`` random others plus a fresh self-descriptor, and merges the answer; a
 peer that does not answer is dropped everywhere. The same exchange runs in a
-view per model held (:mod:`.view_set`), restricted to its holders; holder
-lookups find partners. What comes in is checked by :mod:`.intake`; the
-Sybil-resistant rules are :mod:`.sybil_guard`; bootstrap contacts
-:mod:`.contacts` (docs/design/peer-sampling.md).
+view per model held (:mod:`.view_set`), restricted to its holders. What comes
+in is checked by :mod:`.intake`; the Sybil-resistant rules are
+:mod:`.sybil_guard`; bootstrap contacts :mod:`.contacts`.
+
+How it works: docs/design/peer-sampling.md.
 """
 
 from __future__ import annotations

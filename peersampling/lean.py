@@ -1,34 +1,18 @@
 """A faster :meth:`Simulator.run_period` for plain Cyclon exchanges, draw for draw the same.
 
-At 10,000 simulated nodes almost every shuffle is plain Cyclon between two
-nodes that hold no partial model, about descriptors that never carried a tag
-and were never reissued. For such an exchange the core's message checks can
-only accept (every descriptor was validated when it entered the process, and
-honest simulated signatures verify), its descriptor copies only carry ages,
-and its holder bookkeeping does nothing. :class:`LeanPeriods` runs those
-exchanges on the cores' own state (each :class:`~peersampling.PeerSampler`'s
-views, counters, failed-peer memory and random generator) without building
-messages, copies or checks, making the very same random draws in the same
-order (``oldest``, ``random_subset``, the simulator's order and losses), so
-the views are the ones :meth:`Simulator.run_period` gives: checked against it
-by ``tests/test_peersampling_lean.py`` and the pinned digests of
-``tests/test_peersampling_pinned.py``.
+At 10,000 simulated nodes almost every shuffle is plain Cyclon between nodes
+that hold no model, about descriptors never tagged nor reissued: the core's
+checks can only accept and its copies only carry ages. :class:`LeanPeriods`
+runs those exchanges on the cores' own state (views, counters, failed-peer
+memory, random generator) without messages, copies or checks, making the same
+random draws in the same order, so the views match :meth:`Simulator.run_period`
+(``tests/test_peersampling_lean.py``, the pinned digests). Everything else
+(Sybil adversaries, model holders, special nodes, distrust, bootstrap, logged
+offences) goes through the cores' public methods. It reads and writes
+:class:`PeerSampler` and :class:`PartialView` internals on purpose: it is
+``core.py``'s shuffle and ``view.py``'s merge specialised to the plain case.
 
-Everything else goes through the cores' public methods, exactly as the
-simulator calls them: the whole period when the simulator has a Sybil
-adversary; a node's whole turn when it holds a model, runs the Sybil rules,
-distrusts someone, has an empty view, is due to ask a bootstrap address (a view
-smaller than one shuffle) or logs offences through a rate limiter;
-and an exchange from the point where it touches a *special* node (one that
-holds or held a model, or whose descriptor changed since the engine first saw
-it; its descriptors may carry tags or other epochs, which the core's merge and
-holder cache act on). Signatures are not checked on the lean path (they could
-only verify); the cores check them as configured on every other exchange.
-
-This module reads and writes :class:`PeerSampler` and :class:`PartialView`
-internals on purpose: it is the same algorithm as ``core.py``'s
-``start_shuffles`` / ``on_request`` / ``on_reply`` / ``on_failure`` and
-``view.py``'s ``merge`` specialised to the plain case, kept next to them.
+See docs/guide/simulation.md ("Gossip-only mode").
 """
 
 from __future__ import annotations

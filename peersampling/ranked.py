@@ -1,21 +1,17 @@
 """A view of seeded min-wise samplers (Brahms' history samplers, Basalt's view).
 
-Each id falls, by a keyed hash secret to this node, into one of the
-``capacity`` slots and gets a rank there; a slot holds, among every id it has
-been offered, the lowest-ranked one (one-permutation min-wise hashing: one
-hash per id whatever the view size). Whatever order and however often ids are
-offered, a slot ends up holding a uniform pick among the *distinct* ids that
-fall into it: an adversary that floods a node with its own ids gains nothing
-beyond the number of identities it controls (Bortnikov et al., "Brahms",
-2009; Auvolat et al., "Basalt", 2021). While fewer ids are known than slots,
-an id whose own slot is taken parks in an empty slot as a *spare*, which any
-id that belongs there displaces, so small views (a model held by 3 nodes)
-keep every member.
+A keyed hash, secret to this node, puts each id in one of ``capacity`` slots
+with a rank; a slot holds the lowest-ranked id it has been offered, so it ends
+up a uniform pick among the distinct ids that fell into it, whatever the order
+or repetition: flooding gains an adversary nothing beyond its number of
+identities (Bortnikov et al., "Brahms", 2009; Auvolat et al., "Basalt", 2021).
+While fewer ids are known than slots, an id whose slot is taken parks in an
+empty one as a *spare*, so small views keep every member. Only *proven*
+descriptors (whose address answered with that id) occupy slots; unproven
+winners wait in a bounded candidate list until probed. Ages count periods
+since the holder last answered; they pick whom to shuffle with next.
 
-Only *proven* descriptors occupy slots: one whose address answered this node
-with that id (the core probes it). An unproven id that would win a slot waits
-in a bounded candidate list until the core probes it. Ages count periods since
-the holder last answered us; they decide whom to shuffle with next.
+How it works: docs/design/trust.md ("Fake identities").
 """
 
 from __future__ import annotations

@@ -1,55 +1,18 @@
 """Masking epochs: cancelling noise pairs agreed over secure sessions (sans-IO).
 
-After Bouchra Pilet, Frey, Taïani, "Robust Privacy-Preserving Gossip
-Averaging" (SSS 2019): exchange noise first, then data, so the network-wide
-sum stays exact and a crash can be undone.  One :class:`MaskEpochs` per shared
-model per node; the caller (a driver) moves the messages and applies the
-returned mass vectors to the model's :class:`~gossip.pushsum.PushSum` core
-with :meth:`~gossip.pushsum.PushSum.add_noise_mass`.
+After Bouchra Pilet, Frey, Taïani (SSS 2019): noise first, then data, so the
+network-wide sum stays exact and a crash can be undone. One :class:`MaskEpochs`
+per shared model per node; a driver moves its messages and applies the returned
+mass vectors with :meth:`~gossip.pushsum.PushSum.add_noise_mass`. An epoch:
+**setup** (:class:`PairOffer` / :class:`PairAccept`, the pair's noise seeded
+from an X25519 agreement, :func:`pair_secret`, :func:`pair_seed`, sized by
+:func:`noise_bound`), **mixing** (:attr:`MaskEpochs.may_push`: noisy pushes),
+**fold** (:meth:`MaskEpochs.on_folded`; :attr:`MaskEpochs.due` starts the next).
+Pairs join only young noise (:meth:`MaskEpochs.may_take_noise`); a survivor takes
+back its share of a lost partner's pair (:meth:`MaskEpochs.partner_lost`,
+:meth:`MaskEpochs.note_pushed`).
 
-An epoch, at one node:
-
-1. **Setup (noise).**  The node offers a pair to ``partners`` holders of the
-   model (:meth:`MaskEpochs.start` returns the :class:`PairOffer` messages).
-   Both ends derive the pair's noise from a key agreement run inside their
-   authenticated session: each message carries a fresh X25519 public key,
-   the two ends compute the same shared secret (:func:`pair_secret`) and
-   the pair's seed from it (:func:`pair_seed`): no noise travels, and the
-   ephemeral private keys are dropped once the pair is applied.  The
-   responder applies its side (``-a * n``) when the offer arrives and answers
-   a :class:`PairAccept`; the initiator applies its side (``+a * n``) when the
-   accept arrives.  ``a = mask_scale * min(w_initiator, w_responder)`` (both
-   weights travel in the messages), so the noise each side adds to its
-   estimate ``x = mass / w`` is at most ``mask_scale`` times a Gaussian tail
-   per pair whatever the weights: :func:`noise_bound`.  The sum of mass over
-   the holders is exact once the exchange completes.
-2. **Mixing (data).**  Once every offer is answered or its partner is lost,
-   :attr:`MaskEpochs.may_push` turns true and the node's pushes carry its
-   obfuscated estimate (the core holds the trained values apart, pushes are
-   flagged ``noisy``).  A receiver that is a pair partner of the sender knows
-   one of its pairs, not the others: with two other partners the push stays
-   hidden from it (:func:`hiding_warning` for models with too few holders).
-3. **Fold.**  After ``mix_exchanges`` merges received the core folds: the trained
-   values take the averaged value (``PushSum``'s ``unmask_after`` rule).
-   :meth:`MaskEpochs.on_folded` closes the epoch; ``clear_rounds`` training
-   rounds later :attr:`MaskEpochs.due` says the next one may start.
-
-Fresh pairs join only young noise (:meth:`MaskEpochs.may_take_noise`): held
-noise ages with the merges a node receives, merging a noisy push keeps the
-younger age, and the fold waits for ``mix_exchanges``; pairs applied at any
-age would keep resetting the swarm's ages and postpone every fold for good.
-
-Crash or departure of a partner (:meth:`MaskEpochs.partner_lost`): the
-survivor removes what it still holds of its own side of that pair.  It knows
-that amount: a push of share ``s`` made at weight ``w`` removes the fraction
-``s / w`` of every part of the mass it carried (:meth:`MaskEpochs.note_pushed`;
-exact when pushes are acknowledged one at a time).
-The removal leaves no residual when neither end's share of the pair left the
-two of them (no push since the pair was applied, or pushes only to each
-other): the partner took exactly its own side, the survivor takes back
-exactly its own.  Once either end pushed elsewhere the pair's noise is mixing
-and the removal takes back only the survivor's part; what the partner held is
-lost with it, as any crashed node's mass is.
+How it works: docs/design/gossip.md ("Masking epochs").
 """
 
 from __future__ import annotations

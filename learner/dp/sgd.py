@@ -1,30 +1,17 @@
 """DP-SGD: per-sample gradients, clipping, Gaussian noise, Poisson batches.
 
-One step of :class:`PrivateSGD` (Abadi et al., "Deep Learning with
-Differential Privacy", CCS 2016):
+One step of :class:`PrivateSGD` (Abadi et al., CCS 2016): a Poisson batch (each
+sample joins with probability ``q = batch_size / n``, as the accountant
+assumes); every sample's gradient through :mod:`torch.func` (``vmap(grad)`` of
+``functional_call``), clipped to L2 norm ``clip_norm`` over all trainable
+parameters; their sum plus Gaussian noise of standard deviation
+``noise_multiplier * clip_norm``, divided by ``q * n``; then the configured
+optimizer steps. Everything after the noisy gradient is post-processing. Noise
+and sampling use the operating system's randomness unless seeded (only the
+synchronous reference seeds them). Batch normalisation cannot be clipped per
+sample; :mod:`learner.network` builds none.
 
-1. draw a batch by Poisson sampling: each sample of the shard joins
-   independently with probability ``q = batch_size / n`` (so the batch size
-   varies around ``batch_size`` and may be 0); the accountant's guarantee
-   assumes exactly this sampling;
-2. compute every sample's gradient with :mod:`torch.func` (``functional_call``
-   under ``vmap(grad)``), which works for any network built from ordinary torch
-   operations (the MLPs and convolutional networks of :mod:`learner.network`),
-   and scale each down to an L2 norm of at most ``clip_norm`` over all
-   trainable parameters together;
-3. sum them, add Gaussian noise of standard deviation ``noise_multiplier *
-   clip_norm`` to every coordinate, divide by the expected batch size
-   ``q * n``; the configured optimizer then steps with that gradient.
-
-Only the noisy gradient depends on the data: the optimizer's update, the
-model, and everything computed from it afterwards (pushes, averages) are
-post-processing and spend no further privacy. The noise and the sampling use
-the operating system's randomness unless a seed is given (the synchronous
-reference seeds them for reproducible tables; a daemon must not, or anyone
-knowing the seed could subtract the noise).
-
-Networks with batch statistics (batch normalisation) mix samples and cannot be
-trained with per-sample clipping; :mod:`learner.network` builds none.
+See docs/guide/data-and-training.md ("DP-SGD") and docs/design/trust.md.
 """
 
 from __future__ import annotations

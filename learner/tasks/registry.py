@@ -1,33 +1,16 @@
 """The task registry: every data task by name, how it loads, its shape and its public split.
 
 The node's config (``data.task``), :mod:`learner.data` (and so the reference
-and the simulator), ``scripts/swarm.py`` and ``scripts/paper/reproduce.py``
-all look tasks up here. Nothing is downloaded.
+and the simulator), ``scripts/swarm.py`` and ``scripts/paper/reproduce.py`` all
+look tasks up here; nothing is downloaded. Tasks: ``digits``, ``synthetic``,
+``mnist5k``, ``mnist1d``, and the user's ``npz`` and ``idx`` files. The test
+part is the file's own or ``data.test_fraction`` held out (seeded, the same on
+every node). The public split is held identically by every node, true labels
+included: *generated* from a stream of its own, or *carved* from the samples
+after the test part (shrinking the shards, so digits, npz and idx carve none
+unless ``data.public_size`` asks).
 
-=============  =============================================  ===========  =========================
-task           samples                                        test part    public split (size)
-=============  =============================================  ===========  =========================
-``digits``     scikit-learn's 1,797 8x8 digits, 64 features   held out     carved, 0 by default
-``synthetic``  seeded Gaussian clusters, 2,000, 64 features   held out     generated, 200
-``mnist5k``    5,000 MNIST images, 784 features (bundled)     held out     carved, 500
-``mnist1d``    MNIST-1D-style signals, 5,000, 40 features     held out     generated, 500
-``npz``        the user's ``.npz`` (``x_test``, ``x_public``  the file's   the file's ``x_public``,
-               optional)                                      or held out  else carved, 0 by default
-``idx``        the user's MNIST-style IDX files               the file's   carved, 0 by default
-                                                              or held out
-=============  =============================================  ===========  =========================
-
-"held out": ``data.test_fraction`` of the samples (seeded, the same on every
-node) is the shared test part. The **public split** is a set of inputs and
-labels every node holds identically, apart from the test part and from every
-node's shard, for methods that compare nodes on shared data (automatic
-groups, FedLinked). *Generated* public samples are drawn from a stream of
-their own, so they change nothing else; *carved* ones are taken from the
-samples after the test part, before the shards are cut, which shrinks the
-shards. That is why digits, npz and idx carve none unless asked
-(``data.public_size``): their shards stay what they were before public
-splits existed. The labels of the public split are the true ones on every
-node (a node's own permutation is not applied).
+The tasks' table: docs/guide/data-and-training.md ("Tasks").
 """
 
 from __future__ import annotations

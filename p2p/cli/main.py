@@ -4,19 +4,15 @@
 
     p2p run --config node.toml --data-dir ./n0 [--listen H:P] [--advertise H:P] [--bootstrap H:P,...]
     p2p run --relay-only --config node.toml --data-dir ./relay --listen 0.0.0.0:7661
-    p2p status|peers|models|metrics|groups (--data-dir DIR | --socket PATH) [--json]
-    p2p checkpoint|stop (--data-dir DIR | --socket PATH)
-    p2p keygen [--out FILE] [--force]
-    p2p config --config FILE [--json] # validate and print the resolved config
+    p2p status|peers|models|metrics|groups|checkpoint|stop (--data-dir DIR | --socket PATH)
+    p2p keygen [--out FILE] [--force]          p2p config --config FILE [--json]
     p2p dashboard (--data-dir DIR | --glob PATTERN | --metrics-url URL)... [--listen H:P]
     p2p export (--data-dir DIR | --socket PATH) --out FILE   # the model as a state_dict
 
-Errors print one line to stderr (``p2p: error: ...``) and exit non-zero:
-2 for usage and configuration errors (and for a data directory or key file that
-another user owns or can write), 3 when ``run`` finds its data directory
-held by another node or its port taken, 1 when the node cannot be reached or a
-command fails. Tracebacks are shown only with ``--log-level debug`` or
-``P2P_DEBUG=1``.
+Errors print one line to stderr (``p2p: error: ...``) and exit non-zero (2: usage,
+configuration or unsafe files; 3: data directory or port taken; 1: unreachable
+node or failed command); tracebacks only with ``--log-level debug`` or
+``P2P_DEBUG=1``. See docs/guide/operations.md.
 """
 
 from __future__ import annotations

@@ -1,28 +1,18 @@
 """Node configuration: a TOML file loaded into frozen dataclasses.
 
-``load_config(path)`` reads a TOML file (stdlib :mod:`tomllib`), checks every key
-(type, range, notation) and returns a :class:`NodeConfig`. Every problem raises
-:class:`ConfigError` whose message names the dotted key (``training.lr``), the
-value found and the expected form. Unknown sections and keys are errors too,
-with a "did you mean" suggestion, because a misspelt key silently falling back
-to its default is the worst kind of configuration bug.
+``load_config(path)`` reads a TOML file, checks every key (type, range,
+notation) and returns a :class:`NodeConfig`; every problem raises
+:class:`ConfigError` naming the dotted key, the value found and the expected
+form. Unknown sections and keys are errors too, with a "did you mean"
+suggestion: a misspelt key silently falling back to its default is the worst
+kind of configuration bug. Each key is declared once, in
+:mod:`p2p.config.schema`; reading, writing (:func:`render_config_toml`, which
+``load_config`` reads back unchanged), the known-key lists and command-line
+overrides derive from it. ``p2p config`` and ``p2p run`` both run
+:func:`preflight` before anything is created. Relative paths are resolved
+against the file's directory. The swarm key helpers live here too.
 
-Each key is declared once, in :mod:`p2p.config.schema` (default, kind, help);
-reading, writing, the known-key lists and command-line overrides
-(:meth:`NodeConfig.with_overrides`) derive from it (:mod:`p2p.config.kinds`,
-:mod:`p2p.config.document`). What the learner consumes is checked by the
-learner's own value objects, so ``p2p config`` and ``p2p run`` agree; both
-also run :func:`preflight` (the network against the task's shape, the models,
-the swarm key file, the data itself) before anything is created.
-:func:`render_config_toml` writes a config back as TOML;
-``load_config(render_config_toml(c))`` gives back ``c``.
-
-Relative paths in a file (``node.data_dir``, ``data.path``,
-``security.swarm_key_file``) are resolved against the directory holding the
-file, so a config keeps working whatever the current directory is.
-
-The swarm key helpers (:mod:`p2p.config.swarm_key`) live here too: the key
-file is configuration the operator provides.
+Keys: docs/guide/configuration.md; how it is built: docs/design/architecture.md.
 """
 
 from __future__ import annotations

@@ -1,89 +1,17 @@
 """Admin socket server: a local control channel for a running node.
 
-The node listens on a Unix stream socket, ``admin.sock`` in its data
-directory, created with mode 0600 (only the node's user may connect); on
-Linux the server also asks the kernel who connected (``SO_PEERCRED``) and
-answers any user other than the node's own and root with an error. The
-protocol is one JSON object per line in each direction, so ``socat`` works::
+The node listens on a Unix stream socket, ``admin.sock`` in its data directory,
+mode 0600; on Linux it also asks the kernel who connected (``SO_PEERCRED``) and
+refuses any user but the node's own and root. One JSON object per line each
+way, so ``socat`` works: a request ``{"cmd": NAME}`` (or a bare command word),
+a reply ``{"ok": true, "result": {...}}`` or ``{"ok": false, "error": "..."}``.
+Malformed, unknown or over-long lines get an error reply, a handler that
+raises gets an error reply and a log line, and a client that disconnects or
+stalls never affects the server or other clients. Commands: ``status``,
+``peers``, ``models``, ``metrics``, ``groups``, ``checkpoint``, ``stop``,
+``help``; the report dataclasses below build their results.
 
-    $ echo '{"cmd": "status"}' | socat - UNIX-CONNECT:/var/lib/p2p/admin.sock
-    {"ok": true, "result": {"id": "9f1c...", "round": 42, ...}}
-
-A request is ``{"cmd": NAME}`` (a bare command word such as ``status`` is
-accepted too, for typing by hand). A reply is ``{"ok": true, "result": {...}}``
-or ``{"ok": false, "error": "message"}``. Malformed lines, unknown commands and
-over-long lines get an error reply; a handler that raises gets an error reply
-and a log line; a client that disconnects or stalls never affects the server or
-other clients.
-
-Commands and the fields of their results (the report dataclasses below build
-them; handlers may return those dataclasses or plain dicts):
-
-``status``
-    ``id`` (node id, hex), ``name``, ``addresses`` (listen addresses), ``uptime``
-    (seconds), ``round``, ``steps`` (SGD mini-batches), ``loss`` (last training
-    loss or null), ``accuracy`` (last local test accuracy in [0, 1] or null),
-    ``isolated`` (true when no peer is known), ``view_size`` (peers in the
-    view), ``connections`` (open peer connections), ``pid``, ``data_dir``,
-    ``collaborating`` (true when a known peer holds one of the node's shared
-    models), ``collaboration_state`` (``collaborating``, ``local-only``,
-    ``waiting``, ``joining``, ``bootstrap-unreachable``, ``handshake-failed``,
-    ``shape-mismatch``) and ``collaboration_reason`` (one line saying why),
-    ``isolation_reason`` (while isolated: why, e.g. no bootstrap answered),
-    ``rounds`` (``training.rounds``, 0 = until stopped), ``training`` (one
-    line: training, finished, or already finished when resumed and how to
-    train further), ``privacy`` (null unless ``gossip.privacy`` includes
-    DP-SGD: ``mode``, ``epsilon`` spent so far at ``delta``,
-    ``noise_multiplier``, ``clip_norm``, ``sample_rate``, ``steps`` (DP-SGD
-    steps counted, across restarts), ``budget`` (epsilon budget or null) and
-    ``budget_spent`` (true once the node has stopped training for it)),
-    ``groups`` (null unless ``clustering`` is on: a summary of ``groups``'
-    result: ``phase``, ``epoch``, ``records``, ``expected``, ``fingerprint``,
-    ``count`` (groups of two or more), ``model`` and ``members`` (the node's
-    own group: its semi-local model or null, its size), ``peers_agreeing``,
-    ``disagreements``, ``attempt``), ``reachable`` (``yes``, ``no``, ``unknown``),
-    ``reachable_reason``, ``confirmed_addresses``, ``relay`` (``serving``,
-    ``circuits`` and ``reservations`` held here, ``circuits_opened``,
-    ``circuits_refused``, ``reservations_refused``, ``bytes_relayed``, and this
-    node's own reservations, ``reserved_with``: each ``relay``, ``state``,
-    ``reason``, ``circuits``; ``reservation_problem``: why none holds, if so),
-    ``metrics`` (the URL of the Prometheus endpoint, port 0 resolved, or null
-    without ``[metrics] listen``).
-``peers``
-    ``view``: list of peers, each ``id``, ``address``, ``age`` (shuffle periods
-    since the descriptor was fresh), ``last_contact`` (seconds ago or null),
-    ``failures`` (consecutive failed contacts), ``models`` (names or
-    fingerprints it holds; ``relay`` for a relay), ``path`` (this node's open
-    connection to it: ``direct``, ``relayed``, ``punched`` or ``reversed``, or
-    null); ``models``: per shared model name, the per-model view as the same
-    kind of list.
-``models``
-    ``models``: list of partial models, each ``name``, ``kind`` (``global``,
-    ``semi-local`` or ``local``), ``size`` (parameters), ``fingerprint`` (hex),
-    ``weight`` (push-sum weight; null for the local model), ``holders`` (known
-    peers holding it), ``pushes_sent``, ``pushes_received``, ``pushes_rejected``,
-    ``bytes_sent``, ``bytes_received``.
-``metrics``
-    ``counters``: name -> number; ``timings``: name -> ``count``, ``mean``,
-    ``max``, ``total`` (seconds).
-``groups``
-    automatic semi-local groups (``clustering``): ``id`` (this node, hex),
-    ``phase`` (``off``, ``pretraining``, ``collecting``, ``agreed``),
-    ``epoch``, ``records`` (projection records held), ``expected`` (node count
-    the table is checked against, or null), ``fingerprint`` (of the agreed
-    grouping, or null), ``groups`` (each ``model`` (null for a singleton),
-    ``members`` (node ids, hex), ``barycentre_distance`` and ``gain`` (this
-    node's, own group only, else null)), ``own`` (the node's group, same
-    fields, or null), ``peers_agreeing``, ``disagreements``, ``attempt`` (0 first,
-    one more each time every node was found alone and the nodes looked again). A node without
-    automatic grouping answers ``phase`` ``off``.
-``checkpoint``
-    writes a checkpoint now: ``path``, ``bytes``, ``round``, ``seconds``.
-``stop``
-    asks the node to shut down cleanly (checkpoint, close, exit 0):
-    ``stopping`` (true). The reply is sent before the node stops.
-``help``
-    ``commands``: the list of command names.
+Every command's result fields: docs/guide/operations.md ("The admin protocol").
 """
 
 from __future__ import annotations

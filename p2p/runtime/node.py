@@ -1,20 +1,17 @@
 """The node runtime: one trio nursery running every part of a daemon.
 
-Tasks: the listener (transport server), peer sampling, the trainer (SGD in a
-worker thread, merges folded in between rounds by :class:`ModelSync`), the
-gossip sender, the admin server, the checkpointer, the signal watcher, and the
-tasks of the parts that plug in from modules of their own: the collaboration
-watcher (:mod:`~p2p.runtime.collaboration_watch`), automatic grouping
-(:mod:`~p2p.runtime.grouping.host`) and the strategy
-(:class:`~p2p.runtime.strategy_host.StrategySupervisor`). Masking epochs
-(:mod:`~p2p.runtime.masking.host`) serve their own requests; the peers gossip
-talks to and their addresses are the :class:`~p2p.runtime.peer_book.PeerBook`.
-The node builds and wires them; what they do lives there.
-
-Ownership: the torch network is changed only by the trainer task (and its
-worker thread) under ``_model_lock``, which checkpoints also take to read it;
-the push-sum cores live on the event loop, so a merge never lands in the
-middle of an SGD step.
+Tasks: the listener, peer sampling, the trainer (SGD in a worker thread, merges
+folded in between rounds by :class:`ModelSync`), the gossip sender, the admin
+server, the checkpointer, the signal watcher, and the tasks of parts in modules
+of their own: relays (:mod:`~p2p.runtime.relay`), reachability and hole
+punching (:mod:`~p2p.runtime.connectivity`), the collaboration watcher,
+automatic grouping (:mod:`~p2p.runtime.grouping.host`) and the strategy
+(:class:`~p2p.runtime.strategy_host.StrategySupervisor`); masking serves its own
+requests and the peers gossip talks to are the
+:class:`~p2p.runtime.peer_book.PeerBook`. The node builds and wires them.
+Ownership: the torch network changes only in the trainer task (and its worker)
+under ``_model_lock``, which checkpoints take to read it; push-sum cores live on
+the event loop, so no merge lands mid-step. See docs/design/architecture.md.
 """
 
 from __future__ import annotations

@@ -1,19 +1,15 @@
 """The peers a node's gossip talks to: sampled holders, where they listen, what failed.
 
-Peer sampling hands out descriptors (node id, address, tags); gossip, masking,
-grouping and strategies address peers by node id.  :class:`PeerBook` is the
-link between the two:
+Peer sampling hands out descriptors; gossip, masking, grouping and strategies
+address peers by node id. :class:`PeerBook` links the two: it holds the node's
+:class:`~peersampling.PeerSampler` once the node listens (before that
+:attr:`PeerBook.sampler` raises), samples holders of a model and remembers their
+addresses (:meth:`PeerBook.holders`, bounded by :data:`MAX_TRACKED_PEERS`;
+:attr:`PeerBook.addresses` is read live by the request adapters), and passes
+what gossip learnt back to peer sampling (:meth:`PeerBook.on_unreachable`,
+:meth:`PeerBook.distrust`).
 
-- it holds the node's :class:`~peersampling.PeerSampler` once the node listens
-  (its own descriptor needs the address), so :attr:`PeerBook.sampler` raises
-  before then and :attr:`PeerBook.started` is None;
-- :meth:`PeerBook.holders` samples holders of a model (the gossip driver's and
-  masking's ``holders`` callable) and remembers their addresses, bounded to the
-  newest :data:`MAX_TRACKED_PEERS`; :attr:`PeerBook.addresses` is that table,
-  read live by the request adapters;
-- :meth:`PeerBook.on_unreachable` and :meth:`PeerBook.distrust` pass what
-  gossip learnt about a peer back to peer sampling (a push that surely did not
-  arrive; a holder that took weight and gave nothing back).
+See docs/design/peer-sampling.md.
 """
 
 from __future__ import annotations

@@ -1,45 +1,18 @@
 """A node's collaboration strategy: what it may use of the node, and how the node runs it.
 
 :class:`StrategySupervisor` is the node's side of ``[strategy]``: it builds the
-configured strategy, installs it with a :class:`NodeStrategyHost` over the node,
-sets its loss term on the trainer, and runs its background task and after-round
-step so that a bug in the strategy switches the strategy off, never the node
+configured strategy, installs it with a :class:`NodeStrategyHost`, sets its loss
+term on the trainer and runs its background task and after-round step, so that
+a bug in the strategy switches the strategy off, never the node
 (:attr:`StrategySupervisor.failure` says why; :meth:`StrategySupervisor.status`
-is what ``p2p status`` shows).
+is what ``p2p status`` shows). :class:`NodeStrategyHost` hands the strategy the
+node's learning setup, push-sum cores, request dispatcher, runner and model
+lock, sampled peers (:class:`~p2p.runtime.peer_book.PeerBook`), one-off
+requests and *gossiped vectors* (:meth:`NodeStrategyHost.add_gossiped`:
+auxiliary float64 push-sum cores, optionally a :class:`CheckedPushSum` whose
+``check`` refuses impossible values and may answer :class:`OutOfStep`).
 
-:class:`NodeStrategyHost` wraps a :class:`~p2p.runtime.node.Node` and hands the
-strategy the node's learning setup, push-sum cores, request dispatcher, runner
-and model lock, sampled peers (its :class:`~p2p.runtime.peer_book.PeerBook`),
-one-off requests to them and *gossiped vectors*.
-
-A gossiped vector (:meth:`NodeStrategyHost.add_gossiped`) is an auxiliary
-push-sum core run exactly as a shared model's: its fingerprint goes into the
-node's ``by_fingerprint`` and its transport and peer-sampling tags, so holders of
-the same fingerprint find each other in the views; the gossip driver pushes it
-after every round; pushes for it are served by the node's push handler, under
-the same validation, frame limit (checked here when it is added) and merge guard,
-but for its value clipping (a clipped reply drops mass: the sums would no longer
-be exact; the weight-share, balance and sink checks stay). Its values travel in float64 (``encoding`` "f64"), so the averages are
-exact up to float64 rounding. It is *not* checkpointed: a restarted node
-rebuilds it from the strategy's current contribution (docs/strategies.md says
-what that costs FedCurv's sums).
-
-A strategy may pass ``check``: a function of a push's decoded values returning why
-they are impossible for an honest holder (or None). A push whose values fail it is
-refused before anything merges (counted as ``rejected``, logged as any refused push),
-and so is a delta push (``base``), whose absolute values are only known during the
-merge. Push-pull *replies* are checked as well (their values, the request's plus the
-decoded delta): one that fails is dropped as any invalid reply (counted in
-``bad_replies``). A check may return an :class:`OutOfStep` reason: the sender is
-honest but out of step (another generation of a renewed sum); the push is refused
-all the same, logged at debug level, not as an offence.
-
-A checked core also keeps every node's values a non-negative mix of what was
-contributed: a responder whose own pushes await their acks replies from its *free*
-mass, its mass minus the shares it promised them (:meth:`CheckedPushSum._reply`).
-The plain rule replies from the whole estimate, so a few replies given while a push
-is in flight can leave less of a coordinate than that push's ack then takes out:
-honest FedCurv Fisher entries went negative so (and honest pushes were refused).
+How it works: docs/design/strategies.md ("Gossiped vectors").
 """
 
 from __future__ import annotations

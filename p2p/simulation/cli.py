@@ -1,27 +1,16 @@
 """Simulate a swarm of N real nodes in one process, on a virtual clock.
 
-Every node is the daemon's node runtime (trainer, push-sum, peer sampling,
-checkpoints) configured as ``scripts/swarm.py`` configures its daemons, but
-over an in-memory network with modelled links and on trio's mock clock:
-training runs inline and is charged ``--compute-seconds`` of simulated time
-per round, so a run of 1,000 nodes costs CPU time, not real time.
+Every node is the daemon's node runtime, configured as ``scripts/swarm.py``
+configures its daemons, over an in-memory network with modelled links and on
+trio's mock clock: training runs inline and is charged ``--compute-seconds`` of
+simulated time per round, so 1,000 nodes cost CPU time, not real time.
 
     python scripts/simulate.py                          # 8 nodes, partial scheme, digits
-    python scripts/simulate.py --nodes 1000 --rounds 50 --json out.json
     python scripts/simulate.py --nodes 64 --latency uniform:5:50 --bandwidth 10 --loss 0.01
-    python scripts/simulate.py --nodes 32 --churn 0.1          # 10 % crash, then restart
-    python scripts/simulate.py --nodes 16 --churn-script churn.txt
-    python scripts/simulate.py --config examples/swarm.toml --nodes 16 --plot acc.png
     python scripts/simulate.py --gossip-only --nodes 10000   # no torch: gossip at scale
 
-The flags of ``scripts/swarm.py`` (scheme, permutations, task, network,
-optimizer, ``--config``...) mean the same here. Without ``--task`` or
-``--config``, a swarm too large for digits to give every node
-``--samples-per-node`` training samples runs the generated ``synthetic`` task
-sized for it (it learns visibly from 50 samples a node in 50 rounds; ``mnist1d``
-barely does, see docs/guide/simulation.md). Latencies are in milliseconds and
-bandwidths in Mbit/s, each a value or a distribution drawn per link:
-``VALUE``, ``uniform:LOW:HIGH`` or ``lognormal:MEDIAN:SIGMA``. See
+The flags of ``scripts/swarm.py`` mean the same here; a swarm too large for
+digits runs the ``synthetic`` task. Flags, link models and churn:
 docs/guide/simulation.md.
 """
 

@@ -1,24 +1,16 @@
 """The garbage collector during a large simulation: fewer, cheaper collections.
 
-A simulation of 1,000 nodes holds about half a million tracked objects once
-its nodes are built (models, data, views, connections), and CPython's
-collector, left at its defaults, walks all of them at every full collection:
-measured at 300 nodes (docs/guide/simulation.md, "Cost at scale"), the collector
-took about a quarter of the start-up's CPU time, mostly in full collections.
-:class:`CollectorTuning` does two things while a simulation runs, and undoes
-them after:
+A simulation of 1,000 nodes holds about half a million tracked objects, which
+CPython's collector at its defaults walks at every full collection.
+:class:`CollectorTuning` changes two things while a simulation runs, and undoes
+them after: :meth:`~CollectorTuning.freeze` moves what exists once every node
+is up to the permanent generation (:func:`gc.freeze`; still freed by reference
+counting, only cycles among it wait until the end of the run), and the
+thresholds (``threshold``, default :data:`SIMULATION_GC_THRESHOLD`) collect
+less often, in larger passes. Nothing the nodes compute changes; daemons never
+use it.
 
-- :meth:`~CollectorTuning.freeze`, called once every node is up, moves what
-  exists then to the collector's permanent generation (:func:`gc.freeze`): the
-  nodes' long-lived state is no longer walked by every full collection. It is
-  still freed by reference counting; only reference cycles among those
-  objects that become garbage later (a crashed node's, under churn) stay
-  until the end of the run.
-- the thresholds (``threshold``, default :data:`SIMULATION_GC_THRESHOLD`)
-  collect the youngest generation every 10,000 allocations instead of 700, and
-  the older ones less often: the same work in fewer, larger passes.
-
-Nothing here changes what the nodes compute; daemons never use it.
+See docs/guide/simulation.md.
 """
 
 from __future__ import annotations

@@ -1,59 +1,18 @@
 """Gossip-only simulation at scale: peer sampling and push-sum, no training, no torch.
 
-Drives the daemon's own sans-IO cores, cycle by cycle (as PeerSim's
-cycle-driven mode does): every node runs a :class:`~peersampling.PeerSampler`
-inside :class:`~peersampling.Simulator` and a :class:`~gossip.pushsum.PushSum`
-core averaging a static vector (its "model" never trains). One simulated
-period is one peer-sampling period (every node shuffles) followed by one
-push-sum round (every node pushes to a peer sampled from its own main view,
-and each exchange completes at once: push, merge, ack).
+Drives the daemon's own sans-IO cores cycle by cycle (as PeerSim's
+cycle-driven mode): every node runs a :class:`~peersampling.PeerSampler` inside
+:class:`~peersampling.Simulator` and a :class:`~gossip.pushsum.PushSum` core
+averaging a static vector. A period is one shuffle per node, then one push-sum
+exchange per node, completed at once. It measures per period the time (peer
+sampling and push-sum apart), push-sum's error, the overlay and the rare-model
+holder lookup. The engines (``--peer-sampling-engine`` with
+:class:`~peersampling.lean.LeanPeriods`, ``--pushsum-engine`` with
+:class:`BatchedPushPull`) and the signature and descriptor-check options change
+only the cost, never the result; the output names the choices made.
 
-What it measures, per period: wall (and CPU) seconds, split into peer sampling
-and push-sum; push-sum convergence (max and mean relative error of the
-estimates against the true average of the static vectors); the overlay (in-
-degree spread, view staleness = entry ages, share of dead entries after a
-crash). And the holder lookup: a model held by ``--holders`` (3) of the nodes,
-declared after a warm-up; periods until each holder has another holder in its
-model view (and knows every other holder), then until a random non-holder that
-starts to hold it finds a holder.
-
-Signatures of simulated identities (``--signatures``): ``off`` (unsigned
-descriptors), ``shared-cache`` (signed with the simulator's stand-in signature,
-every received descriptor checked through one cache shared by all simulated
-nodes, so each distinct descriptor is verified once per run) or ``per-node``
-(each node its own bounded cache, as a daemon does). The choice is named in
-the output.
-
-Descriptor checks (``--descriptor-checks``): ``in-process`` (default) builds the
-cores with peer sampling's ``in_process`` option (a descriptor received from
-another core of this process is not validated field by field again; the views
-are the same as with ``full``, checked by ``tests/test_peersampling_pinned.py``)
-or ``full`` (every field checked, as a daemon does). Named in the output.
-Python's cyclic garbage collector is paused while the nodes are built and the
-periods run (the cores make no reference cycles; it only cost time).
-
-Peer-sampling engines (``--peer-sampling-engine``): ``cores`` calls
-:meth:`~peersampling.Simulator.run_period` (every exchange through the cores'
-message handlers); ``lean`` runs the same periods with
-:class:`~peersampling.lean.LeanPeriods`: plain Cyclon exchanges between nodes
-that hold no model run on the cores' own state without messages, descriptor
-copies or checks, with the very same random draws, so the views are identical
-(``tests/test_peersampling_lean.py``, and the pinned digests); every other
-exchange still goes through the cores. ``auto`` (default) takes ``lean``
-except with ``--signatures per-node`` (which is there to measure daemon-like
-checks). Named in the output, with how many turns each path ran.
-
-Push-sum engines (``--pushsum-engine``): ``cores`` runs every node's own
-:class:`~gossip.pushsum.PushSum` (the reference: any encoding, loss,
-retransmissions); ``batched`` applies the period's exchanges, picked exactly
-as for the cores, with a few numpy operations per layer of disjoint exchanges
-(:class:`BatchedPushPull`: lossless f64 push-pull only, where it matches the
-cores bit for bit on a pair's first exchange and within a few ulps after,
-checked by ``tests/test_gossip_scale_engines.py``); ``auto`` (default) takes
-``batched`` when it applies. The engine is named in the output.
-
-Entry points for ``scripts/simulate.py --gossip-only``:
-:func:`add_gossip_only_arguments` and :func:`run_gossip_only`.
+Entry points: :func:`add_gossip_only_arguments`, :func:`run_gossip_only`.
+Flags and output: docs/guide/simulation.md ("Gossip-only mode").
 """
 
 from __future__ import annotations

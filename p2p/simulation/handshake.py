@@ -1,32 +1,18 @@
 """A handshake for simulated identities: the same checks, no cryptography of identities.
 
-In a simulation every node runs in one process and the simulation itself
-hands out the identities, so nobody can claim another node's id: the
-Noise ``XX`` handshake's X25519 exchanges and the Ed25519 signatures of
-:class:`~p2p.wire.handshake.Handshake` prove nothing the simulation does not
-already know, and at 1,000 nodes they cost a large share of every first
-contact. :class:`TrustedHandshake` keeps the handshake's messages (three, so
-a connection takes as many link delays to open) and every check a peer's
-identity gets there, minus its proof:
+In a simulation the simulation itself hands out every identity, so the Noise
+``XX`` handshake's X25519 exchanges and Ed25519 signatures prove nothing it
+does not know, yet cost much of every first contact at 1,000 nodes.
+:class:`TrustedHandshake` keeps :class:`~p2p.wire.handshake.Handshake`'s three
+messages and every identity check but the proof: a swarm-key mismatch fails
+silently (keyed BLAKE2b tags on the first two messages), a self-connection, an
+unexpected node id or an unknown cipher fails with the same reasons, and the
+:class:`~p2p.wire.handshake.HandshakeResult` has per-direction keys derived
+from the swarm key and both nonces. It does not prove the claimed id: use it
+only where every peer is simulated (:class:`~p2p.simulation.network.SimNetwork`
+with ``trusted_handshakes=True``); a daemon never does.
 
-- the protocol names say whether each side has a swarm key; a swarm-key
-  mismatch fails silently, as under Noise: the first message carries a tag
-  keyed by the swarm key, and the reply a tag over both sides' nonces, so a
-  keyed initiator neither answers nor accepts a reply written without the key
-  (one keyed BLAKE2b per message; the third message carries no tag, so
-  whether it came from the member that sent the first is not checked: a node
-  without the key that replays a recorded first message can finish the
-  handshake, but cannot open or seal a frame of the session);
-- a connection to oneself, a peer that is not the ``expected_node_id``, a
-  cipher this node does not know fail with the same reasons as
-  :class:`~p2p.wire.handshake.Handshake` gives;
-- the result is a :class:`~p2p.wire.handshake.HandshakeResult`; with a swarm
-  key, each direction gets its own key (derived from the swarm key and both
-  sides' fresh nonces), so frames are still sealed and opened.
-
-What it does not do is prove the claimed node id: use it only where every
-peer is a simulated node (:class:`~p2p.simulation.network.SimNetwork` with
-``trusted_handshakes=True``). A daemon never uses it.
+See docs/guide/simulation.md ("Trusted handshakes").
 """
 
 from __future__ import annotations

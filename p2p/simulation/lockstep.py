@@ -1,22 +1,16 @@
 """A train runner for simulations that trains every node asking at one instant together.
 
-In a simulation all nodes run in one trio run on a virtual clock; with equal
-round timings they ask to train at the same virtual instants. One
-:class:`LockstepRunner`, shared by all nodes, gathers the requests made at an
-instant and trains them in one go: with ``batched=True`` through
-:func:`learner.batched_training.train_steps_batched` (one vectorised step for
-all nodes of one architecture), with ``batched=False`` through each trainer's
-own loop. Either way each caller is then charged ``compute_seconds`` of
-(virtual) time, as :class:`~p2p.runtime.train_runner.InlineRunner` does, so
-the two modes give the same results and differ only in wall time.
+With equal round timings, a simulation's nodes ask to train at the same
+virtual instants. One :class:`LockstepRunner`, shared by all nodes, gathers the
+requests of an instant and trains them in one go: with ``batched=True`` through
+:func:`learner.batched_training.train_steps_batched`, with ``batched=False``
+through each trainer's own loop; each caller is then charged ``compute_seconds``
+as :class:`~p2p.runtime.train_runner.InlineRunner` does, so both modes give the
+same results. "The same instant" is when every task is blocked
+(:func:`trio.testing.wait_all_tasks_blocked`, before the mock clock jumps); no
+caller leads, so a cancelled node withdraws only its own request.
 
-"The same instant" is found with :func:`trio.testing.wait_all_tasks_blocked`:
-a caller parks its request and waits until every task of the run is blocked;
-under :class:`trio.testing.MockClock` that happens before the clock jumps, so
-every node that would train at this instant has asked by then. All waiting
-callers wake together; the first one to run trains every parked request and
-the others find their results ready. No caller leads, so a node cancelled
-while it waits (a crash, a leave) only withdraws its own request.
+See docs/guide/simulation.md ("Lock-step training").
 """
 
 from __future__ import annotations

@@ -7,25 +7,11 @@ sockets. At the end: a per-node table, a summary line, optional JSON and plot.
 
     python scripts/swarm.py                       # 8 nodes, partial scheme
     python scripts/swarm.py --scheme full --nodes 16 --rounds 100
-    python scripts/swarm.py --semi-local --permuted "8:9,7:8,id"
     python scripts/swarm.py --semi-local auto --nodes 12 --permuted "id,8:9,7:8,7:8:9,7:9:8,7:9"
-    python scripts/swarm.py --semi-local auto --nodes 12 --permuted "id*4,8:9*4,7:8*2,7:9,7:8:9"
-    python scripts/swarm.py --task mnist5k --network cnn --nodes 8
-    python scripts/swarm.py --task mnist1d --network 40=100=100=10 --optimizer adam --lr 0.01
     python scripts/swarm.py --config node.toml --nodes 4   # every daemon starts from node.toml
-    python scripts/swarm.py --privacy dp --dp-noise 1.0 --dp-clip 1.0 --dp-budget 8
 
-With ``--config``, every daemon's config is that file's, except what differs
-per node (name, data directory, seed, shard, permutation, declared models
-from ``--scheme``) and the flags given on the command line, which win over
-the file. Without it, flags left out take the defaults below (task digits).
-
-``--semi-local`` alone gives each permutation group a semi-local model
-declared in the configs; ``--semi-local auto`` declares only the 80 % global
-model and lets the nodes find their groups (``[clustering]`` mode "auto":
-pre-training, projections, agreement, then semi-local training); the JSON
-then lists each node's group and scores the groups found against the
-permutation groups (``identification``, ``differentiation``).
+Flags (``--config`` templates, ``--semi-local``, tasks, permutations, output):
+docs/guide/operations.md ("A local swarm").
 """
 
 from __future__ import annotations

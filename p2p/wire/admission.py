@@ -2,64 +2,17 @@
 
 Sans-IO: :class:`Admission` keeps the table of incoming connections (by an id
 the transport picks) and answers with decisions; the transport closes what it
-is told to close. Time is passed in (any monotonic clock).
+is told to. Time is passed in. Handshake slots are apart from session slots, so
+a silent stranger never takes a member's place; both are capped in all and per
+source (IPv6 per /64, :func:`source_of`; handshakes also per /48,
+:func:`site_of`), sessions also per node id, with fair shares between sources
+when full; silent sessions (pings only) close sooner when slots are short;
+outgoing connections are counted apart. :class:`FrameBudget` bounds the bytes
+unfinished frames hold, reserved in steps as a body arrives, shared between
+sources; :func:`frame_allowance` and :func:`frame_pace_allowance` bound a
+frame's time.
 
-The rules, and why:
-
-- **Handshake slots are separate from session slots.** A connection that has
-  not finished its handshake holds a handshake slot (``max_handshakes`` in
-  all, ``handshakes_per_source`` per source address) for at most the
-  handshake deadline; only a finished handshake takes a session slot. A
-  stranger who connects and stays silent therefore never takes the place of
-  a member. When every handshake slot is taken, a newcomer takes the oldest
-  slot of a source that holds at least two more than its own source (fair
-  shares: a few flooding sources cannot keep everyone else out by renewing
-  their slots faster than the grace); otherwise the oldest handshake that
-  has not delivered its first frame within ``first_frame_grace``
-  (:meth:`Admission.first_frame`: an honest initiator sends it with its
-  connect, so it arrives within a round trip; a flood never sends it); otherwise
-  the oldest handshake gives way if it has run for ``handshake_grace``
-  (honest handshakes take a few milliseconds; a silent one is the flood).
-  IPv6 sources are counted per /64 (:func:`source_of`), and for handshakes
-  also per /48 (:func:`site_of`: one customer's allocation usually holds
-  256 or 65,536 /64s): the per-source cap and the fair shares apply to both.
-- **Sessions** (authenticated incoming connections): at most
-  ``max_sessions``, ``sessions_per_source`` per source address and
-  ``sessions_per_node`` per node id. A node id over its cap replaces its own
-  oldest session (a peer that reconnects before this side noticed the old
-  connection died). A source at its cap is refused before its handshake
-  starts (the handshake's public-key operations are what a flood would make
-  the node spend). A full table makes room by closing the session that has
-  been *silent* longest (no request but pings for ``silence`` seconds), else
-  by fair shares (the least recently active session of the source holding
-  the most, if that is at least two more than the newcomer's source holds:
-  a few sources that keep their sessions busy cannot shut every other
-  source out), else the newcomer is refused. Only requests that a handler
-  answered without an error are work (the transport calls
-  :meth:`Admission.request`): junk that is refused keeps no session alive.
-- **Silent sessions are closed sooner when slots are short**: with at least
-  ``pressure`` x ``max_sessions`` sessions open, a session silent for
-  ``silence`` seconds is closed (:meth:`Admission.expired`); otherwise only
-  after ``idle_limit``. Pings keep a TCP connection alive but are not work:
-  a session that only pings is silent.
-- **Outgoing connections are counted apart** (``Transport`` caps them with
-  its own limit): nothing here ever closes one to admit an incoming one.
-
-:class:`FrameBudget` bounds the bytes all connections hold in frames that
-have started to arrive but are not complete (small frames against an
-allowance of their own); a frame that would take the total over it closes
-its connection (:class:`~p2p.wire.framing.FrameDecoder` asks before it
-reads into the frame's buffer). A large frame holds it in steps as its body
-arrives (:data:`FRAME_RESERVE_STEP` at its header, then as much again as it
-has received), so holding the budget costs the bytes sent, however many
-sources and reconnections a peer has; the frames of one source may announce
-at most a share of it (``SOURCE_FRAME_SHARE``), so one host cannot fill it.
-A frame must also arrive whole within a deadline scaled from its size
-(:func:`frame_allowance`), and keep pace with the floor rate from its
-header on, after a short grace (:func:`frame_pace_allowance`): a peer
-trickling bytes to dodge the read timeout loses its frame (and the budget)
-within seconds. :func:`receive_frame_limit` sizes a node's frame cap from
-the largest push it can receive.
+Rules, defaults and why: docs/design/transport.md ("Admission").
 """
 
 from __future__ import annotations

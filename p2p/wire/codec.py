@@ -1,36 +1,18 @@
 """The one codec for typed wire messages.
 
-Every message type is a frozen dataclass registered under a wire type name.
-A payload is one msgpack map ``{"v": PROTOCOL_VERSION, "t": name, <field>: ...}``.
-Fields are encoded by their annotated type:
+Every message type is a frozen dataclass registered under a wire type name; a
+payload is one msgpack map ``{"v": PROTOCOL_VERSION, "t": name, <field>: ...}``,
+each field encoded by its annotated type (scalars, unions, tuples, lists, sorted
+frozensets, dicts, nested dataclasses, and 1-D numpy arrays of the gossip
+encodings' dtypes as ``{"dtype", "n", "data"}``, decoded as read-only views;
+converters in :mod:`p2p.wire.codec_fields`). Nothing is ever unpickled. Each
+package exports ``(class, wire name)`` pairs (:data:`WireMessage`) for
+:func:`register_messages`; :data:`p2p.wire.messages.MESSAGES` registers on
+import. Decoding checks every value against its annotation; anything wrong,
+too many containers included (:mod:`p2p.wire.container_limit`), is a
+:class:`DecodeError` naming the message and the field.
 
-- ``int``, ``float``, ``str``, ``bytes``, ``bool``, ``None``;
-- ``X | None`` (and other unions of supported types, tried in order);
-- ``tuple[X, ...]``, ``tuple[X, Y]``, ``list[X]``, ``frozenset[X]`` (sets are
-  encoded sorted so that encoding is deterministic), ``dict[K, V]``;
-- nested frozen dataclasses (a map of their fields, no ``v``/``t``);
-- 1-D numpy arrays as a map ``{"dtype": "<f8", "n": length, "data": raw
-  little-endian bytes}``. The dtypes are those the gossip encodings need
-  (:mod:`gossip.compression`): ``<f8``, ``<f4``, ``<f2``, ``<u2`` (bfloat16
-  bits) and ``|i1`` (int8); nothing else, and nothing is ever unpickled. An
-  annotation ``np.ndarray`` accepts all five; ``numpy.typing.NDArray[np.float32]``
-  (or another of the five) exactly one. The payload must hold exactly ``n``
-  items. Decoded arrays are read-only views of the received bytes (copy them to
-  modify); the receiver checks the values themselves (finite, in range).
-
-There is no central list of message types: each package exports its wire
-surface as ``(class, wire name)`` pairs (:data:`WireMessage`), and whoever
-composes the packages registers them with :func:`register_messages` (the node
-does so when it starts). The p2p layer's own messages
-(:data:`p2p.wire.messages.MESSAGES`: handshake, ping/pong, error) are
-registered when this module is imported, since the handshake needs them.
-
-Decoding checks every value against the annotations (``bool`` is not an
-``int``; a float field needs a float) and raises :class:`DecodeError` naming the
-message type and the field. Unknown types, another protocol version, malformed
-msgpack, extra or missing fields are all a :class:`DecodeError`, and so is a
-payload holding more maps and arrays than its size allows
-(:mod:`p2p.wire.container_limit`: unpacking stops there).
+Wire format: docs/design/transport.md ("Wire format", "Messages").
 """
 
 from __future__ import annotations

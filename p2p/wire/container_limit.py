@@ -1,31 +1,17 @@
 """A bound on the maps and arrays one msgpack payload may make msgpack build.
 
-Every byte ``0x90`` (an empty array) or ``0x80`` (an empty map) of a payload
-becomes a new Python list or dict: ~70-90 bytes of heap and one more object
-for the garbage collector to walk, for one byte received. Per-container
-limits (``max_array_len``, ``max_map_len``) do not help, since nesting
-defeats them; and msgpack builds the whole payload before the codec reads the
-message type. So :func:`unpackb_bounded` counts the containers as msgpack
-finishes them (its ``list_hook`` and ``object_hook``, which return each one
-unchanged) and stops the unpacking once a payload of ``n`` bytes has made
-more than :func:`container_limit` ``(n)`` of them.
+Each empty array or map byte of a payload becomes a Python list or dict
+(~70-90 bytes of heap), per-container limits do not stop nesting, and msgpack
+builds the whole payload before the codec reads its type. So
+:func:`unpackb_bounded` counts containers as msgpack finishes them (its
+``list_hook`` and ``object_hook``) and stops once a payload of ``n`` bytes made
+more than :func:`container_limit` ``(n)``: one per :data:`BYTES_PER_CONTAINER`
+bytes, which admits the densest honest message (a grouping of lone nodes),
+capped at :data:`MAX_CONTAINERS`. Payloads up to :data:`COUNT_ABOVE` bytes and
+the part of a push msgpack parses (:mod:`p2p.wire.msgpack_views`) go without
+hooks: ordinary traffic pays nothing.
 
-The limit follows the payload's size, because the honest need does too: the
-densest honest message is a grouping announcement whose groups hold one node
-each (``agreed`` of :class:`~p2p.runtime.grouping.messages.GroupsReply`:
-35 bytes per tuple, a 32-byte id, its bin8 header and the fixarray byte);
-every other container of the protocol (a message, a nested dataclass, an
-array map, a descriptor and its tag set) spends more bytes on field names and
-values. One container per :data:`BYTES_PER_CONTAINER` bytes therefore admits
-every honest payload, and turns a bomb's ~70 bytes of heap per byte into
-~2-3. :data:`MAX_CONTAINERS` caps large frames (up to 16 MiB) well above the
-most an honest message holds (a grouping of ``grouping.max_records`` =
-65,536 nodes, its upper limit, each alone, plus 64 records: ~65,700).
-
-Payloads of at most :data:`COUNT_ABOVE` bytes are unpacked without hooks
-(they cannot hold more than :data:`MIN_CONTAINERS` containers anyway), and so
-is the part of a push msgpack parses (its large array data is cut out first,
-:mod:`p2p.wire.msgpack_views`): ordinary traffic pays nothing.
+How it works: docs/design/transport.md ("Limits and failure handling").
 """
 
 from __future__ import annotations

@@ -1,51 +1,17 @@
 """Sans-IO handshake: a Noise ``XX`` handshake (``XXpsk0`` with a swarm key)
 that binds each side's Ed25519 node id to the session.
 
-Message flow (Noise tokens, then what the encrypted payload holds)::
-
-    initiator                                       responder
-      NoiseHello(protocol, [psk] e)  ------------>  with a swarm key: the tag must
-                                                    verify, else close without a
-                                                    word; without: check protocol
-                 <------------  NoiseMessage(e, ee, s, es, {responder payload})
-      verify the responder's payload
-      NoiseMessage(s, se, {initiator payload})  -->  verify the initiator's payload
-      (first request, sealed, may follow immediately)
-
-``protocol`` is ``Noise_XXpsk0_25519_ChaChaPoly_SHA256`` with a swarm key (the
-swarm key is the pre-shared key, mixed in before anything else, so a node
-without it learns nothing, not even a static key) and
-``Noise_XX_25519_ChaChaPoly_SHA256`` without. The prologue names the wire
-protocol version.
-
-With a swarm key, nothing about the node goes out in clear before the peer
-proved membership (its first Noise message authenticated under the key): any
-failure before that (another protocol version, no key, another handshake
-protocol, junk) closes the connection without a word, the same as a wrong
-key, so a scanner learns neither the version nor how the node is configured.
-The reason goes to this node's log only, and the other side's operator reads
-the likely causes from :meth:`Handshake.explain_close`. Without a swarm key
-there is no membership to hide: anyone can complete the handshake, so a
-refusal is explained to the peer in clear (what to fix: a version, a key).
-The initiator's hello necessarily names its handshake protocol and version.
-
-A payload (:class:`~p2p.wire.messages.HandshakePayload`) carries the sender's
-node id, listen address, tags, sealing cipher and an Ed25519 signature, by the
-node id, of ``label || role || h || s``: ``h`` is the Noise handshake hash
-at the point the payload is added (it covers both ephemeral keys, so it is
-fresh for every handshake) and ``s`` the sender's static X25519 key. A member
-relaying between two nodes runs its own handshake with each and cannot sign
-either one's ``h`` with the other's key: it can neither claim another node's
-id nor learn the keys of a session it is not an end of.
-
-Once done, each direction's AEAD key comes from Noise's Split(); each side
-seals with the cipher it announced. Without a swarm key the session is
-authenticated by the same handshake but frames travel in clear
-(:attr:`HandshakeResult.keys` is None), unless both ends ask for sealing
-(``seal``: a session through a relay, which must not read it).
-
-The object below performs no I/O: feed it received payloads, send what it
-returns. Payloads are codec-encoded messages (framing is the caller's job).
+Three messages: the initiator's ``NoiseHello`` (protocol, ``[psk] e``), then
+each side's ``NoiseMessage`` with its payload
+(:class:`~p2p.wire.messages.HandshakePayload`: node id, listen address, tags,
+cipher and an Ed25519 signature over a role label, the Noise handshake hash and
+its static key, so a relaying member can claim no one else's id). With a swarm
+key nothing about the node goes out before the peer proved membership: any
+early failure closes without a word (:meth:`Handshake.explain_close` names
+likely causes); without one a refusal is explained in clear. Keys come from
+Noise's Split(); without a swarm key frames travel in clear unless both ends ask
+for sealing (``seal``, through a relay). No I/O: feed it payloads, send what it
+returns. How it works: docs/design/transport.md ("Handshake").
 """
 
 from __future__ import annotations

@@ -1,21 +1,15 @@
 """Unpack a msgpack payload without copying its large binary value.
 
-``msgpack.unpackb`` copies every ``bin`` value into a new ``bytes``; for a
-gossip push that is a second pass over the megabyte the socket has just
-written. :func:`unpack_with_views` finds the payload's first large ``bin`` map
-value (array data) by walking the items before it (headers only: a dozen for a
-push), cuts it out, lets msgpack unpack the rest and puts a read-only
-memoryview of the payload where the value was.
+``msgpack.unpackb`` copies every ``bin`` value; for a gossip push that is a
+second pass over the megabyte just received. :func:`unpack_with_views` walks the
+item headers before the payload's first large ``bin`` map value, cuts it out,
+lets msgpack unpack the rest and puts a read-only memoryview of the payload in
+its place. Layouts already walked are remembered, so the next push from a
+sender costs one masked comparison. Anything unusual (an ext type, byte 0xc1,
+truncation, more than :data:`_MAX_ITEMS` items) is left to ``unpackb``, so
+malformed input fails as it did.
 
-The walk remembers the layouts it found (the bytes it branched on: first
-bytes of items, length and count fields): a payload that matches one, as the
-next push from the same sender does, gets the same answer from one masked
-comparison instead of a walk.
-
-msgpack still parses every other byte, so malformed input fails as it did:
-the walk only ever reads well-formed items from the start of the payload, and
-stops (leaving all of it to ``unpackb``) at anything else (an ext type, the
-unused byte 0xc1, truncation) or after :data:`_MAX_ITEMS` items.
+How it works: docs/design/transport.md ("The hot path").
 """
 
 from __future__ import annotations

@@ -1,20 +1,16 @@
 """Sans-IO Noise protocol handshakes (Noise specification, revision 34).
 
-Only what the node uses, plus what the published test vectors need:
-handshake patterns ``XX`` and ``NN`` with any ``pskN`` modifiers, DH function
-``25519`` (X25519), ciphers ``ChaChaPoly`` and ``AESGCM``, hash ``SHA256``.
-A protocol is named as in the specification, e.g.
-``Noise_XXpsk0_25519_ChaChaPoly_SHA256``.
+Only what the node uses, plus what the published test vectors need: patterns
+``XX`` and ``NN`` with any ``pskN`` modifiers, ``25519``, ``ChaChaPoly`` and
+``AESGCM``, ``SHA256``; protocols are named as in the specification, e.g.
+``Noise_XXpsk0_25519_ChaChaPoly_SHA256``. :class:`HandshakeState` turns
+payloads into handshake messages and back, and :meth:`HandshakeState.split`
+gives the transport keys. Each step can also be split in two (tokens, then
+payload) so the caller can read the handshake hash where the payload is added:
+the node signs it with its identity key. Any failure raises
+:class:`NoiseError` and leaves the handshake state unusable.
 
-The objects here do no I/O: :class:`HandshakeState` turns payloads into
-handshake messages and back, and :meth:`HandshakeState.split` gives the two
-transport keys. Besides the specification's ``write_message`` /
-``read_message``, each step can be split in two (tokens, then payload) so
-that a caller can read the handshake hash at the point where the payload is
-added: the node signs that hash with its identity key inside the payload.
-
-Any failure to authenticate or parse a message raises :class:`NoiseError`;
-the handshake state is then unusable.
+How it is used: docs/design/transport.md ("Handshake").
 """
 
 from __future__ import annotations

@@ -6,14 +6,13 @@ sends a message and waits for exactly one reply. :class:`Transport` holds a
 node's settings and composes the two sides: :class:`~p2p.wire.dialer.Dialer`
 (outgoing connections, pooled per address and closed after ``idle_timeout``)
 and :class:`~p2p.wire.responder.Responder` (incoming connections, admitted,
-closed when silent for twice that long). Each connection's frames go through a
-:class:`~p2p.wire.stream.MessageStream`.
+closed when silent for twice that long), each connection's frames through a
+:class:`~p2p.wire.stream.MessageStream`. Tests run it over
+``trio.testing.memory_stream_pair()`` (:meth:`Transport.serve_stream`, the
+``connector`` argument). Circuit addresses go through the relay
+(:mod:`p2p.wire.circuit`); TCP connections leave from the listen port.
 
-The connection logic only needs a :class:`trio.abc.Stream`, so tests can run
-it over ``trio.testing.memory_stream_pair()`` via :meth:`Transport.serve_stream`
-and the ``connector`` argument. A circuit address (``<relay>/circuit/<id>``)
-is reached through the relay (:mod:`p2p.wire.circuit`); TCP connections go out
-from the listen port (``SO_REUSEPORT``, :func:`~p2p.wire.listen.connect_from`).
+See docs/design/transport.md.
 """
 
 from __future__ import annotations

@@ -2,20 +2,17 @@
 the address it advertises.
 
 Peers tell the node which address its connections come from (an ``Observed``
-reply, as libp2p's identify does); a host observed by ``confirmations``
-distinct peers is *confirmed*. Peers then try to dial the node back there (a
-``DialBack``, as libp2p's AutoNAT does), and the latest result of each peer
-counts: reachable "yes" once ``confirmations`` peers succeeded and successes
-outnumber failures, "no" the other way round, "unknown" until then. A peer may
-lie either way, hence several peers and the majority.
+reply, as libp2p's identify); a host observed by ``confirmations`` distinct
+peers is *confirmed*. Peers then dial the node back there (a ``DialBack``, as
+libp2p's AutoNAT), each peer's latest result counting: reachable "yes" once
+``confirmations`` peers succeeded and successes outnumber failures, "no" the
+other way round, "unknown" until then (several peers and the majority, since
+any may lie). The advertised address, best first: ``node.advertise``, a
+confirmed address dialled back, a listen address meaningful to other hosts,
+the interface address found; a node peers cannot dial puts its relayed
+addresses first (:func:`plan_addresses`; :func:`wants_relay`).
 
-The advertised address, best first: ``node.advertise``; a confirmed address
-that peers could dial back; the listen address, when it means something to a
-peer on another host (never ``0.0.0.0``, ``::``, link-local, nor loopback
-outside a one-host swarm); else the interface address the driver found.
-A node that peers cannot dial puts its relayed addresses first and its own
-address last (:func:`plan_addresses`; :func:`wants_relay` says when it
-reserves with relays). See docs/guide/deployment.md.
+See docs/guide/deployment.md.
 """
 
 from __future__ import annotations

@@ -1,56 +1,17 @@
 """Agreeing on automatic semi-local groups without a server (sans-IO).
 
-Each node holds a table of signed projection records, one per node, for one
-grouping epoch. Tables spread by anti-entropy: a node pulls from a sampled
-peer the records it lacks (:meth:`GroupingAgreement.make_pull`,
-:meth:`~GroupingAgreement.on_pull`, :meth:`~GroupingAgreement.on_reply`).
+:class:`GroupingAgreement` holds one grouping epoch's table of signed
+projection records and spreads it by anti-entropy pulls
+(:meth:`~GroupingAgreement.make_pull`, :meth:`~GroupingAgreement.on_pull`,
+:meth:`~GroupingAgreement.on_reply`). A complete table gives a candidate
+grouping, seeded by :func:`grouping_seed`; it is applied once a peer announces
+the same fingerprint, and a node that has not applied one adopts a peer's
+applied grouping only if the members' records reproduce it (a late joiner
+joins the best group for its projection). Retries carry their attempt in the
+record epoch (:func:`attempt_epoch`). Peers may lie: bad records and unbacked
+"I hold more" claims are dropped and counted, and everything is capped.
 
-The table is *complete* when
-
-- it holds the node's own record and at least two records;
-- it holds ``expected`` records when that count is known (``clustering.expected_nodes``),
-  and
-- no new record arrived for ``quiet_period`` seconds.
-
-A peer saying it holds more records than this node (``held``) is pulled
-from next, and the table is not complete while such a claim stands; the
-pull brings the missing records in (restarting the quiet period). A claim
-the peer's own reply does not back (it sent all it had and the table is
-still smaller) is dropped, so a lying peer cannot stall completeness; so is
-the claim of a peer that cannot be pulled (:meth:`~GroupingAgreement.on_unreachable`:
-the next pulls go to sampled peers instead).
-
-A complete table gives a *candidate*: ``find(projections, seed)`` with the
-seed of :func:`grouping_seed` (the global model's fingerprint and the epoch:
-the same on every node of the swarm). Its fingerprint travels in every
-exchange; a peer announcing another fingerprint is a disagreement (counted):
-the node pulls from that peer next, sending its whole table (capped), so
-both tables become their union and both recompute. The candidate is
-*applied* once a peer announced the same fingerprint while the table stayed
-complete.
-
-A peer that applied a grouping also sends its groups. A node that has not
-applied one yet adopts it if, recomputed on the members' records it holds,
-it gives the announced fingerprint (so no peer has to be trusted for it;
-missing records are pulled first). If the node is one of the members it
-takes its group; if not it is a *late joiner*: it applies
-``join(own projection, barycentres and sizes of the groups of two or more,
-params)`` and joins the chosen group (or stays alone). The first grouping
-applied wins, which keeps late records from splitting a swarm that already
-agreed.
-
-Attempts: when the agreed grouping has every node alone, the node may look
-again after more training (``clustering.retries``): a new attempt has its own
-agreement, whose records, messages and seed carry the *record epoch*
-:func:`attempt_epoch` ``(epoch, attempt)`` in the epoch field the wire record
-already has (attempt 0 keeps the plain epoch, so nothing changes for it).
-Records of another attempt of the same epoch are dropped and counted apart
-(``other_attempt``).
-
-Peers may lie: a record whose signature fails, whose length differs from
-this node's projection, with a non-finite value or of another epoch is
-dropped and counted; tables, messages and the fingerprints remembered per
-peer are capped.
+How it works: docs/design/partial-models.md ("Automatic groups", "At run time").
 """
 
 from __future__ import annotations

@@ -1,28 +1,16 @@
 """Automatic semi-local groups inside a running node: the trio side of the agreement.
 
 :class:`NodeGrouping` holds one node's :class:`~p2p.runtime.grouping.agreement.GroupingAgreement`
-and everything around it: the projection once pre-training is done (on the
-task's public split, never the test part), signing the node's record, the
-periodic pulls from sampled peers, the status shown to operators and what a
-checkpoint keeps. Changing the node's layout is the node's job
-(:meth:`GroupingHost.add_semi_local`): this module only says what to add.
+and what surrounds it: the projection after pre-training (on the task's public
+split), signing the node's record, periodic pulls from sampled peers, the
+operator status and what a checkpoint keeps. Phases: ``pretraining``,
+``collecting``, ``agreed``; pulls are served in every phase. When an attempt
+agrees on every node alone and ``clustering.retries`` allows, attempt ``k + 1``
+starts after another ``pretrain_rounds`` rounds; finished attempts keep
+answering pulls so stragglers adopt their grouping. Changing the layout is the
+node's job (:meth:`GroupingHost.add_semi_local`): this module says what to add.
 
-Phases: ``pretraining`` (until ``clustering.pretrain_rounds`` rounds are
-done), ``collecting`` (own record made, tables spreading), ``agreed`` (the
-grouping applied, or resumed from a checkpoint). The node serves pulls in
-every phase, so a node still pre-training already relays other records.
-
-Looking again: "every node alone" right after pre-training cannot be told
-apart from "not trained enough yet" (12 digits daemons, seed 2: no gap after
-60 rounds, the exact pairs after 120). So when an attempt's agreed grouping
-has no group of two or more and ``clustering.retries`` allows, the node starts
-attempt ``k + 1`` after another ``pretrain_rounds`` rounds (its projection
-at ``(k + 2) * pretrain_rounds`` rounds): new record, table, agreement and
-seed, all bound to the attempt (:func:`~p2p.runtime.grouping.agreement.attempt_epoch`).
-Every node agreed on the same all-alone grouping, so they all move on. The
-finished attempts' agreements keep answering pulls of their attempt, so a
-node still on one adopts its applied grouping (first applied wins) instead of
-waiting for peers that left. The last attempt's answer stands.
+How it works: docs/design/partial-models.md ("At run time").
 """
 
 from __future__ import annotations

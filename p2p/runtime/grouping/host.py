@@ -1,21 +1,16 @@
 """Automatic grouping plugged into a node: its state, request handler, loop and hold.
 
 :class:`NodeGroupingHost` is everything ``clustering.mode = "auto"`` adds to a
-:class:`~p2p.runtime.node.Node`, built by the node with itself as ``node``:
+:class:`~p2p.runtime.node.Node`: it builds the node's
+:class:`~p2p.runtime.grouping.driver.NodeGrouping` (None when the mode is
+"off"), registers its ``GroupsPull`` handler, and is the
+:class:`~p2p.runtime.grouping.driver.GroupingHost` grouping runs against.
+:meth:`run` is the grouping task, :meth:`hold` the trainer's wait after an
+attempt's pre-training (``clustering.hold``); :meth:`status`, :meth:`record`
+and :meth:`restore` serve the admin commands and the checkpoint. Changing the
+layout stays the node's job (:meth:`GroupedNode.add_semi_local`).
 
-- it builds the node's :class:`~p2p.runtime.grouping.driver.NodeGrouping`
-  (None with ``clustering.mode = "off"``) and registers its ``GroupsPull``
-  handler with the node's request dispatcher;
-- it is the :class:`~p2p.runtime.grouping.driver.GroupingHost` that grouping
-  runs against (pulls over the node's transport, sampled peers, the projection
-  under the model lock, the semi-local model added through the node);
-- :meth:`run` is the node's grouping task, :meth:`hold` the trainer's wait at the
-  end of an attempt's pre-training (``clustering.hold``);
-- :meth:`status`, :meth:`record` and :meth:`restore` are what the admin commands
-  (``p2p groups``, ``p2p status``) and the checkpoint read and resume.
-
-Changing the layout stays the node's job (:meth:`GroupedNode.declare_model`,
-:meth:`GroupedNode.add_semi_local`): this module only says what to add.
+How it works: docs/design/partial-models.md ("At run time").
 """
 
 from __future__ import annotations

@@ -1,25 +1,17 @@
 """The node's masking epochs: pair agreements over its sessions (trio glue).
 
 One :class:`~gossip.masking.epochs.MaskEpochs` per shared model runs the protocol
-(sans-IO); this module moves its messages and applies the mass vectors it
-returns to the model's push-sum core.  The gossip driver calls it through the
-:class:`~gossip.driver.EpochHook` steps:
-
-- ``prepare`` after each training round, before the model's pushes: counts the
-  round and, when an epoch is due and the core holds no push awaiting an ack,
-  offers pairs to sampled holders and waits for every answer (noise first,
-  then data); an offer whose delivery is unsure is sent again (same key: the
-  responder answers with the same accept and applies no second side);
-- ``pushed`` after an acknowledged push: the share that left the node;
-- ``settle`` after a wave: the core folded its noise, the epoch is over;
-- ``unreachable`` after a failed push: a partner that surely did not get it
-  (or failed several times in a row) is taken as lost and our side of every
-  pair with it is removed.
-
-The server side (:meth:`NodeMasking.on_offer`) answers a peer's
-:class:`~gossip.masking.epochs.PairOffer` with the accept, applying its side; a
-node builds its :class:`NodeMasking` and serves offers through
+(sans-IO); this module moves its messages and applies the mass vectors it returns
+to the model's push-sum core. The gossip driver calls it through the
+:class:`~gossip.driver.EpochHook` steps: ``prepare`` (after a round: offer pairs
+when an epoch is due and no push awaits an ack; an unsure offer is resent with
+the same key), ``pushed`` (the share that left), ``settle`` (the core folded:
+epoch over) and ``unreachable`` (a lost partner: our side of its pairs is
+removed). :meth:`NodeMasking.on_offer` answers a peer's
+:class:`~gossip.masking.epochs.PairOffer`; the node serves offers through
 :class:`~p2p.runtime.masking.host.NodeMaskingHost`.
+
+How it works: docs/design/gossip.md ("Masking epochs").
 """
 
 from __future__ import annotations

@@ -1,48 +1,18 @@
 """FedCurv's maths: diagonal Fisher, the elastic penalty through two sums, gossiped sums.
 
-FedCurv (Shoham et al. 2019; our paper 004 reproduces it) adds to node i's loss
+FedCurv (Shoham et al. 2019; paper 004) adds to node i's loss
+``lambda * sum_{j != i} (w - w_j)' diag(F_j) (w - w_j)``, whose gradient needs
+only ``A = sum F_j`` and ``B = sum F_j * w_j``:
+``penalty(w) = lambda * (w' diag(A) w - 2 B' w)`` up to a constant
+(:func:`penalty`). Nodes push-sum ``F_i``, ``F_i * w_i`` and a count slot
+(:func:`totals`, :func:`contribute`); :func:`estimated_pull` takes only ratios
+of one core's estimates, in which push-sum's weights cancel: the target
+``est(F w) / est(F)``, a convex mean of the anchors while every mix is
+non-negative (so contributions are only ever added), and ``A`` from the mean
+Fisher times the number of other nodes.
 
-    lambda * sum_{j != i} (w - w_j)' diag(F_j) (w - w_j)
-
-where ``F_j`` is node j's diagonal Fisher information, estimated at its parameters
-``w_j``. Expanding the square, the gradient needs only two sums over the other
-nodes, ``A = sum_{j != i} F_j`` and ``B = sum_{j != i} F_j * w_j``:
-
-    penalty(w) = lambda * (w' diag(A) w - 2 B' w) + constant
-    grad(w)    = 2 lambda (A * w - B)
-
-so every node push-sums two vectors, its ``F_i`` and ``F_i * w_i``. The constant ``sum_j w_j' diag(F_j) w_j`` (a third
-sum) changes no gradient and is left out: :func:`penalty` is the penalty minus it.
-
-Push-sum averages: a node's estimate converges to ``sum / N``. The node count comes
-from push-sum too: one node (the counter) adds 1 to an extra slot of the Fisher
-vector and the others 0, so that slot's estimate converges to ``1 / N`` and
-``sum = estimate / slot`` (:func:`totals`). A node changes its contribution by
-``delta`` with :func:`contribute`: push-sum conserves the *mass* ``weight * values``,
-so the values move by ``delta / weight``.
-
-The node does *not* subtract its own term from the estimated totals: a contribution
-moves the node's own estimate by ``delta / weight`` at once but the count slot not at
-all, so ``total - own`` was off by about ``delta * (N / weight - 1)`` on every
-coordinate a new Fisher estimate changed (some ``A`` came out <= 0, targets far out,
-and the runs diverged at lambda >= 1). :func:`estimated_pull` uses only *ratios* of
-the three estimates of one core instead, in which push-sum's weights cancel: the
-target ``t = est(F w) / est(F)`` (the Fisher-weighted mean of all holders' anchors,
-a convex mean since every ``F_j >= 0``) and ``A = (est(F) / est(count)) * (N - 1) / N``
-(the mean Fisher times the number of *other* nodes). This is the written-out penalty
-with the node's own anchor in the mean and ``F_i`` replaced by the mean Fisher: exact
-when the holders' Fisher estimates agree, an approximation otherwise.
-
-The ratio is a convex mean only while the node's mass is a *non-negative* mix of the
-contributions. Moving a contribution by a negative ``delta`` breaks that: the old
-contribution has mostly left the node, and taking it out there leaves a mix with a
-negative coefficient, whose ratio extrapolates beyond every anchor (the cause of the
-node's divergence at lambda >= 1). The node therefore only ever *adds* with
-:func:`contribute` and renews its sums by generations instead
-(:mod:`p2p.strategies.fedcurv.node`).
-
-Torch and numpy only: no trio, no p2p (the node's runtime is
-:mod:`p2p.strategies.fedcurv.node`).
+Torch and numpy only (the node's side is :mod:`p2p.strategies.fedcurv.node`).
+How it works: docs/design/strategies.md ("FedCurv").
 """
 
 from __future__ import annotations

@@ -1,74 +1,18 @@
 """FedCurv on a node: partial averaging plus an elastic penalty from gossiped sums.
 
-For each shared model the node gossips, by push-sum among that model's holders
-(:meth:`~p2p.strategies.base.StrategyHost.add_gossiped`), one vector
-``fedcurv.<model>``: its diagonal Fisher ``F_i`` on the model's parameters, then
-``F_i * w_i`` (``w_i`` the model's values when ``F_i`` was estimated), then one
-count slot (1 on the node with ``data.node_index`` 0, 0 elsewhere, so the slot's
-estimate is ``1 / N``), then the *generation* slot. One vector, not two: both sums
-mix with the same push-sum weights, so the pull's target (their ratio) is a
-weighted mean of the nodes' anchors.
+For each shared model the node push-sums among its holders one vector
+``fedcurv.<model>`` = ``[F_i, F_i * w_i, count, generation]`` (the count slot is
+1 on the node with ``data.node_index`` 0), through a checked core
+(:class:`~p2p.runtime.strategy_host.CheckedPushSum`). Sums are renewed by
+generations, never edited (:func:`start_generation`); pushes of another
+generation or with bad values are refused (:func:`check_pushed`), and a peer's
+newer generation is entered at most once per ``jump_gap`` rounds.
+:meth:`FedCurvStrategy.refresh` computes the pull from the current generation
+(:mod:`p2p.strategies.fedcurv.maths`); the trainer adds
+``lambda * (w' diag(A) w - 2 B' w)`` to every mini-batch loss. Vectors are not
+checkpointed; without a count for ``COUNT_WAIT_ROUNDS`` rounds the node warns.
 
-**Generations.** The sums are renewed, never edited. A node enters generation
-``g + 1`` when its own generation is ``strategy.fedcurv_every`` rounds old (with a
-new Fisher estimate), or as soon as a push of a newer generation reaches it (with
-its latest estimate): it restarts the vector at ``[F_i, F_i w_i, count, g + 1]``
-with push-sum weight 1 (:func:`start_generation`). Pushes and replies of an older
-generation are refused (:func:`check_pushed`, quietly:
-:class:`~p2p.strategies.base.OutOfStep`), so each generation is a plain
-push-sum of fixed, non-negative contributions, its estimates at every node and
-every moment non-negative mixes of them, and the target ``est(F w) / est(F)`` a
-*convex* mean of the anchors. The newest generation spreads as gossip does, so
-nodes that started at different times follow the same generations. A generation a
-*peer* announces is entered at most once per ``jump_gap`` rounds (besides the node's
-own boundaries), and slots count modulo :data:`GENERATION_MODULUS`, so a liar
-announcing ever newer (or huge) generations can neither reset the honest nodes' sums
-at each push nor leave them without a next generation.
-
-Why (the divergence at lambda >= 1, found by measurement): the former sums were
-edited in place, a new estimate moving the node's contribution by ``new - old``.
-The old contribution has by then mostly left the node, so subtracting it leaves a
-local mass that is no longer a non-negative mix: ``est(F w) / est(F)`` extrapolated
-(targets of 36 to 5000 while every parameter was below 1.6 to 44 in magnitude), and
-the safety bound on targets (twice the node's largest parameter) grew with the
-parameters it let the targets pull out: the largest parameter about doubled every
-round (0.5 to 121 in 20 rounds, Fisher values to 1e4 and beyond).
-
-The pull (:meth:`FedCurvStrategy.refresh`) reads the current generation (the
-freshest anchors; its target and mean Fisher are convex mixes of this generation's
-contributions from its first moment, the node's own among them until it has mixed)
-with ``N`` from the larger usable count share of the current and the previous
-generation; ``A = mean F * (N - 1)`` and ``B = A * t`` come from
-:func:`~p2p.strategies.fedcurv.maths.estimated_pull` (ratios of one vector's
-estimates, in which push-sum's weights cancel) and the stiffness cap of
-:func:`~p2p.strategies.fedcurv.maths.capped`. The trainer adds
-``lambda * (w' diag(A) w - 2 B' w)`` to every mini-batch loss.
-
-Sums are renewed, never edited, because push-sum can add to a node's mass but not
-take an old contribution back out of it; and the vector is a checked core
-(:class:`~p2p.runtime.strategy_host.CheckedPushSum`), which replies from its free
-mass, because the plain reply rule lets an ack take out more of a coordinate than a
-node still holds. Both kept the mixes non-negative; the measurements behind them are
-in docs/guide/strategies.md.
-
-A node joins generation 0 (a fresh start) by *adding* its first estimate to its
-zero vector (adding keeps every mix non-negative); a generation is started only
-while none of the vector's pushes awaits its ack (a late ack would take mass of the
-old generation out of the new one). Pushes and replies are checked
-(:func:`check_pushed`): Fisher entries finite and >= 0 (up to rounding), the count
-slot within [0, 1], the generation this node's; others are refused or dropped.
-
-Restarts: the vectors are not checkpointed. A restarted node starts with a zero
-vector and neither contributes nor counts in the first generation it enters (its
-earlier contribution and count, if made, are already spread there); from the next
-one on it takes part as any node. What a restart costs is the share of the
-current generation's sums the node held, until the next generation; a restarted
-counter adds no second 1.
-
-The node count needs the node with ``data.node_index`` 0 to hold the model: if it
-does not (or is down), the count slot stays 0 and the penalty never applies; the
-node warns once after ``COUNT_WAIT_ROUNDS`` rounds without a count and its status
-says ``count_missing``.
+How it works: docs/design/strategies.md ("FedCurv"); use: docs/guide/strategies.md.
 """
 
 from __future__ import annotations

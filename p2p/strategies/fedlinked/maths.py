@@ -1,31 +1,15 @@
 """FedLinked's maths, decentralized: representations, alignment, utilities, target, loss.
 
 After the FedLinked report (``../shared/papers/002_*.txt``, sections 3.3-3.4):
-nodes never exchange parameters, only their *representations* of the public
-split (the last hidden layer's activations on the shared public inputs, used
-without labels). What the report's server computes for node ``j`` is computed
-here by node ``j`` itself from representations it pulled from sampled peers:
+nodes exchange only *representations* of the public split (last hidden layer
+activations on the shared public inputs), and node ``j`` computes for itself
+what the report's server would: the orthogonal alignment ``B = V U^T`` of a
+peer's representation to its own (eq. 3.13), the peer's utility (eq. 3.14, on
+centred, unit-norm representations, normalised so the squared utilities sum to
+``eta``), and the utility-weighted target rescaled to the node's own norm and
+mean, towards which :func:`distillation_loss` distils (eq. 3.6).
 
-1. **Alignment** (eq. 3.13): a peer ``k``'s representation is mapped into the
-   node's own by the orthogonal ``B = V U^T``, where ``U S V^T`` is the SVD of
-   ``R = sum_x alpha_k(x) alpha_j(x)^T``. Two models may learn the same feature
-   in different units; ``B`` is the rotation that lines them up best. ``B``
-   works between representations of different widths too.
-2. **Utility** (eq. 3.14): the inner product of the node's representation with
-   the aligned peer's, over the public split, normalised so that the squared
-   utilities of the node's known peers sum to ``eta`` (the report's constraint
-   ``sum_k A_kj^2 = eta``, which is per node: each node solves it alone).
-3. **Target** (the report's ``f_j^*``): the utility-weighted mean of the aligned
-   peer representations; the node distils towards it (eq. 3.6) with
-   :func:`distillation_loss`, added to its training loss.
-
-The report's inner product approximates a distance only when representation
-norms vary little (it adds an L2 penalty for that). Here each representation
-is centred and scaled to unit Frobenius norm before it is compared, which makes
-the utility of a peer the sum of the singular values of ``R`` (in [0, 1]: 1 when
-the two representations are the same up to a rotation and a scale). The target
-is then rescaled to the node's own norm and mean, so distillation moves the
-node's features without shrinking or inflating them.
+How it works: docs/design/strategies.md ("FedLinked").
 """
 
 from __future__ import annotations

@@ -2,24 +2,16 @@
 
 After the FedLinked report (paper 002), without its server: every
 ``strategy.fedlinked_every`` rounds (from round ``fedlinked_warmup`` on) the node
+computes its own representation of the public split, pulls those of
+``fedlinked_peers`` sampled peers (:class:`~p2p.strategies.fedlinked.messages.FedLinkedPull`;
+each reply checked, the newest of up to ``fedlinked_cache`` peers kept) and
+computes the distillation target
+(:func:`p2p.strategies.fedlinked.maths.distillation_target`). The trainer adds
+``fedlinked_weight`` times the distillation loss on a batch of
+``fedlinked_public_batch`` public samples. The node declares no partial model,
+so no parameter byte leaves it; it serves its latest representation to pulls.
 
-1. computes its own representation of the public split (last hidden layer, the
-   public inputs without their labels) through the node's runner;
-2. pulls the representations of ``fedlinked_peers`` peers drawn from the
-   peer-sampling view (:class:`~p2p.strategies.fedlinked.messages.FedLinkedPull`),
-   checks each reply (public-split digest, shape, bounds, finite values) and keeps
-   the newest representation of up to ``fedlinked_cache`` peers;
-3. computes, as the report's server would have for it, each known peer's
-   alignment, its utility and the weighted distillation target
-   (:func:`p2p.strategies.fedlinked.maths.distillation_target`).
-
-The trainer then adds ``fedlinked_weight`` times the distillation loss on a
-random batch of ``fedlinked_public_batch`` public samples to every mini-batch.
-The node serves its own latest representation to peers that pull it.
-
-Zero parameter bytes: the node must declare no partial model (the config check
-refuses ``[[models]]`` with this strategy), so it has no push-sum core and its
-gossip driver never pushes; only representations of the public inputs leave it.
+How it works: docs/design/strategies.md ("FedLinked"); use: docs/guide/strategies.md.
 """
 
 from __future__ import annotations

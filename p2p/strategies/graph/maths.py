@@ -1,42 +1,16 @@
 """Personalised models with a learned collaboration graph (Bellet et al., paper 003): the maths.
 
 Each node ``i`` keeps its own model ``theta_i`` and non-negative weights ``w_ij``
-on the edges to the peers it has met. The seed's joint objective is
+on the edges to peers it met, for the paper's joint objective, with ``Z_ij`` the
+distance between the two nodes' outputs on the public split
+(:func:`output_distance`) rather than between parameter vectors. Alternating
+updates: one projected gradient step on the sampled edges with a backtracking
+step size (:meth:`CollabGraph.update`), then the models' convex mix with the
+neighbours (:func:`mix_models`). :class:`PrivacyLedger` counts the Laplace
+releases' epsilon (nominal for networks trained by SGD).
 
-    f(Theta, w) = sum_i d_i c_i L_i(theta_i) + mu/2 sum_{i<j} w_ij Z_ij
-                  + mu (beta ||w||^2 - sum_i log(d_i + delta))
-
-with ``d_i = sum_j w_ij`` the degree, ``c_i`` in (0, 1] the confidence (grows with
-the shard size), ``L_i`` the local loss and ``Z_ij = ||theta_i - theta_j||^2``. The
-slides treat linear models; for neural networks, whose parameter vectors are not
-comparable across hidden-unit permutations, ``Z_ij`` here is the distance between
-the two nodes' *outputs* on the task's shared public split
-(:func:`output_distance`: mean squared difference of the softmax outputs).
-
-Alternating updates, both run by the node that wakes up (Poisson clock):
-
-- graph: for the ``kappa`` sampled peers ``K``, one projected (proximal) gradient
-  step on the block ``w_{i,K}`` (:meth:`CollabGraph.update`); the slides' step
-  ``1/L_kappa`` with ``L_kappa = 2 mu ((kappa+1)/delta^2 + beta)`` is a worst-case
-  bound that makes steps tiny once degrees are large, so the step starts from the
-  block's curvature at the current point and backtracks (doubling the constant, at
-  most up to ``L_kappa``) until the block objective decreases as guaranteed;
-- model: the block coordinate step of the models (:func:`mix_models`)
-  ``theta_i <- (1 - a) theta_i + a sum_j (w_ij / d_i) theta_j`` with
-  ``a = mu / (mu + c_i L_loc)``; the local gradient part of that step is the
-  trainer's SGD (the slides' formula omits the ``mu theta_i`` term of the gradient;
-  with it the step is this convex combination).
-
-Privacy (Bellet et al. 2018, as in the slides): each release of a model carries
-Laplace noise of scale ``s_i = L_0 / (epsilon_i m_i)`` on the gradient, that is
-``c_i s_i / (mu + c_i L_loc)`` on the released parameters; a node that released
-``T_i`` times has spent ``T_i epsilon_i`` (:class:`PrivacyLedger`). The bound holds
-when one sample moves the local update by at most ``L_0 / m_i`` in L1 norm (the
-slides' Lipschitz linear models); for a network trained by plain SGD that
-sensitivity is not bounded, so the epsilon reported is nominal.
-
-Everything is plain numpy and seeded (the RNG is passed in); peers are any
-hashable ids (ints in a simulation, node ids on the wire).
+Plain numpy and seeded (the RNG is passed in); peers are any hashable ids.
+How it works: docs/design/strategies.md ("Collaboration graph").
 """
 
 from __future__ import annotations

@@ -1,36 +1,18 @@
 """The learned collaboration graph on a node (paper 003, Bellet et al.).
 
-Each node keeps its own whole model (it declares no ``[[models]]``: nothing is
-push-summed) and weights on the edges to the peers it met. A background task
-wakes on a Poisson clock (exponential gaps, mean ``strategy.graph_period``
-seconds); at each wake-up the node
+Each node keeps its own whole model (no ``[[models]]``: nothing is push-summed)
+and weights on edges to peers it met. A background task wakes on a Poisson clock
+(mean ``strategy.graph_period`` s); at each wake-up the node pulls the last
+released model of ``graph_kappa`` sampled peers and its ``graph_neighbours``
+heaviest neighbours (:class:`~p2p.strategies.graph.messages.GraphPull`); under
+the model lock it steps the graph on the sampled edges, mixes its model and adds
+one release's Laplace noise (:mod:`p2p.strategies.graph.maths`), serving the
+result until the next wake-up; it sends each sampled peer its edge's new weight
+(:class:`GraphWeight`), taken only from a peer with an edge or sampled lately,
+clamped, within ``graph_max_edges``. ``graph_epsilon_budget`` stops wake-ups.
+All nodes start from one initialisation; edge weights are not checkpointed.
 
-1. samples ``graph_kappa`` peers from the peer-sampling view and pulls from them,
-   and from its ``graph_neighbours`` heaviest neighbours, their last released
-   model, loss, confidence and degree (:class:`~p2p.strategies.graph.messages.GraphPull`);
-2. under the model lock: measures the distance between its outputs and each
-   sampled peer's on the public split, takes one step of the graph objective on
-   those edges, mixes its model with its heaviest neighbours' and adds the Laplace
-   noise of one release (the maths: :mod:`p2p.strategies.graph.maths`); the
-   result is both its model (training goes on from it) and its released model,
-   which it serves to pulls until its next wake-up;
-3. tells each sampled peer the new weight of their edge (:class:`GraphWeight`). A node
-   takes such a weight only from a peer it holds an edge to or sampled lately, clamped
-   to what its own step can produce (:attr:`GraphParams.max_edge_weight`), and keeps at
-   most ``graph_max_edges`` edges: no peer can make itself a heavy neighbour unasked.
-
-Privacy accounting: ``graph_epsilon`` per release, ``T_i * epsilon`` after ``T_i``
-wake-ups; serving the same release again is post-processing and costs nothing;
-the first model served, the common initialisation, is independent of the data.
-With ``graph_epsilon_budget`` the node stops waking once the next release would
-exceed it (it keeps training and serving its last release). The loss it reports
-is not noised, and for a network trained by plain SGD the sensitivity
-``graph_sensitivity`` is not a proven bound: the epsilon is nominal there.
-
-Every node starts from one initialisation derived from the network notation
-(averaging networks initialised apart mixes unrelated hidden units); a node
-resumed from a checkpoint keeps its model. The graph's weights are not
-checkpointed: a restarted node learns them again.
+How it works: docs/design/strategies.md; use: docs/guide/strategies.md.
 """
 
 from __future__ import annotations
