@@ -238,7 +238,7 @@ class SenderShares:
     per view size of its rounds, as the others do; a liar that pushed every
     holder every round was a third to a half of each holder's merges (16
     holders), which let in-radius random kicks grow the honest models'
-    spread without bound (docs/gossip.md, "Random kicks inside the
+    spread without bound (docs/design/trust.md, "Random kicks inside the
     radius").  With no other sender merged (a swarm of two) there is no
     bound; with two or three others, an honest sender's count is about
     theirs.

@@ -142,7 +142,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "Command-line options override the config file.",
     )
     run.add_argument("--config", required=True, metavar="FILE",
-                     help="TOML config file (see docs/operations.md and examples/)")
+                     help="TOML config file (see docs/guide/configuration.md and examples/)")
     run.add_argument("--data-dir", metavar="DIR",
                      help="data directory: identity key, checkpoint, admin socket "
                           "(overrides node.data_dir; created with mode 0700 if missing)")

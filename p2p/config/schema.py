@@ -164,7 +164,7 @@ class GossipConfig:
                                  "pushes per shared model awaiting an ack at once")
     privacy: str = setting("none", Choice(NODE_PRIVACY_MODES),
                            '"none"; "masked": masking epochs (cancelling noise pairs, '
-                           'docs/gossip.md); "dp": train with DP-SGD (settings in [dp]); '
+                           'docs/design/gossip.md); "dp": train with DP-SGD (settings in [dp]); '
                            '"masked+dp": both')
     mask_partners: int = setting(3, Integer(minimum=1, maximum=16),
                                  "with \"masked\": noise pairs a node offers per epoch")
@@ -181,12 +181,12 @@ class GossipConfig:
     partner_choice: str = setting(
         "reciprocity", Choice(PARTNER_CHOICES),
         '"reciprocity": push mostly to holders that gave weight back, pause those that '
-        'take pushes and give nothing back (docs/peersampling.md); "uniform": any sampled '
+        'take pushes and give nothing back (docs/design/trust.md); "uniform": any sampled '
         "holder")
     merge_guard: bool = setting(True, Boolean(),
                                 "merge defences against a lying holder (weight shares, net "
                                 "weight balances per peer, clipping, masked flags; "
-                                "docs/gossip.md)")
+                                "docs/design/trust.md)")
     share_ratio: float = setting(4.0, Number(above=0),
                                  "with merge_guard: largest share a push may carry, times "
                                  "max(own weight, 1)")

@@ -226,7 +226,7 @@ class Node:
             push_timeout=g.push_timeout,
             pushes_per_round=g.pushes_per_round,
             push_durations=self.timings["push"],
-            # push targets: holders that gave weight back first (docs/peersampling.md)
+            # push targets: holders that gave weight back first (docs/design/trust.md, "Partner choice")
             partners=(PartnerChoice(random.Random(int.from_bytes(os.urandom(8), "big")),
                                     on_strike=self.peers.distrust)
                       if g.partner_choice == "reciprocity" else None),
@@ -554,7 +554,7 @@ class Node:
     def _start_sampler(self, address: str) -> None:
         ps = self.config.peer_sampling
         # Signed self-descriptor, the Sybil-resistant rules and rate-limited
-        # lines (docs/peersampling.md), as every process of a swarm runs them.
+        # lines (docs/design/peer-sampling.md), as every process of a swarm runs them.
         sampler = signed_sampler(
             self.identity, address, self.advertised_tags(),
             rng=random.Random(int.from_bytes(os.urandom(8), "big")),

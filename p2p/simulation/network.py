@@ -123,7 +123,7 @@ class SimNetwork(MemoryNetwork):
     ``connections`` (opened) and ``reconnections``: connections opened from an
     address to one it had already opened a connection to (a pooled connection
     closed and dialled again; 0 in a run without churn or loss, see
-    docs/simulation.md, "Cost at scale").
+    docs/guide/simulation.md).
 
     ``trusted_handshakes``: the transports made here skip the cryptography of the
     identities the simulation hands out (:class:`~p2p.simulation.handshake.TrustedHandshake`:
@@ -140,7 +140,7 @@ class SimNetwork(MemoryNetwork):
     dial and a retry each). With it, each lands at its own instant and (at zero
     latency) finishes its handshake there; at 1,000 nodes the most contacted nodes then
     refuse sessions instead, so ``scripts/simulate.py`` leaves it off unless asked
-    (``--connect-jitter``). See docs/simulation.md, "Cost at scale", "Start-up".
+    (``--connect-jitter``). See docs/guide/simulation.md.
     """
 
     def __init__(self, *, seed: int = 0, latency: Distribution | None = None,

@@ -7,7 +7,7 @@ independent starts are about 1 x ||x|| apart, so every one-way push is refused
 ("clip") for good.  With three holders some seeds stall the same way.  A model
 held by two to four nodes is a legitimate semi-local configuration.
 
-Strict xfail: open, documented in docs/gossip.md ("One-way pushes from independent
+Strict xfail: open, listed in RELIABILITY.md ("One-way groups ... from independent
 starts"). Daemons start every holder of a shared model from one initialisation,
 so they do not meet independent starts; the simulator's cores do. The day it is
 fixed, this test passes and the strict xfail fails: remove the marker then.
@@ -30,7 +30,7 @@ def _quiet(caplog: pytest.LogCaptureFixture) -> None:
 
 
 @pytest.mark.xfail(strict=True, reason="open: a one-way holder whose only partner is the "
-                   "sender never leaves the warm-up radius (docs/gossip.md)")
+                   "sender never leaves the warm-up radius (RELIABILITY.md)")
 @pytest.mark.parametrize(("n", "seed"), [(2, 0), (3, 6)])
 def test_small_one_way_group_converges_with_the_default_guard(n: int, seed: int) -> None:
     rng = np.random.default_rng(seed)

@@ -168,8 +168,8 @@ class Creeper(_PlainAcks):
     cost (the reply gives its share back, no clip debt), the others clipped
     at a small clip debt (a few times the radius is a fraction of a decade).
     The guard's creep budget (:mod:`gossip.drift_budget`) refuses it once its
-    updates add up to ``drift_cap`` radii (docs/gossip.md, "A creep inside the
-    radius").  Without a guard a radius is taken as 1e-2 ||x||.
+    updates add up to ``drift_cap`` radii (docs/design/trust.md, "The creep
+    budget").  Without a guard a radius is taken as 1e-2 ||x||.
     """
 
     per_round: int = 20
@@ -228,7 +228,7 @@ class RandomKicker(Creeper):
     up like an honest random walk, so the creep budget does not see them
     either.  What they do: each kick spreads the honest models, the partners'
     update norms grow with the spread, the radius (their median) follows, and
-    the next kicks are larger (docs/gossip.md, "Random kicks inside the
+    the next kicks are larger (docs/design/trust.md, "Random kicks inside the
     radius").  The defence is the sender's share of the receiver's merges
     (``GuardSettings.sender_share``).
     """
