@@ -42,17 +42,15 @@ import numpy as np
 import trio
 
 from gossip import Push, PushAck, PushSum, RejectedPush, decode, encode
-from lab.attack.sybil import GossipSwarm, views
+from lab.attack.sybil import Fakes, GossipSwarm, views
 from p2p.config import load_swarm_key
 from p2p.runtime.protocol import register_node_messages
 from p2p.swarm import SwarmSpec
-from p2p.testing.wire_client import connect_from
 from p2p.wire.codec import Message
 from p2p.wire.handshake import PeerInfo
-from p2p.wire.identity import Identity
 from p2p.wire.messages import ERROR_BAD_REQUEST, Error
-from p2p.wire.transport import Transport, TransportError
-from peersampling import Descriptor, PeerUnreachable, ShuffleReply, ShuffleRequest, sign_descriptor
+from p2p.wire.transport import TransportError
+from peersampling import PeerUnreachable, ShuffleReply, ShuffleRequest
 
 SHUFFLE_LENGTH = 5  # the daemons' default peer_sampling.shuffle_length
 TURN_PER_SECOND = 2 * np.pi / 60.0  # a rotating direction turns once a minute
@@ -77,13 +75,15 @@ class Attack:
                 + (", honest first" if self.mode == "late" else ""))
 
 
-class Liars:
-    """The attacker: ``count`` identities on 127.0.1.(k+1), answering as ``attack`` says."""
+class Liars(Fakes):
+    """The attacker: ``count`` identities on 127.0.1.(first_host+k), answering as
+    ``attack`` says."""
 
     def __init__(self, attack: Attack, key: bytes, model: bytes, length: int, seed: int,
                  honest_for: int, first_host: int) -> None:
-        self.attack, self.key, self.model, self.length = attack, key, model, length
-        self.rng = random.Random(seed)
+        super().__init__(attack.identities, key, model, random.Random(seed),
+                         first_host=first_host)
+        self.attack, self.length = attack, length
         gen = np.random.default_rng(seed)
         u, v = gen.standard_normal(length), gen.standard_normal(length)
         u /= np.linalg.norm(u)
@@ -91,33 +91,8 @@ class Liars:
         self.u, self.v = u, v / np.linalg.norm(v)
         self.honest_for = honest_for
         self.started = time.monotonic()
-        self.identities = [Identity.generate() for _ in range(attack.identities)]
-        hosts = [f"127.0.1.{first_host + k}" for k in range(attack.identities)]
-        self.transports = [
-            Transport(ident, host, 0, frozenset({model}), key, connector=self._connector(host),
-                      connect_timeout=5.0, read_timeout=5.0)
-            for ident, host in zip(self.identities, hosts, strict=True)]
-        self.descriptors: list[Descriptor] = []
         self.cores: dict[int, PushSum] = {}  # honest answers ("late"), per identity
         self.answered = self.lies = self.shuffles = 0
-
-    @staticmethod
-    def _connector(source: str) -> Any:
-        async def connect(address: str) -> trio.abc.Stream:
-            return await connect_from(address, source)
-        return connect
-
-    async def serve(self, nursery: trio.Nursery) -> None:
-        epoch = time.time_ns() // 1_000_000
-        for k, t in enumerate(self.transports):
-            address = await nursery.start(t.serve, self._handler(k))
-            d = Descriptor(self.identities[k].node_id, address, 0, frozenset({self.model}),
-                           epoch)
-            self.descriptors.append(sign_descriptor(d, self.identities[k].sign))
-
-    def others(self, k: int, n: int) -> tuple[Descriptor, ...]:
-        picks = self.rng.sample(range(len(self.descriptors)), min(n + 1, len(self.descriptors)))
-        return tuple(self.descriptors[i] for i in picks if i != k)[:n]
 
     def direction(self) -> np.ndarray:
         if self.attack.direction == "fixed":

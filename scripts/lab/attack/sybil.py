@@ -83,18 +83,20 @@ class GossipSwarm(Swarm):
 
 
 class Fakes:
-    """The adversary: ``count`` identities, each listening on 127.0.1.(k+1)."""
+    """The adversary: ``count`` identities, listening on 127.0.1.(first_host + k).
+    ``serve`` starts them, each answering through ``_handler(k)``."""
 
-    def __init__(self, count: int, key: bytes, model: bytes, rng: random.Random) -> None:
+    def __init__(self, count: int, key: bytes, model: bytes, rng: random.Random, *,
+                 first_host: int = 1) -> None:
         self.key = key
         self.model = model
         self.rng = rng
         self.identities = [Identity.generate() for _ in range(count)]
+        hosts = [f"127.0.1.{first_host + k}" for k in range(count)]
         self.transports = [
-            Transport(ident, f"127.0.1.{k + 1}", 0, frozenset({model}), key,
-                      connector=self._connector(f"127.0.1.{k + 1}"), connect_timeout=5.0,
-                      read_timeout=5.0)
-            for k, ident in enumerate(self.identities)]
+            Transport(ident, host, 0, frozenset({model}), key, connector=self._connector(host),
+                      connect_timeout=5.0, read_timeout=5.0)
+            for ident, host in zip(self.identities, hosts, strict=True)]
         self.descriptors: list[Descriptor] = []
         self.pushes_taken = 0
         self.shuffles_answered = 0
