@@ -38,6 +38,27 @@ _ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
 _F32_MAX = float(np.finfo(np.float32).max)
 
 
+def checked_vector(name: str, vector: np.ndarray, n: int) -> np.ndarray:
+    """``vector`` as an array, checked before it is assigned to shared model ``name``
+    of ``n`` values: ValueError (naming the model) on a wrong shape or dtype or a
+    value that is not a finite float32."""
+    vec = np.asarray(vector)
+    if vec.ndim != 1 or vec.shape[0] != n:
+        raise ValueError(f"assign({name!r}): vector has shape {vec.shape}, expected "
+                         f"({n},) for partial model {name!r}")
+    if vec.dtype.kind not in "fiu":
+        raise ValueError(f"assign({name!r}): vector dtype {vec.dtype} is not numeric")
+    if n:
+        # min and max propagate NaN and need no temporary array
+        lo, hi = vec.min(), vec.max()
+        if not (-_F32_MAX <= lo and hi <= _F32_MAX):
+            with np.errstate(over="ignore", invalid="ignore"):
+                bad = int(np.flatnonzero(~np.isfinite(vec.astype(np.float32)))[0])
+            raise ValueError(f"assign({name!r}): value at index {bad} ({vec[bad]}) is not "
+                             f"a finite float32; partial model {name!r} left unchanged")
+    return vec
+
+
 @dataclass(frozen=True)
 class _Copy:
     """One block of a canonical vector, ready for a strided numpy copy."""
@@ -272,21 +293,7 @@ class PartialNetwork(nn.Module):
         value that is not a finite float32; the parameters are then untouched.
         """
         steps = self._steps(name)
-        n = self.layout.vector_length(name)
-        vec = np.asarray(vector)
-        if vec.ndim != 1 or vec.shape[0] != n:
-            raise ValueError(f"assign({name!r}): vector has shape {vec.shape}, expected "
-                             f"({n},) for partial model {name!r}")
-        if vec.dtype.kind not in "fiu":
-            raise ValueError(f"assign({name!r}): vector dtype {vec.dtype} is not numeric")
-        if n:
-            # min and max propagate NaN and need no temporary array
-            lo, hi = vec.min(), vec.max()
-            if not (-_F32_MAX <= lo and hi <= _F32_MAX):
-                with np.errstate(over="ignore", invalid="ignore"):
-                    bad = int(np.flatnonzero(~np.isfinite(vec.astype(np.float32)))[0])
-                raise ValueError(f"assign({name!r}): value at index {bad} ({vec[bad]}) is not "
-                                 f"a finite float32; partial model {name!r} left unchanged")
+        vec = checked_vector(name, vector, self.layout.vector_length(name))
         if self.flat.device.type != "cpu":  # one copy to the device, scattered there
             source = torch.from_numpy(np.ascontiguousarray(vec, dtype=np.float32))
             with torch.no_grad():

@@ -19,10 +19,10 @@ import torch
 from torch import nn
 
 from learner.modules.layout import Inventory, ModuleLayout, Piece, TensorInfo
+from learner.network import checked_vector
 
 __all__ = ["PartialModule", "inventory_of"]
 
-_F32_MAX = float(np.finfo(np.float32).max)
 
 
 def inventory_of(module: nn.Module) -> Inventory:
@@ -118,19 +118,7 @@ class PartialModule(nn.Module):
         ValueError (naming the model) on a wrong shape or dtype or a value that is
         not a finite float32; the tensors are then untouched.
         """
-        n = self.layout.vector_length(name)
-        vec = np.asarray(vector)
-        if vec.ndim != 1 or vec.shape[0] != n:
-            raise ValueError(f"assign({name!r}): vector has shape {vec.shape}, expected ({n},) "
-                             f"for partial model {name!r}")
-        if vec.dtype.kind not in "fiu":
-            raise ValueError(f"assign({name!r}): vector dtype {vec.dtype} is not numeric")
-        lo, hi = vec.min(), vec.max()
-        if not (-_F32_MAX <= lo and hi <= _F32_MAX):
-            with np.errstate(over="ignore", invalid="ignore"):
-                bad = int(np.flatnonzero(~np.isfinite(vec.astype(np.float32)))[0])
-            raise ValueError(f"assign({name!r}): value at index {bad} ({vec[bad]}) is not a "
-                             f"finite float32; partial model {name!r} left unchanged")
+        vec = checked_vector(name, vector, self.layout.vector_length(name))
         tensors = self._tensors()
         pieces = self.layout.pieces(name)
         device = tensors[pieces[0].tensor].device

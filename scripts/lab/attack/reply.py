@@ -49,8 +49,7 @@ from p2p.swarm import SwarmSpec
 from p2p.wire.codec import Message
 from p2p.wire.handshake import PeerInfo
 from p2p.wire.messages import ERROR_BAD_REQUEST, Error
-from p2p.wire.transport import TransportError
-from peersampling import PeerUnreachable, ShuffleReply, ShuffleRequest
+from peersampling import ShuffleReply, ShuffleRequest
 
 SHUFFLE_LENGTH = 5  # the daemons' default peer_sampling.shuffle_length
 TURN_PER_SECOND = 2 * np.pi / 60.0  # a rotating direction turns once a minute
@@ -130,22 +129,6 @@ class Liars(Fakes):
                 return self.answer(k, peer, msg)
             return Error(code=ERROR_BAD_REQUEST, reason="no")
         return handle
-
-    async def inject(self, honest: list[str], rate: float, seconds: float) -> None:
-        async def one(address: str, k: int, view: bytes | None) -> None:
-            req = ShuffleRequest(self.descriptors[k], self.others(k, SHUFFLE_LENGTH - 1), view)
-            try:
-                await self.transports[k].request(address, req, 5.0)
-            except (TransportError, PeerUnreachable, OSError):
-                pass
-
-        end = trio.current_time() + seconds
-        async with trio.open_nursery() as nursery:
-            while trio.current_time() < end:
-                k = self.rng.randrange(len(self.descriptors))
-                view = self.model if self.rng.random() < 0.5 else None
-                nursery.start_soon(one, self.rng.choice(honest), k, view)
-                await trio.sleep(1.0 / rate)
 
 
 def _accuracies(swarm: GossipSwarm) -> list[float | None]:
