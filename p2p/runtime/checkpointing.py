@@ -92,15 +92,19 @@ class NodeCheckpoints:
         node.counters["checkpoints"] += 1
         return size
 
+    async def save_or_log(self, failed: str) -> None:
+        """:meth:`save`; a failure is logged as ``failed``, never raised (the node runs on)."""
+        try:
+            await self.save()
+        except CheckpointError as exc:
+            logger.error("%s: %s", failed, exc)
+        except Exception:
+            logger.exception(failed)
+
     async def run(self) -> None:
         """Write a checkpoint every ``checkpoint.interval`` seconds (a failed one keeps
         the previous file and is logged in one line)."""
         interval = self._node.config.checkpoint.interval
         while True:
             await trio.sleep(interval)
-            try:
-                await self.save()
-            except CheckpointError as exc:
-                logger.error("periodic checkpoint failed (previous one kept): %s", exc)
-            except Exception:
-                logger.exception("periodic checkpoint failed (previous one kept)")
+            await self.save_or_log("periodic checkpoint failed (previous one kept)")

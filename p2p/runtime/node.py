@@ -435,12 +435,7 @@ class Node:
             if waited.cancelled_caught:
                 logger.warning("the current round did not finish within %g s of the stop "
                                "request; checkpointing once it does", STOP_ROUND_WAIT)
-            try:
-                await self.save_checkpoint()
-            except CheckpointError as exc:
-                logger.error("final checkpoint failed: %s", exc)
-            except Exception:
-                logger.exception("final checkpoint failed")
+            await self.checkpoints.save_or_log("final checkpoint failed")
             nursery.cancel_scope.cancel()
         await self.transport.aclose()
         if self.lock is not None:
