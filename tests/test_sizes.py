@@ -16,9 +16,7 @@ from import_graph import PRODUCT, ROOT
 MAX_FILE_LINES = 800
 MAX_CLASS_LINES = 500
 #: path or "path:Class" -> why it is still too large
-KNOWN_LARGE: dict[str, str] = {
-    "p2p/runtime/node.py:Node": "its status and tasks move out as the wave's features land",
-}
+KNOWN_LARGE: dict[str, str] = {}
 
 
 def product_files() -> list[Path]:

@@ -205,7 +205,8 @@ def offence_counts(node: object) -> dict[str, int]:
         return int(getattr(getattr(obj, "_offences", None), "warnings_total", 0))
 
     cores: Mapping[str, object] = getattr(node, "cores", {})
-    return {"transport": count(getattr(node, "transport", None)), "requests": count(node),
+    return {"transport": count(getattr(node, "transport", None)),
+            "requests": count(getattr(node, "serving", None)),  # the node's NodeServing
             "peer_sampling": count(getattr(node, "started_sampler", None)),
             "gossip": sum(count(c) for c in cores.values())}
 

@@ -1,25 +1,23 @@
 """The node runtime: one trio nursery running every part of a daemon.
 
-Tasks: the listener, peer sampling, the trainer (SGD in a worker thread, merges
-folded in between rounds by :class:`ModelSync`), the gossip sender, the admin
-server, the checkpointer, the signal watcher, and the tasks of parts in modules
-of their own: relays (:mod:`~p2p.runtime.relay`), reachability and hole
-punching (:mod:`~p2p.runtime.connectivity`), the collaboration watcher,
-automatic grouping (:mod:`~p2p.runtime.grouping.host`) and the strategy
-(:class:`~p2p.runtime.strategy_host.StrategySupervisor`); masking serves its own
-requests and the peers gossip talks to are the
-:class:`~p2p.runtime.peer_book.PeerBook`. The node builds and wires them.
-Ownership: the torch network changes only in the trainer task (and its worker)
-under ``_model_lock``, which checkpoints take to read it; push-sum cores live on
-the event loop, so no merge lands mid-step. See docs/design/architecture.md.
+Tasks: the listener, peer sampling, the trainer (:mod:`~p2p.runtime.trainer_loop`),
+the gossip sender, the admin server, the checkpointer (:mod:`~p2p.runtime.checkpointing`),
+the signal watcher, and the tasks of parts in modules of their own: relays
+(:mod:`~p2p.runtime.relay`), reachability and hole punching
+(:mod:`~p2p.runtime.connectivity`), the collaboration watcher, automatic grouping
+(:mod:`~p2p.runtime.grouping.host`) and the strategy (:mod:`~p2p.runtime.strategy_host`).
+Requests are answered by :mod:`~p2p.runtime.serving` and the parts that register
+handlers; the peers gossip talks to are the :class:`~p2p.runtime.peer_book.PeerBook`.
+The node builds and wires them. Ownership: the torch network changes only in the
+trainer task (and its worker) under ``model_lock``, which checkpoints take to read
+it; push-sum cores live on the event loop, so no merge lands mid-step.
+See docs/design/architecture.md.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
 import logging
-import math
 import os
 import random
 import signal
@@ -31,22 +29,10 @@ from typing import Any
 import torch
 import trio
 
-from gossip import (
-    GossipDriver,
-    LogLimiter,
-    ModelSync,
-    PartnerChoice,
-    Push,
-    PushAck,
-    PushSum,
-    RejectedPush,
-)
-from gossip.masking.epochs import magnitude_bound
-from gossip.validation import MAX_ABS_VALUE
+from gossip import ModelSync, PushSum
 from learner.dp.accounting import PrivacySpent
 from learner.layout import ModelLayout
 from learner.spec import PartialModelSpec
-from learner.trainer import Evaluation
 from p2p.config import ConfigError, NodeConfig, load_swarm_key
 from p2p.files import content_digest
 from p2p.metrics import MetricsEndpoint
@@ -59,6 +45,7 @@ from p2p.runtime.checkpoint import (
     GroupsRecord,
     check_data_dir_writable,
 )
+from p2p.runtime.checkpointing import NodeCheckpoints
 from p2p.runtime.collaboration import CollaborationStatus
 from p2p.runtime.collaboration_watch import CollaborationWatch
 from p2p.runtime.connectivity import NodeConnectivity, ReachabilityStatus
@@ -73,32 +60,27 @@ from p2p.runtime.grouping.status import GroupsStatus
 from p2p.runtime.masking.driver import NodeMasking
 from p2p.runtime.masking.host import NodeMaskingHost
 from p2p.runtime.merge_recovery import NodeRecovery
-from p2p.runtime.node_transport import NodeTransport, node_admission, node_frame_limit
-from p2p.runtime.peer_book import PeerBook, peer_label
-from p2p.runtime.progress import Progress, log_budget_spent, log_progress
+from p2p.runtime.node_parts import gossip_driver, new_core
+from p2p.runtime.node_transport import NodeTransport, node_frame_limit, tcp_transport
+from p2p.runtime.peer_book import PeerBook
+from p2p.runtime.progress import Progress
 from p2p.runtime.protocol import register_node_messages
 from p2p.runtime.relay.host import NodeRelay
+from p2p.runtime.serving import NodeServing
 from p2p.runtime.signed_sampling import signed_sampler
-from p2p.runtime.state import COUNTER_SEP, resume_from, snapshot_state, state_problem
+from p2p.runtime.state import COUNTER_SEP
 from p2p.runtime.strategy_host import StrategySupervisor
 from p2p.runtime.timing import TimingStats
 from p2p.runtime.train_runner import ThreadRunner, TrainRunner
+from p2p.runtime.trainer_loop import TrainerLoop
 from p2p.runtime.training_record import node_data_path, training_record
-from p2p.runtime.transport_adapters import PushOverTransport, ShuffleOverTransport
+from p2p.runtime.transport_adapters import ShuffleOverTransport
 from p2p.strategies import Strategy
 from p2p.wire.codec import Message
-from p2p.wire.dispatch import RequestDispatcher
 from p2p.wire.handshake import PeerInfo
 from p2p.wire.identity import Identity
-from p2p.wire.messages import ERROR_BAD_REQUEST, ERROR_REJECTED, Error
 from p2p.wire.transport import Transport
-from peersampling import (
-    Descriptor,
-    PeerSampler,
-    ShuffleReply,
-    ShuffleRequest,
-    run_peer_sampling,
-)
+from peersampling import Descriptor, PeerSampler, run_peer_sampling
 
 logger = logging.getLogger(__name__)
 
@@ -151,33 +133,17 @@ class Node:
         torch.set_num_threads(1)  # many daemons share a machine's cores
         # The node composes the wire: every subsystem's messages and request handlers.
         register_node_messages()
-        self.requests = RequestDispatcher(on_unknown=self._unexpected_request)
-        # lines a peer's requests cause: one per peer and interval, then a summary
-        self._offences = LogLimiter(logger)
-        self.requests.add(ShuffleRequest, self._serve_shuffle)
-        self.requests.add(Push, self._serve_push)
+        self.serving = NodeServing(self)  # its dispatcher; answers pushes and shuffles
+        self.requests = self.serving.requests
         self.by_fingerprint = {fp: name for name, fp in self.learning.fingerprints.items()}
         # do known peers hold our models, do exchanges get through; how shuffles went
         self.collaboration_watch = CollaborationWatch(self)
         # automatic semi-local groups (clustering.mode "auto"; registers its GroupsPull
         # handler); find/join: tests inject theirs
         self.grouping_host = NodeGroupingHost(self, find=find_groups, join=join_group)
-        listen = config.node.listen
-        self.transport: NodeTransport = transport or Transport(
-            self.identity,
-            listen.host,
-            listen.port,
-            tags=self._model_tags(),  # the relay's tag once it serves: retag
-            swarm_key=swarm_key,
-            cipher=config.security.cipher,
-            max_connections=config.limits.max_connections,
-            connect_timeout=config.limits.connect_timeout,
-            read_timeout=config.limits.read_timeout,
-            max_frame_size=node_frame_limit(config, self.learning.layout),  # from its models
-            max_messages_per_second=config.limits.max_messages_per_second,
-            admission=node_admission(config),
-            advertise_address=None if config.node.advertise is None else str(config.node.advertise),
-        )
+        self.transport: NodeTransport = transport or tcp_transport(
+            config, self.identity, tags=self._model_tags(),  # the relay's tag once it serves: retag
+            swarm_key=swarm_key, max_frame_size=node_frame_limit(config, self.learning.layout))
         if transport is None and isinstance(self.transport, Transport):
             # A taken port stops the node here, before it resumes or logs as if started.
             self.transport.bind()
@@ -197,6 +163,7 @@ class Node:
         self.peers = PeerBook(config.peer_sampling.period)
         self.restored_view: list[Descriptor] = []
         self.store = CheckpointStore(self.data_dir)
+        self.checkpoints = NodeCheckpoints(self, self.store)  # resume, periodic and final writes
         self.counters: dict[str, int] = {"rejected_messages": 0, "checkpoints": 0,
                                          "nonfinite_rounds": 0}
         self.timings = {k: TimingStats() for k in ("train_round", "push", "checkpoint")}
@@ -207,35 +174,22 @@ class Node:
         self.trained_with = training_record(
             config, None if data_path is None else content_digest(data_path),
             self.learning.fingerprints)
-        self.resumed_at: int | None = None  # the checkpoint's round, when resumed
-        self.checkpoint_note: str | None = None  # a fallback or a file moved aside at start
-        self._resume(fresh)
+        # the checkpoint's round, when resumed; a fallback or a file moved aside at start
+        self.resumed_at, self.checkpoint_note = self.checkpoints.resume(fresh)
         self.sync = ModelSync(self.learning.network, self.cores)
         # non-finite rounds are skipped, their state restored (stops after 3 in a row)
         self.finite = FiniteGuard(self.learning.network, self.learning.trainer.optimizer)
-        g = config.gossip
         # masking epochs (privacy "masked": pairs agreed with holders); registers the
         # PairOffer handler
         self.masking_host = NodeMaskingHost(self)
-        self.gossip = GossipDriver(
-            self.cores,
-            PushOverTransport(self.transport, self.peers.addresses, timeout=g.push_timeout,
-                              on_unreachable=self.peers.on_unreachable,
-                              on_outcome=self.collaboration_watch.pushed),
-            self.peers.holders,
-            push_timeout=g.push_timeout,
-            pushes_per_round=g.pushes_per_round,
-            push_durations=self.timings["push"],
-            # push targets: holders that gave weight back first (docs/design/trust.md, "Partner choice")
-            partners=(PartnerChoice(random.Random(int.from_bytes(os.urandom(8), "big")),
-                                    on_strike=self.peers.distrust)
-                      if g.partner_choice == "reciprocity" else None),
-            epochs=self.masking_host.masking,
-        )
+        self.gossip = gossip_driver(config.gossip, self.cores, self.transport, self.peers,
+                                    on_outcome=self.collaboration_watch.pushed,
+                                    push_durations=self.timings["push"],
+                                    epochs=self.masking_host.masking)
         self._stop = trio.Event()
+        self.trainer = TrainerLoop(self, self._stop)  # SGD rounds, their sync and evaluations
         self._closing = False  # set at shutdown: no merges after the final snapshot
         self._model_lock = trio.Lock()  # the trainer's round vs a checkpoint's read
-        self._save_lock = trio.Lock()  # checkpoints land in the order they were taken
         self._gossip_scope = trio.CancelScope()
         self.admin = NodeAdmin(self)
         # The collaboration strategy ([strategy]; p2p/strategies): built last, it sees the
@@ -245,6 +199,7 @@ class Node:
         self.strategy_supervisor = StrategySupervisor(self)
         self.strategy_supervisor.install()  # the node holds it first: node.strategy works inside
         # merges that make the held-out loss jump are rolled back (gossip.recovery)
+        g = config.gossip
         self.recovery = (NodeRecovery(self) if g.recovery and g.guard is not None else None)
 
     # ------------------------------------------------------------------ state
@@ -253,29 +208,9 @@ class Node:
         """Fresh network, trainer and push-sum cores from the configuration."""
         self.learning: AnyLearning = learning or build_learning(self.config, overrides)
         self.cores: dict[str, PushSum] = {
-            name: self._new_core(name, fp) for name, fp in self.learning.fingerprints.items()
+            name: new_core(self.config.gossip, fp, self.learning.network.extract(name))
+            for name, fp in self.learning.fingerprints.items()
         }
-
-    def _new_core(self, name: str, fingerprint: bytes) -> PushSum:
-        """A push-sum core for shared model ``name``, starting from the network's values."""
-        g = self.config.gossip
-        return PushSum(
-            fingerprint,
-            self.learning.network.extract(name),
-            fanout=g.fanout,
-            privacy=g.masking,
-            masked_pushes=0,  # "masked": the noise comes from epochs' pairs (NodeMasking)
-            # the receivers' bound follows from the mask scale in use (masked mode)
-            max_abs_value=(magnitude_bound(g.epochs) if g.masking == "masked"
-                           else MAX_ABS_VALUE),
-            mask_std=g.mask_std,
-            unmask_after=g.unmask_after,
-            exchange=g.exchange,
-            encoding=g.encoding,
-            delta_encoding=g.delta_encoding,
-            max_in_flight=g.max_in_flight,
-            guard=g.guard,
-        )
 
     # ------------------------------------------------------------------ groups
     # Automatic grouping lives in grouping_host; these read it for the admin commands
@@ -360,7 +295,8 @@ class Node:
         self.learning = dataclasses.replace(self.learning, layout=layout,
                                             fingerprints=fingerprints)
         for name in added:
-            self.cores[name] = self._new_core(name, fingerprints[name])
+            self.cores[name] = new_core(self.config.gossip, fingerprints[name],
+                                        self.learning.network.extract(name))
             self.by_fingerprint[fingerprints[name]] = name
         self.retag()
         return spec.name
@@ -414,45 +350,9 @@ class Node:
         if self.peers.started is not None:
             self.peers.started.set_tags(tags)
 
-    def _resume(self, fresh: bool) -> None:
-        """Resume the checkpoint (refusing one trained with another layout or
-        data: :class:`~p2p.runtime.checkpoint.CheckpointConflict`), or with
-        ``fresh`` move it aside and start over."""
-        if fresh:
-            aside = self.store.move_aside()
-            if aside is not None:
-                logger.warning("--fresh: moved the old checkpoint to %s; starting over", aside)
-            return
-        resumed = resume_from(self, self.store)
-        self.checkpoint_note = resumed.note
-        state = resumed.state
-        if state is None:
-            return
-        self.resumed_at = state.round
-        logger.info("resumed from %s at round %d",
-                    resumed.path.name if resumed.path else "checkpoint", state.round)
-        rounds = self.config.training.rounds
-        if rounds and state.round >= rounds:
-            logger.warning("training.rounds = %d is already reached (the checkpoint is at round "
-                           "%d): no SGD step will run. To train further, raise training.rounds "
-                           "or pass --rounds N with N > %d",
-                           rounds, state.round, state.round)
-
     async def save_checkpoint(self) -> int:
         """Write the node state atomically; returns the bytes written."""
-        async with self._save_lock:
-            async with self._model_lock:
-                state = snapshot_state(self)
-            problem = state_problem(self, state)
-            if problem is not None:  # never over a good checkpoint
-                raise CheckpointError(None, f"checkpoint not written, {self.store.path.name} "
-                                      f"and {self.store.previous.name} kept: the node's state "
-                                      f"{problem}")
-            t0 = time.perf_counter()
-            size = await self.runner.run_blocking(functools.partial(self.store.save, state))
-        self.timings["checkpoint"].add(time.perf_counter() - t0)
-        self.counters["checkpoints"] += 1
-        return size
+        return await self.checkpoints.save()
 
     def model_counters(self, name: str) -> dict[str, int]:
         """Push-sum counters of model ``name`` since the data directory was created."""
@@ -513,12 +413,12 @@ class Node:
                 nursery.start_soon(self._watch_signals)
             nursery.start_soon(self._peer_sampling)
             nursery.start_soon(self._gossip_in_scope)
-            nursery.start_soon(self._checkpoint_loop)
+            nursery.start_soon(self.checkpoints.run)
             nursery.start_soon(self.collaboration_watch.run)
             nursery.start_soon(self.grouping_host.run)
             nursery.start_soon(self.strategy_supervisor.run)
             trainer_done = trio.Event()
-            nursery.start_soon(self._trainer_loop, trainer_done)
+            nursery.start_soon(self.trainer.run, trainer_done)
             logger.info("node %s listening on %s", self.identity.node_id[:6].hex(),
                         self.transport.listen_address)
             task_status.started(self.transport.listen_address)
@@ -535,12 +435,7 @@ class Node:
             if waited.cancelled_caught:
                 logger.warning("the current round did not finish within %g s of the stop "
                                "request; checkpointing once it does", STOP_ROUND_WAIT)
-            try:
-                await self.save_checkpoint()
-            except CheckpointError as exc:
-                logger.error("final checkpoint failed: %s", exc)
-            except Exception:
-                logger.exception("final checkpoint failed")
+            await self.checkpoints.save_or_log("final checkpoint failed")
             nursery.cancel_scope.cancel()
         await self.transport.aclose()
         if self.lock is not None:
@@ -587,113 +482,6 @@ class Node:
         """
         return max(self.config.peer_sampling.period, MIN_SHUFFLE_TIMEOUT)
 
-    async def _checkpoint_loop(self) -> None:
-        interval = self.config.checkpoint.interval
-        while True:
-            await trio.sleep(interval)
-            try:
-                await self.save_checkpoint()
-            except CheckpointError as exc:
-                logger.error("periodic checkpoint failed (previous one kept): %s", exc)
-            except Exception:
-                logger.exception("periodic checkpoint failed (previous one kept)")
-
-    # ------------------------------------------------------------------ training
-
-    async def _trainer_loop(self, done: trio.Event) -> None:
-        t = self.config.training
-        trainer = self.learning.trainer
-        try:
-            await self.collaboration_watch.wait_for_peers(self._stop)
-            while not self._stop.is_set():
-                budget_spent = not trainer.can_train(t.steps_per_round)
-                if ((t.rounds and self.progress.round >= t.rounds) or budget_spent
-                        or self.finite.stopped):
-                    if not self.progress.finished:
-                        # evaluate before saying finished: whoever waits for the
-                        # end reads the final accuracy
-                        async with self._model_lock:
-                            self._record_evaluation(await self._evaluation())
-                        self.progress.finished = True
-                        if budget_spent:
-                            log_budget_spent(self)
-                        elif not self.finite.stopped:
-                            logger.info("finished %d rounds; still serving peers", t.rounds)
-                    # Keep averaging after the last round so late peers still
-                    # find partners; the model only changes through merges now.
-                    async with self._model_lock:
-                        self.sync.sync()
-                    self.gossip.signal_round()
-                    await self._pause(max(t.round_interval, 0.2))
-                    continue
-                await self.grouping_host.hold(self._stop)
-                await self.runner.wait_turn()  # a simulation's schedule, outside the lock
-                if await self._train_round():
-                    self.gossip.signal_round()
-                await self._pause(t.round_interval)
-        finally:
-            done.set()
-
-    async def _train_round(self) -> bool:
-        """One round, its sync and evaluation; False when it left non-finite values (the
-        state before it is restored: :class:`~p2p.runtime.finite_guard.FiniteGuard`)."""
-        t = self.config.training
-        trainer = self.learning.trainer
-        t0 = time.perf_counter()
-        async with self._model_lock:
-            self.finite.keep()
-            try:
-                loss = await self.runner.train_steps(trainer, t.steps_per_round)
-            except Exception as exc:
-                if trainer.loss_term is None:
-                    raise
-                # the strategy's term failed (a bug): switch it off, never the node
-                self.finite.rollback()
-                self.strategy_supervisor.failed("loss term", exc)
-                return False
-            self.timings["train_round"].add(time.perf_counter() - t0)
-            done_rounds = self.progress.round + 1
-            problem = self.finite.problem(loss, no_loss_ok=trainer.privacy is not None)
-            if problem is not None:
-                self.finite.restore(done_rounds, problem, trio.current_time())
-                self.counters["nonfinite_rounds"] = self.finite.events
-                return False
-            self.finite.good()
-            if self.recovery is not None:
-                await self.recovery.sync()  # rolled back if the merges made it worse
-            else:
-                self.sync.sync()
-            self.strategy_supervisor.after_round()
-            ev = (await self._evaluation()) if done_rounds % t.eval_every == 0 else None
-            # the round and its evaluation become visible together
-            self.progress.round = done_rounds
-            self.progress.steps += t.steps_per_round
-            self.progress.loss = loss if math.isfinite(loss) else None
-            if ev is not None:
-                self._record_evaluation(ev)
-        return True
-
-    async def _pause(self, seconds: float) -> None:
-        """Sleep between rounds, waking at once on a stop request."""
-        with trio.move_on_after(seconds):
-            await self._stop.wait()
-
-    async def _evaluation(self) -> Evaluation:
-        """Evaluate on the test part in a worker thread (caller holds the model lock).
-
-        A CNN's evaluation takes long enough to stall admin requests and
-        pushes if it ran on the event loop.
-        """
-        return await self.runner.evaluate(self.learning.evaluate)
-
-    def _record_evaluation(self, ev: Evaluation) -> None:
-        custom = self.learning.custom_metrics and "accuracy" not in ev.metrics
-        self.progress.accuracy = None if custom else ev.accuracy
-        self.progress.metrics = dict(ev.metrics)
-        self.progress.test_loss = ev.loss
-        self.progress.history.append((time.time(), self.progress.round, ev.accuracy))
-        log_progress(self)
-
     # ------------------------------------------------------------------ gossip
 
     @property
@@ -711,46 +499,6 @@ class Node:
     async def handle_request(self, peer: PeerInfo, msg: Message) -> Message:
         """Answer one request from a connected, authenticated peer (routed by its type)."""
         return await self.requests(peer, msg)
-
-    async def _serve_push(self, peer: PeerInfo, msg: Push) -> PushAck | Error:
-        if self._closing:
-            return Error(code=ERROR_REJECTED, reason="node is shutting down")
-        name = self.by_fingerprint.get(msg.model)
-        if name is None:
-            self.counters["rejected_messages"] += 1
-            self._offences.warning(trio.current_time(), peer.node_id.hex(),
-                                   "push from %s for a model this node does not hold (%s)",
-                                   peer_label(peer), msg.model[:4].hex())
-            return Error(code=ERROR_REJECTED, reason="this node does not hold that model")
-        core = self.cores[name] if name in self.cores else self.gossiped[name]
-        exchanges = self.collaboration_watch.exchanges
-        try:
-            ack = core.on_push(peer.node_id, msg, trio.current_time())
-        except RejectedPush as exc:
-            # the core has logged the one warning line for this offence
-            logger.debug("push of %s from %s rejected: %s", name, peer_label(peer), exc)
-            exchanges.refused_here(name, str(exc), trio.current_time())
-            return Error(code=ERROR_REJECTED, reason=str(exc))
-        exchanges.merged(name, trio.current_time())
-        self.gossip.notify_merged()
-        return ack
-
-    async def _serve_shuffle(self, peer: PeerInfo, msg: ShuffleRequest) -> ShuffleReply | Error:
-        # A peer may only offer its own fresh descriptor as the sender, never another node's.
-        if msg.sender.node_id != peer.node_id:
-            self.counters["rejected_messages"] += 1
-            self._offences.warning(trio.current_time(), peer.node_id.hex(),
-                                   "shuffle from %s claims to come from node %s", peer_label(peer),
-                                   msg.sender.node_id[:4].hex())
-            return Error(code=ERROR_BAD_REQUEST, reason="shuffle sender is not the peer")
-        return self.sampler.on_request(msg, trio.current_time())
-
-    async def _unexpected_request(self, peer: PeerInfo, msg: Message) -> Error:
-        # Ping never gets here: the transport answers it itself.
-        self.counters["rejected_messages"] += 1
-        self._offences.warning(trio.current_time(), peer.node_id.hex(),
-                               "unexpected %s from %s", type(msg).__name__, peer_label(peer))
-        return Error(code=ERROR_BAD_REQUEST, reason=f"{type(msg).__name__} is not a request")
 
 
 def run_node(config: NodeConfig, *, fresh: bool = False, learning: AnyLearning | None = None

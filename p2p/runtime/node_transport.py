@@ -4,22 +4,27 @@ The node and its adapters for peer sampling and gossip are typed against these
 protocols, not against a concrete class: the TCP
 :class:`~p2p.wire.transport.Transport` satisfies them, and so does the
 in-memory :class:`~p2p.testing.memnet.MemoryTransport` that tests inject.
-:func:`node_frame_limit` is the frame cap a node gives its transport.
+:func:`node_frame_limit` is the frame cap a node gives its transport, and
+:func:`tcp_transport` the TCP transport a daemon (or a relay-only node) listens on.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import trio
 
 from p2p.config.schema import NodeConfig, push_frame_bytes
 from p2p.wire.admission import AdmissionLimits, receive_frame_limit
 from p2p.wire.codec import Message
-from p2p.wire.transport import Handler
+from p2p.wire.transport import Handler, Transport
 
-__all__ = ["SILENT_PERIODS", "NodeTransport", "Requester", "node_admission", "node_frame_limit"]
+if TYPE_CHECKING:
+    from p2p.wire.identity import Identity
+
+__all__ = ["SILENT_PERIODS", "NodeTransport", "Requester", "node_admission", "node_frame_limit",
+           "tcp_transport"]
 
 #: In a simulation, peer-sampling periods without a request after which an incoming
 #: session may give its slot to a newcomer while the slots are under pressure (a
@@ -77,6 +82,24 @@ def node_admission(config: NodeConfig, *, idle_timeout: float = 60.0,
         return limits
     silence = SILENT_PERIODS * config.peer_sampling.period
     return dataclasses.replace(limits, silence=min(silence, limits.idle_limit))
+
+
+def tcp_transport(config: NodeConfig, identity: Identity, *, tags: frozenset[bytes],
+                  swarm_key: bytes | None, max_frame_size: int) -> Transport:
+    """The TCP transport of a node: ``node.listen``, ``node.advertise``, the cipher and
+    the ``[limits]`` of ``config`` (not bound yet: :meth:`Transport.bind`)."""
+    listen = config.node.listen
+    return Transport(
+        identity, listen.host, listen.port, tags=tags, swarm_key=swarm_key,
+        cipher=config.security.cipher,
+        max_connections=config.limits.max_connections,
+        connect_timeout=config.limits.connect_timeout,
+        read_timeout=config.limits.read_timeout,
+        max_frame_size=max_frame_size,
+        max_messages_per_second=config.limits.max_messages_per_second,
+        admission=node_admission(config),
+        advertise_address=None if config.node.advertise is None else str(config.node.advertise),
+    )
 
 
 class Requester(Protocol):

@@ -34,7 +34,7 @@ from p2p.runtime.admin_server import (
 from p2p.runtime.connectivity import NodeConnectivity
 from p2p.runtime.connectivity.dialback import DialBackRequest
 from p2p.runtime.data_dir import check_data_dir_writable
-from p2p.runtime.node_transport import node_admission
+from p2p.runtime.node_transport import tcp_transport
 from p2p.runtime.protocol import register_node_messages
 from p2p.runtime.relay.book import RELAY_TAG
 from p2p.runtime.relay.host import NodeRelay
@@ -71,17 +71,9 @@ class RelayNode:
         register_node_messages()
         self.requests = RequestDispatcher(on_unknown=self._not_served)
         self.requests.add(ShuffleRequest, self._serve_shuffle)
-        listen = config.node.listen
-        self.transport = transport or Transport(
-            self.identity, listen.host, listen.port, tags=frozenset({RELAY_TAG}),
-            swarm_key=_swarm_key(config), cipher=config.security.cipher,
-            max_connections=config.limits.max_connections,
-            connect_timeout=config.limits.connect_timeout,
-            read_timeout=config.limits.read_timeout, max_frame_size=MIN_FRAME_LIMIT,
-            max_messages_per_second=config.limits.max_messages_per_second,
-            admission=node_admission(config),
-            advertise_address=None if config.node.advertise is None else str(config.node.advertise),
-        )
+        self.transport = transport or tcp_transport(
+            config, self.identity, tags=frozenset({RELAY_TAG}), swarm_key=_swarm_key(config),
+            max_frame_size=MIN_FRAME_LIMIT)
         if transport is None:
             self.transport.bind()  # a taken port stops the node here
         self.relay = NodeRelay(self.transport, self.requests, config.relay,
