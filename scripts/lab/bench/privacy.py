@@ -1131,7 +1131,8 @@ def simulate_real(run: RealRun, mode: str) -> dict[str, object]:
 
     def stats(xs: list[float]) -> dict[str, float | int]:
         return {"count": len(xs), "mean": statistics.fmean(xs) if xs else math.nan,
-                "median": statistics.median(xs) if xs else math.nan}
+                "median": statistics.median(xs) if xs else math.nan,
+                "max": max(xs) if xs else math.nan}
 
     def floor(obs: list[int]) -> dict[str, float]:
         mean, p99 = _noise_floor(obs)
