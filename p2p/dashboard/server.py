@@ -5,7 +5,7 @@ random token of the URL the dashboard printed, since they show what the
 admin sockets protect; ``/static/<file>`` (the page's script, styles and the
 vendored uPlot, shipped in the package) carries nothing private. The
 dashboard lowers its own CPU priority (:data:`NICE`) so that, sharing a
-machine with the nodes it watches, it never slows them.
+machine with the nodes it watches, it yields the CPU to them.
 """
 
 from __future__ import annotations

@@ -16,5 +16,5 @@ from p2p.metrics.endpoint import (
 )
 from p2p.metrics.refusals import Refusal, offences, refusals
 
-__all__ = ["MAX_AGE", "METRICS_PATH", "METRICS_SETTING", "MetricsEndpoint", "NodeCollector", "Refusal",
-           "node_registry", "offences", "refusals"]
+__all__ = ["MAX_AGE", "METRICS_PATH", "METRICS_SETTING", "MetricsEndpoint", "NodeCollector",
+           "Refusal", "node_registry", "offences", "refusals"]

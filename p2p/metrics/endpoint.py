@@ -36,6 +36,7 @@ METRICS_PATH = "/metrics"
 #: seconds a rendered exposition is served again before it is rendered anew
 MAX_AGE = 1.0
 
+
 def node_registry(node: AdminSource) -> CollectorRegistry:
     """A registry of its own for ``node``: its metrics and the process's."""
     registry = CollectorRegistry(auto_describe=False)
