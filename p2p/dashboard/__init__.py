@@ -8,7 +8,14 @@ docs/design/monitoring.md.
 
 from p2p.dashboard.board import Board, NodeAbsent, Snapshot
 from p2p.dashboard.server import DEFAULT_LISTEN, Dashboard, DashboardThread
-from p2p.dashboard.sources import READ_COMMANDS, MetricsUrlSource, NodeSource, SocketSource
+from p2p.dashboard.sources import (
+    READ_COMMANDS,
+    SLOW_EVERY,
+    MetricsUrlSource,
+    NodeSource,
+    SocketSource,
+)
 
-__all__ = ["DEFAULT_LISTEN", "READ_COMMANDS", "Board", "Dashboard", "DashboardThread",
-           "MetricsUrlSource", "NodeAbsent", "NodeSource", "Snapshot", "SocketSource"]
+__all__ = ["DEFAULT_LISTEN", "READ_COMMANDS", "SLOW_EVERY", "Board", "Dashboard",
+           "DashboardThread", "MetricsUrlSource", "NodeAbsent", "NodeSource", "Snapshot",
+           "SocketSource"]

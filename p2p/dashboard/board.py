@@ -38,6 +38,9 @@ class Snapshot:
     refusals: Sequence[Refusal] = ()
     offences: Mapping[str, int] = field(default_factory=dict)
     bytes_sent: int | None = None  # written to sockets, else the push-sum payload
+    # which reading of the counters above (bytes, refusals) this is: the same number as
+    # the last poll's means they were not read again; None: read by this poll
+    counters_seq: int | None = None
 
 
 @dataclass
@@ -49,7 +52,8 @@ class _Row:
     snapshot: Snapshot | None = None
     seen: float | None = None  # when it last answered
     changed: float | None = None  # when its state last changed
-    previous_bytes: tuple[float, int] | None = None
+    previous_bytes: tuple[float, int, int | None] | None = None  # when, sent, counters_seq
+    rate: float | None = None
 
 
 def _number(value: object) -> float | None:
@@ -110,13 +114,19 @@ class Board:
 
     @staticmethod
     def _rate(row: _Row, now: float) -> float | None:
-        sent = None if row.snapshot is None else row.snapshot.bytes_sent
-        if sent is None:
+        """Bytes per second between the last two readings of the node's counters (held
+        while a poll did not read them again)."""
+        snapshot = row.snapshot
+        sent = None if snapshot is None else snapshot.bytes_sent
+        if snapshot is None or sent is None:
             return None
-        previous, row.previous_bytes = row.previous_bytes, (now, sent)
-        if previous is None or now <= previous[0] or sent < previous[1]:
-            return None
-        return (sent - previous[1]) / (now - previous[0])
+        seq, previous = snapshot.counters_seq, row.previous_bytes
+        if seq is not None and previous is not None and previous[2] == seq:
+            return row.rate  # not read again since
+        row.previous_bytes = (now, sent, seq)
+        row.rate = None if previous is None or now <= previous[0] or sent < previous[1] else (
+            (sent - previous[1]) / (now - previous[0]))
+        return row.rate
 
     # ------------------------------------------------------------------ the page's JSON
 

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import trio
 
-from p2p.dashboard.server import Dashboard
+from p2p.dashboard.server import Dashboard, lower_priority
 from p2p.dashboard.sources import MetricsUrlSource, NodeSource, SocketSource
 from p2p.web import bind_http, listen_url
 from peersampling.address import AddressError, parse_host_port
@@ -75,6 +75,9 @@ def run_dashboard(args: argparse.Namespace) -> int:
                              "--metrics-url URL (each may repeat)")
     if not args.interval > 0:
         raise DashboardUsage(f"--interval: expected seconds > 0, got {args.interval}")
+    if not 0 <= args.nice <= 19:
+        raise DashboardUsage(f"--nice: expected 0 (keep the priority) to 19 (the lowest), "
+                             f"got {args.nice}")
     host, port = check_listen(args.listen, args.allow_remote)
     dashboard = Dashboard(lambda: sources_for(args.data_dir, args.glob, args.metrics_url),
                           interval=args.interval)
@@ -82,6 +85,9 @@ def run_dashboard(args: argparse.Namespace) -> int:
         print(f"p2p dashboard: no data directory matches {', '.join(args.glob)} yet; the page "
               "lists them as they appear", file=sys.stderr)
     listeners = bind_http(host, port, setting="--listen")  # a taken port: one line, exit 3
+    problem = lower_priority(args.nice)
+    if problem is not None:
+        print(problem, file=sys.stderr)
     print(f"dashboard: {listen_url(listeners)}/?token={dashboard.token}  (read-only; Ctrl-C "
           "stops it)", flush=True)
     trio.run(dashboard.run, listeners)

@@ -3,7 +3,9 @@
 Routes: ``/`` (the page) and ``/api/state`` (the board's JSON) need the
 random token of the URL the dashboard printed, since they show what the
 admin sockets protect; ``/static/<file>`` (the page's script, styles and the
-vendored uPlot, shipped in the package) carries nothing private.
+vendored uPlot, shipped in the package) carries nothing private. The
+dashboard lowers its own CPU priority (:data:`NICE`) so that, sharing a
+machine with the nodes it watches, it yields the CPU to them.
 """
 
 from __future__ import annotations
@@ -11,7 +13,9 @@ from __future__ import annotations
 import hmac
 import json
 import logging
+import os
 import secrets
+import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -19,19 +23,32 @@ from importlib import resources
 
 import trio
 
-from p2p.cli.dashboard_args import DEFAULT_LISTEN
+from p2p.cli.dashboard_args import DEFAULT_LISTEN, NICE
 from p2p.dashboard.board import Board, NodeAbsent
 from p2p.dashboard.sources import NodeSource
 from p2p.web import HttpRequest, HttpResponse, bind_http, listen_url, serve_http
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["DEFAULT_LISTEN", "Dashboard", "DashboardThread", "STATIC_FILES"]
+__all__ = ["DEFAULT_LISTEN", "NICE", "Dashboard", "DashboardThread", "STATIC_FILES",
+           "lower_priority"]
 
 _TYPES = {".js": "text/javascript; charset=utf-8", ".css": "text/css; charset=utf-8",
           ".html": "text/html; charset=utf-8", ".txt": "text/plain; charset=utf-8"}
 STATIC_FILES = ("dashboard.js", "dashboard.css", "uPlot.iife.min.js", "uPlot.min.css",
                 "uPlot-LICENSE.txt")
+
+
+def lower_priority(increment: int) -> str | None:
+    """Lower the CPU priority of the calling thread (on Linux; of the process elsewhere)
+    by ``increment``, and of the threads it starts; why it could not, or None."""
+    if increment <= 0:
+        return None
+    try:
+        os.nice(increment)
+    except OSError as exc:
+        return f"dashboard: could not lower its CPU priority (os.nice({increment})): {exc}"
+    return None
 
 
 def _static(name: str) -> bytes:
@@ -52,9 +69,12 @@ class Dashboard:
         self.clock = clock
         self.polls = 0
         self._limit = trio.CapacityLimiter(8)
+        self._sources: dict[str, NodeSource] = {}  # key -> the source polled (it keeps state)
 
     async def poll_once(self) -> None:
-        sources = list(self.discover())
+        found = {s.key: s for s in self.discover()}
+        self._sources = {key: self._sources.get(key, s) for key, s in found.items()}
+        sources = list(self._sources.values())
         now = self.clock()
         self.board.watch(((s.key, s.label) for s in sources), now)
         async with trio.open_nursery() as nursery:
@@ -109,10 +129,14 @@ class Dashboard:
 
 class DashboardThread:
     """A dashboard on a trio loop of its own in a daemon thread (the swarm launcher's
-    ``--dashboard``, which is not a trio program). Bound on construction."""
+    ``--dashboard``, which is not a trio program). Bound on construction. On Linux the
+    thread lowers its own priority by ``nice`` (elsewhere that would lower the whole
+    launcher and the daemons it starts, so it does not)."""
 
-    def __init__(self, dashboard: Dashboard, host: str, port: int) -> None:
+    def __init__(self, dashboard: Dashboard, host: str, port: int, *,
+                 nice: int = NICE) -> None:
         self.dashboard = dashboard
+        self.nice = nice if sys.platform.startswith("linux") else 0
         self._listeners = bind_http(host, port, setting="--dashboard-listen")
         self.url = f"{listen_url(self._listeners)}/?token={dashboard.token}"
         self._token: trio.lowlevel.TrioToken | None = None
@@ -126,6 +150,10 @@ class DashboardThread:
         return self.url
 
     def _main(self) -> None:
+        problem = lower_priority(self.nice)  # this thread and the workers it starts
+        if problem is not None:
+            logger.warning("%s", problem)
+
         async def main() -> None:
             self._token = trio.lowlevel.current_trio_token()
             with trio.CancelScope() as scope:

@@ -5,10 +5,14 @@ a :class:`~p2p.dashboard.board.Snapshot`, raise
 :class:`~p2p.dashboard.board.NodeAbsent` when no node answers, and any other
 exception when something answers wrongly. The admin source sends only the
 read-only commands of :data:`READ_COMMANDS`: the dashboard never changes a node.
+It asks ``status`` every poll and the slower-changing ``models``, ``peers`` and
+``metrics`` every :data:`SLOW_EVERY` polls (what a poll costs the node:
+docs/results/monitoring.md).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import urllib.error
 import urllib.request
 from collections.abc import Iterable, Sequence
@@ -22,10 +26,12 @@ from p2p.dashboard.board import NodeAbsent, Snapshot
 from p2p.metrics.refusals import Refusal, offences, refusals
 from p2p.runtime.admin_server import ADMIN_SOCKET_NAME
 
-__all__ = ["READ_COMMANDS", "MetricsUrlSource", "NodeSource", "SocketSource"]
+__all__ = ["READ_COMMANDS", "SLOW_EVERY", "MetricsUrlSource", "NodeSource", "SocketSource"]
 
 #: the only admin commands a dashboard sends
 READ_COMMANDS = ("status", "models", "peers", "metrics")
+#: the admin source asks models, peers and metrics once every this many polls
+SLOW_EVERY = 5
 MAX_METRICS_BYTES = 4 * 1024 * 1024
 
 
@@ -39,13 +45,19 @@ class NodeSource(Protocol):
 
 
 class SocketSource:
-    """A node on this machine, read through ``DATA_DIR/admin.sock``."""
+    """A node on this machine, read through ``DATA_DIR/admin.sock``: ``status`` every
+    poll, the rest every ``slow_every`` polls and after any failed poll (between
+    those, the snapshot carries the last answers and their ``counters_seq``)."""
 
-    def __init__(self, data_dir: Path, *, timeout: float = 3.0) -> None:
+    def __init__(self, data_dir: Path, *, timeout: float = 3.0,
+                 slow_every: int = SLOW_EVERY) -> None:
         self.data_dir = data_dir
         self.key = str(data_dir)
         self.label = data_dir.name or str(data_dir)
         self.timeout = timeout
+        self.slow_every = slow_every
+        self._slow: Snapshot | None = None  # the last full reading (status aside)
+        self._polls = 0
 
     def read(self, commands: Sequence[str]) -> list[dict[str, Any]]:
         """The results of ``commands`` (read-only ones only), asked on one connection."""
@@ -62,6 +74,13 @@ class SocketSource:
             raise NodeAbsent(str(exc)) from None
 
     def poll(self) -> Snapshot:
+        slow = self._slow if self._polls % self.slow_every else None
+        self._polls += 1
+        self._slow = None  # until this poll succeeds: a node that failed is read in full
+        if slow is not None:
+            (status,) = self.read(READ_COMMANDS[:1])
+            self._slow = slow
+            return dataclasses.replace(slow, status=status)
         status, models_reply, peers, metrics = self.read(READ_COMMANDS)
         models = models_reply.get("models") or []
         counters = metrics.get("counters") or {}
@@ -70,9 +89,11 @@ class SocketSource:
             rows += list(model_rows or [])
         wire = counters.get("transport.bytes_sent")
         payload = sum(int(m.get("bytes_sent") or 0) for m in models)
-        return Snapshot(status=status, models=models, peers=rows, refusals=refusals(counters),
-                        offences=offences(counters),
-                        bytes_sent=int(wire) if isinstance(wire, int | float) else payload)
+        self._slow = Snapshot(
+            status=status, models=models, peers=rows, refusals=refusals(counters),
+            offences=offences(counters), counters_seq=self._polls,
+            bytes_sent=int(wire) if isinstance(wire, int | float) else payload)
+        return self._slow
 
 
 class MetricsUrlSource:

@@ -7,8 +7,14 @@ loop: docs/design/monitoring.md.
 """
 
 from p2p.metrics.collector import NodeCollector
-from p2p.metrics.endpoint import METRICS_PATH, METRICS_SETTING, MetricsEndpoint, node_registry
+from p2p.metrics.endpoint import (
+    MAX_AGE,
+    METRICS_PATH,
+    METRICS_SETTING,
+    MetricsEndpoint,
+    node_registry,
+)
 from p2p.metrics.refusals import Refusal, offences, refusals
 
-__all__ = ["METRICS_PATH", "METRICS_SETTING", "MetricsEndpoint", "NodeCollector", "Refusal",
-           "node_registry", "offences", "refusals"]
+__all__ = ["MAX_AGE", "METRICS_PATH", "METRICS_SETTING", "MetricsEndpoint", "NodeCollector",
+           "Refusal", "node_registry", "offences", "refusals"]

@@ -137,10 +137,10 @@ class NodeCollector(Collector):
         if isinstance(relayed, int):
             sessions.add_metric(["relayed"], relayed)
         yield sessions
-        state = n.collaboration().state
+        state = status.get("collaboration_state")  # read once, by status
         yield StateSetMetricFamily(
             "p2p_collaboration_state", "whether a known peer holds one of the node's models, "
-            "and if not why", value={s.value: s is state for s in CollaborationState})
+            "and if not why", value={s.value: s.value == state for s in CollaborationState})
         stats = n.sampler.stats
         for key, value in asdict(stats).items():
             yield CounterMetricFamily(f"p2p_peer_sampling_{key}",

@@ -5,10 +5,15 @@ several nodes in one process): the node's collector plus the standard
 ``process_*``, ``python_info`` and ``python_gc_*`` collectors. The port is bound
 when the endpoint is built, so a taken port stops the node before it resumes
 anything (one line, exit 3). Scrapes are answered by :mod:`p2p.web`'s handler
-on the node's loop: no thread, no second event loop (docs/design/monitoring.md).
+on the node's loop: no thread, no second event loop. The text is rendered at
+most once per :data:`MAX_AGE` per format, so any number of scrapers cost the
+node one rendering a second (docs/design/monitoring.md).
 """
 
 from __future__ import annotations
+
+import time
+from collections.abc import Callable
 
 import trio
 from prometheus_client import (
@@ -25,10 +30,11 @@ from p2p.runtime.admin_commands import AdminSource
 from p2p.web import HttpRequest, HttpResponse, bind_http, listen_url, serve_http
 from peersampling.address import HostPort
 
-__all__ = ["METRICS_PATH", "METRICS_SETTING", "MetricsEndpoint", "node_registry"]
+__all__ = ["MAX_AGE", "METRICS_PATH", "METRICS_SETTING", "MetricsEndpoint", "node_registry"]
 
 METRICS_PATH = "/metrics"
-
+#: seconds a rendered exposition is served again before it is rendered anew
+MAX_AGE = 1.0
 
 
 def node_registry(node: AdminSource) -> CollectorRegistry:
@@ -43,10 +49,16 @@ def node_registry(node: AdminSource) -> CollectorRegistry:
 
 class MetricsEndpoint:
     """Serves ``node``'s registry at ``http://<listen>/metrics`` (nothing when ``listen``
-    is None). Bound on construction; :attr:`url` says where, port 0 resolved."""
+    is None). Bound on construction; :attr:`url` says where, port 0 resolved. A scrape
+    within ``max_age`` seconds of the last rendering in its format gets that text."""
 
-    def __init__(self, node: AdminSource, listen: HostPort | None) -> None:
+    def __init__(self, node: AdminSource, listen: HostPort | None, *,
+                 max_age: float = MAX_AGE, clock: Callable[[], float] = time.monotonic) -> None:
         self.registry = node_registry(node)
+        self.max_age = max_age
+        self._clock = clock
+        self._rendered: dict[str, tuple[float, bytes]] = {}  # content type -> (when, text)
+        self.renderings = 0
         self._listeners: list[trio.SocketListener] = []
         self.url: str | None = None
         if listen is not None:
@@ -57,7 +69,14 @@ class MetricsEndpoint:
         """The registry as the text format ``accept`` asks for (OpenMetrics or
         Prometheus 0.0.4), and its content type."""
         encoder, content_type = choose_encoder(accept)
-        return encoder(self.registry), content_type
+        now = self._clock()
+        cached = self._rendered.get(content_type)
+        if cached is not None and 0 <= now - cached[0] < self.max_age:
+            return cached[1], content_type
+        body = encoder(self.registry)
+        self._rendered[content_type] = (now, body)
+        self.renderings += 1
+        return body, content_type
 
     def route(self, request: HttpRequest) -> HttpResponse:
         if request.path != METRICS_PATH:

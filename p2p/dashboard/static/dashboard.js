@@ -22,6 +22,15 @@
   const num = (v, d) => (typeof v === "number" ? v.toFixed(d) : "-");
   const int = (v) => (typeof v === "number" ? String(Math.round(v)) : "-");
 
+  // Redraw a part only when what it shows changed (the page's own CPU: results/monitoring.md).
+  const drawn = {};
+  function changed(part, value) {
+    const text = JSON.stringify(value);
+    if (drawn[part] === text) return false;
+    drawn[part] = text;
+    return true;
+  }
+
   function renderNodes(state) {
     const body = document.querySelector("#nodes tbody");
     body.replaceChildren();
@@ -170,10 +179,13 @@
       const state = await reply.json();
       page.state = state;
       page.polls += 1;
-      renderNodes(state);
+      // a dead node's "not answering for N s" counts whole seconds; the rest as is
+      const rows = state.nodes.map((n) => ({ ...n, seen_ago: n.state === "dead" ? Math.round(n.seen_ago) : null }));
+      if (changed("nodes", rows)) renderNodes(state);
       renderCharts(state);
-      renderGraph(state);
-      renderRefusals(state);
+      if (changed("graph", [state.nodes.map((n) => [n.key, n.name, n.label, n.state, n.group, n.models]), state.graph]))
+        renderGraph(state);
+      if (changed("refusals", [state.refusals, state.offences])) renderRefusals(state);
       document.getElementById("updated").textContent = "updated " + new Date(state.now * 1000).toLocaleTimeString();
     } catch (err) {
       page.failures += 1;
@@ -181,5 +193,8 @@
     }
   }
   poll();
-  setInterval(poll, 2000);  // the page's own CPU halves against 1 s (results/monitoring.md)
+  // every 2 s: the page's own CPU halves against 1 s (results/monitoring.md); none while
+  // the tab is hidden, and at once when it shows again
+  setInterval(() => { if (!document.hidden) poll(); }, 2000);
+  document.addEventListener("visibilitychange", () => { if (!document.hidden) poll(); });
 })();

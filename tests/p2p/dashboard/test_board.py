@@ -3,13 +3,17 @@ the last minute, refusals summed, and the metrics URL's reading of a real exposi
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
+import trio
 
 from p2p.dashboard import Board, NodeAbsent, Snapshot, SocketSource
 from p2p.dashboard.board import CONTACT_WINDOW
-from p2p.dashboard.sources import snapshot_from_metrics
+from p2p.dashboard.sources import READ_COMMANDS, snapshot_from_metrics
 from p2p.metrics import Refusal, node_registry
 from p2p.testing import MemoryNetwork, wait_until
 from p2p.testing.nodes import fast_spec, memory_swarm, running
@@ -72,6 +76,44 @@ def test_series_stay_aligned_and_the_mean_skips_unknowns() -> None:
     assert s["accuracy"] == {"a": [0.4, None, None], "b": [0.8, 0.6, 0.7]}
     assert s["accuracy_mean"] == pytest.approx([0.6, 0.6, 0.7])
     assert s["bytes_rate"] == {"a": [1000.0, None, None], "b": [None, 500.0, 0.0]}
+
+
+def test_the_byte_rate_spans_the_readings_of_the_counters() -> None:
+    """Polls that did not read the counters again hold the rate of the last two readings."""
+    board = Board()
+    board.watch([("a", "a")], 0.0)
+    for now, sent, seq in ((1.0, 0, 1), (2.0, 0, 1), (3.0, 0, 1), (4.0, 900, 4), (5.0, 900, 4),
+                           (6.0, 1500, 6)):
+        board.record("a", now, dataclasses.replace(_snap("A", sent=sent), counters_seq=seq))
+        board.tick(now)
+    assert board.view(6.0)["series"]["bytes_rate"]["a"] == [None, None, None, 300.0, 300.0,
+                                                            300.0]
+
+
+async def test_the_socket_source_reads_slow_parts_every_few_polls(tmp_path: Path) -> None:
+    nodes = memory_swarm(tmp_path, MemoryNetwork(seed=6), fast_spec(rounds=0))
+    source = SocketSource(nodes[0].data_dir, slow_every=3)
+    asked: list[tuple[str, ...]] = []
+    read = source.read
+
+    def recording(commands: Sequence[str]) -> list[dict[str, Any]]:
+        asked.append(tuple(commands))
+        if len(asked) == 5:
+            raise NodeAbsent("connection refused")  # a restart, say
+        return read(commands)
+
+    source.read = recording  # type: ignore[method-assign]
+    async with running(nodes):
+        await wait_until(lambda: nodes[0].progress.round >= 1, timeout=60)
+        snaps = [await trio.to_thread.run_sync(source.poll) for _ in range(4)]
+        with pytest.raises(NodeAbsent):
+            await trio.to_thread.run_sync(source.poll)
+        await trio.to_thread.run_sync(source.poll)
+    full, status = READ_COMMANDS, ("status",)
+    assert asked == [full, status, status, full, status, full]  # in full after a failure
+    assert [s.counters_seq for s in snaps] == [1, 1, 1, 4]
+    assert snaps[1].models == snaps[0].models and snaps[1].status is not snaps[0].status
+    assert snaps[3].models and snaps[3].bytes_sent is not None
 
 
 def test_the_graph_links_recent_contacts_among_watched_nodes() -> None:

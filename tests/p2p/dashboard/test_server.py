@@ -5,6 +5,9 @@ usage errors."""
 from __future__ import annotations
 
 import json
+import os
+import sys
+import threading
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -13,7 +16,7 @@ import pytest
 import trio
 
 from p2p.cli.main import EXIT_USAGE, main
-from p2p.dashboard import Dashboard, SocketSource
+from p2p.dashboard import Dashboard, DashboardThread, SocketSource
 from p2p.dashboard.cli import DashboardUsage, check_listen, sources_for
 from p2p.dashboard.server import STATIC_FILES
 from p2p.web import bind_http, listen_url
@@ -78,3 +81,19 @@ def test_the_command_says_what_is_missing(capsys: pytest.CaptureFixture[str]) ->
     assert "nothing to watch" in capsys.readouterr().err
     assert main(["dashboard", "--data-dir", "x", "--listen", "0.0.0.0:0"]) == EXIT_USAGE
     assert "--allow-remote" in capsys.readouterr().err
+    assert main(["dashboard", "--data-dir", "x", "--nice", "-5"]) == EXIT_USAGE
+    assert "--nice: expected 0" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="nice is per thread on Linux")
+def test_the_dashboard_thread_lowers_only_its_own_priority() -> None:
+    base = os.getpriority(os.PRIO_PROCESS, 0)
+    board = DashboardThread(Dashboard(list), "127.0.0.1", 0, nice=3)
+    board.start()
+    try:
+        (thread,) = [t for t in threading.enumerate() if t.name == "dashboard"]
+        assert thread.native_id is not None
+        assert os.getpriority(os.PRIO_PROCESS, thread.native_id) == min(19, base + 3)
+        assert os.getpriority(os.PRIO_PROCESS, 0) == base  # the caller's is unchanged
+    finally:
+        board.stop()

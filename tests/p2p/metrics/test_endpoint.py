@@ -14,6 +14,7 @@ import trio
 from prometheus_client.parser import text_string_to_metric_families
 
 from p2p.cli.main import EXIT_IN_USE, main
+from p2p.metrics import MetricsEndpoint
 from p2p.testing import MemoryNetwork, wait_until
 from p2p.testing.nodes import admin_request, fast_spec, memory_swarm, running
 
@@ -39,6 +40,7 @@ def _samples(text: str) -> dict[str, float]:
 async def test_scrape_parses_back_and_counters_rise(tmp_path: Path) -> None:
     nodes = memory_swarm(tmp_path, MemoryNetwork(seed=1), fast_spec(rounds=0),
                          metrics="127.0.0.1:0")
+    nodes[0].metrics_endpoint.max_age = 0.0  # every scrape renders anew
     async with running(nodes):
         url = nodes[0].metrics_endpoint.url
         assert url is not None and url.startswith("http://127.0.0.1:") and url.endswith("/metrics")
@@ -123,3 +125,24 @@ async def test_the_endpoint_answers_only_metrics(tmp_path: Path) -> None:
         assert await trio.to_thread.run_sync(status_of, "/") == 404
         assert await trio.to_thread.run_sync(status_of, "/metrics", "POST") == 405
         assert await trio.to_thread.run_sync(status_of, "/metrics", "HEAD") == 200
+
+
+async def test_scrapers_within_max_age_share_one_rendering(tmp_path: Path) -> None:
+    """Any number of scrapers cost the node one rendering per format per max_age."""
+    nodes = memory_swarm(tmp_path, MemoryNetwork(seed=5), fast_spec(nodes=2, rounds=0),
+                         metrics="127.0.0.1:0")
+    now = [100.0]
+    endpoint = MetricsEndpoint(nodes[0], None, clock=lambda: now[0])
+    async with running(nodes):
+        await wait_until(lambda: nodes[0].progress.round >= 1, timeout=60)
+        first, _ = endpoint.exposition()
+        await wait_until(lambda: nodes[0].progress.round >= 3, timeout=60)
+        now[0] += 0.9
+        assert endpoint.exposition()[0] == first  # within max_age: the same text
+        openmetrics, _ = endpoint.exposition("application/openmetrics-text; version=1.0.0")
+        assert endpoint.renderings == 2 and openmetrics != first  # each format its own
+        now[0] += 0.2
+        later, _ = endpoint.exposition()
+    assert endpoint.renderings == 3
+    before, after = _samples(first.decode()), _samples(later.decode())
+    assert after["p2p_rounds_total[]"] > before["p2p_rounds_total[]"]
