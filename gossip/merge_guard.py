@@ -85,11 +85,12 @@ class GuardSettings:
     drift_cap: float = 2.0
     drift_halflife: float = 20.0  # pushes this node makes (not time: its own exchange rate)
     drift_floor: float = 0.03  # the budget is at least this x the norm of own estimate
-    # the budget applies from the first merge; for this node's first drift_warmup own
-    # training steps (which no sender sets) it is at least drift_catchup x the norm
-    # of its own model before any merge, so that a newcomer catches up (see
-    # gossip.drift_budget)
+    # the budget applies from the first merge; until this node has made drift_warmup
+    # own training steps or drift_warmup_pushes own pushes (neither set by a sender)
+    # it is at least drift_catchup x the norm of its own model before any merge, so
+    # that a newcomer catches up with a trained swarm (see MergeGuard.fit_drift)
     drift_warmup: int = 10
+    drift_warmup_pushes: int = 40
     drift_catchup: float = 1.0
     # each clip check draws the radius in [1 - j, 1 + j] x itself, privately
     clip_jitter: float = 0.1
@@ -123,7 +124,7 @@ class GuardSettings:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise InvalidValues(f"guard.{name}: expected an int >= 1, got {value!r}")
-        for name in ("fold_floor_merges", "drift_warmup"):
+        for name in ("fold_floor_merges", "drift_warmup", "drift_warmup_pushes"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 raise InvalidValues(f"guard.{name}: expected an int >= 0, got {value!r}")
@@ -543,10 +544,12 @@ class MergeGuard:
         estimate) the creep budget lets through, in [0, 1] (the way back shrinks the
         sum, so it always fits).
 
-        For this core's first ``drift_warmup`` own training steps the budget is at
-        least ``drift_catchup`` x the norm of its own model before any merge (a
-        newcomer catches up; liars present from the start get that much once, not
-        more: neither the steps nor that norm are theirs to set).  The sums decay
+        Until this core has made ``drift_warmup`` own training steps or
+        ``drift_warmup_pushes`` own pushes, the budget is at least ``drift_catchup``
+        x the norm of its own model before any merge: a newcomer catches up with a
+        trained swarm, and liars present from its start get that much about once
+        (the warm-up lasts at most one half-life), not more: neither the steps, the
+        pushes nor that norm are theirs to set.  The sums decay
         with this node's own pushes (``own_pushes``: how many it made so far), not
         with time: honest pushes arrive at about the rate a node makes its own,
         however fast the swarm exchanges."""
@@ -554,8 +557,9 @@ class MergeGuard:
             return 1.0
         if self._catchup_norm is None:
             self._catchup_norm = own_norm  # the first merge: nothing merged yet
-        extra = (self.settings.drift_catchup * self._catchup_norm
-                 if self.drift_steps < self.settings.drift_warmup else 0.0)
+        s = self.settings
+        warm = self.drift_steps < s.drift_warmup and own_pushes < s.drift_warmup_pushes
+        extra = s.drift_catchup * self._catchup_norm if warm else 0.0
         return self.drift.fit(movement, own_norm, own_pushes, extra)
 
     def add_drift(self, movement: np.ndarray, own_pushes: float) -> None:
