@@ -98,8 +98,9 @@ class DriftBudget:
     def fit(self, sketched: np.ndarray, own_norm: float, now: float,
             least: float = 0.0) -> float:
         """The largest share ``c`` in [0, 1] of a merge's movement (``sketched``) that keeps
-        the counted sum within :meth:`limit` (at least ``least``), or within :data:`SLACK` of the limit above
-        what it counts already if that is more (a merge that shrinks the sum always fits)."""
+        the counted sum within :meth:`limit` (at least ``least``), or within :data:`SLACK`
+        of the limit above what it counts already if that is more (a merge that shrinks
+        the sum always fits)."""
         total, trained = self._decayed(self._sum, now), self.training(now)
         limit = self.limit(own_norm, now, least)
         bound = max(limit, self._counted(total, trained) + SLACK * limit)

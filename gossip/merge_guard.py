@@ -548,11 +548,11 @@ class MergeGuard:
         ``drift_warmup_pushes`` own pushes, the budget is at least ``drift_catchup``
         x the norm of its own model before any merge: a newcomer catches up with a
         trained swarm, and liars present from its start get that much about once
-        (the warm-up lasts at most one half-life), not more: neither the steps, the
-        pushes nor that norm are theirs to set.  The sums decay
-        with this node's own pushes (``own_pushes``: how many it made so far), not
-        with time: honest pushes arrive at about the rate a node makes its own,
-        however fast the swarm exchanges."""
+        or twice (the warm-up lasts at most two half-lives), not more: neither the
+        steps, the pushes nor that norm are theirs to set.  The sums decay with
+        this node's own pushes (``own_pushes``: how many it made so far), not with
+        time: honest pushes arrive at about the rate a node makes its own, however
+        fast the swarm exchanges."""
         if self.drift is None:
             return 1.0
         if self._catchup_norm is None:
