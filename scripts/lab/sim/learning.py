@@ -107,7 +107,7 @@ def run(flags: list[str], *, liars: float, norm: float, turn: float = 0.0,
 
     def on_sample(_: SimProgress) -> None:
         assert sim is not None
-        if not state["installed"] and lying:
+        if not state["installed"]:  # the first sample: every node is built
             for slot in sim.slots:
                 if slot.index in lying and slot.node is not None:
                     for name, core in slot.node.cores.items():
