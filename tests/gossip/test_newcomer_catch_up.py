@@ -9,26 +9,13 @@ trained about that far away (docs/design/trust.md, "The creep budget").
 
 from __future__ import annotations
 
-import logging
-
 import numpy as np
-import pytest
-from guard_kit import FP
+from guard_kit import FP, exchange
 
 from gossip import PushSum
 from gossip.merge_guard import GuardSettings
 
 N = 100
-
-
-@pytest.fixture(autouse=True)
-def _quiet(caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.ERROR, logger="gossip.pushsum")
-
-
-def exchange(a: PushSum, a_id: bytes, b: PushSum, b_id: bytes, now: float) -> None:
-    [(_, request)] = a.make_pushes([b_id], now)
-    a.on_ack(b_id, b.on_push(a_id, request, now), now)
 
 
 def newcomer_gap(settings: GuardSettings, seed: int = 0) -> float:
