@@ -77,9 +77,11 @@ class DriftBudget:
         """``T`` at ``now``."""
         return self._decayed(self._training, now)
 
-    def limit(self, own_norm: float, now: float) -> float:
-        """What ``S`` may count at ``now``: ``cap ||T||``, at least ``floor * own_norm``."""
-        return max(self.cap * float(np.linalg.norm(self.training(now))), self.floor * own_norm)
+    def limit(self, own_norm: float, now: float, least: float = 0.0) -> float:
+        """What ``S`` may count at ``now``: ``cap ||T||``, at least ``floor * own_norm``
+        and ``least`` (a newcomer's catch-up, set by the caller)."""
+        return max(self.cap * float(np.linalg.norm(self.training(now))), self.floor * own_norm,
+                   least)
 
     def _counted(self, total: np.ndarray, trained: np.ndarray) -> float:
         # min ||S + l T|| over 0 <= l <= 1: the part of S not taking back own training
@@ -93,12 +95,14 @@ class DriftBudget:
         """``S`` as counted at ``now``, own training taken back."""
         return self._counted(self._decayed(self._sum, now), self.training(now))
 
-    def fit(self, sketched: np.ndarray, own_norm: float, now: float) -> float:
+    def fit(self, sketched: np.ndarray, own_norm: float, now: float,
+            least: float = 0.0) -> float:
         """The largest share ``c`` in [0, 1] of a merge's movement (``sketched``) that keeps
-        the counted sum within :meth:`limit`, or within :data:`SLACK` of the limit above
-        what it counts already if that is more (a merge that shrinks the sum always fits)."""
+        the counted sum within :meth:`limit` (at least ``least``), or within :data:`SLACK`
+        of the limit above what it counts already if that is more (a merge that shrinks
+        the sum always fits)."""
         total, trained = self._decayed(self._sum, now), self.training(now)
-        limit = self.limit(own_norm, now)
+        limit = self.limit(own_norm, now, least)
         bound = max(limit, self._counted(total, trained) + SLACK * limit)
         if self._counted(total + sketched, trained) <= bound:
             return 1.0

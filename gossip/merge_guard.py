@@ -85,7 +85,13 @@ class GuardSettings:
     drift_cap: float = 2.0
     drift_halflife: float = 20.0  # pushes this node makes (not time: its own exchange rate)
     drift_floor: float = 0.03  # the budget is at least this x the norm of own estimate
-    drift_warmup: int = 40  # merges before the budget applies (a newcomer catches up)
+    # the budget applies from the first merge; until this node has made drift_warmup
+    # own training steps or drift_warmup_pushes own pushes (neither set by a sender)
+    # it is at least drift_catchup x the norm of its own model before any merge, so
+    # that a newcomer catches up with a trained swarm (see MergeGuard.fit_drift)
+    drift_warmup: int = 10
+    drift_warmup_pushes: int = 40
+    drift_catchup: float = 1.0
     # each clip check draws the radius in [1 - j, 1 + j] x itself, privately
     clip_jitter: float = 0.1
     own_steps: int = 8  # own training steps whose median norm floors the radius
@@ -110,7 +116,7 @@ class GuardSettings:
                 raise InvalidValues(f"guard.{name}: expected a positive finite number, "
                                     f"got {value!r}")
         for name in ("clip_factor", "clip_floor", "clip_start", "drift_cap", "sender_share",
-                     "sender_allowance", "drift_floor"):
+                     "sender_allowance", "drift_floor", "drift_catchup"):
             value = getattr(self, name)
             if not (isinstance(value, int | float) and math.isfinite(value) and value >= 0):
                 raise InvalidValues(f"guard.{name}: expected a finite number >= 0, got {value!r}")
@@ -118,7 +124,7 @@ class GuardSettings:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise InvalidValues(f"guard.{name}: expected an int >= 1, got {value!r}")
-        for name in ("fold_floor_merges", "drift_warmup"):
+        for name in ("fold_floor_merges", "drift_warmup", "drift_warmup_pushes"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 raise InvalidValues(f"guard.{name}: expected an int >= 0, got {value!r}")
@@ -454,7 +460,8 @@ class MergeGuard:
         self.drift = (DriftBudget(length, settings.drift_cap, settings.drift_halflife,
                                   settings.drift_floor, rng)
                       if length > 0 and settings.drift_cap > 0 and settings.clipping else None)
-        self.drift_merges = 0  # merges the creep budget saw (its warm-up)
+        self.drift_steps = 0  # own training steps the creep budget saw (its warm-up)
+        self._catchup_norm: float | None = None  # own model's norm before any merge
         # the radius's private jitter (a generator of its own: the draws never leave it)
         self._jitter = np.random.default_rng(
             None if rng is None else int(rng.integers(2**63)))
@@ -534,23 +541,31 @@ class MergeGuard:
 
     def fit_drift(self, movement: np.ndarray, own_norm: float, own_pushes: float) -> float:
         """The share of a merge's ``movement`` (sketched: the change it would make to our
-        estimate) the creep budget lets through, in [0, 1]: all of it for this core's
-        first ``drift_warmup`` merges (a newcomer catches up; the way back from there
-        shrinks the sum, so it always fits).
+        estimate) the creep budget lets through, in [0, 1] (the way back shrinks the
+        sum, so it always fits).
 
-        The sums decay with this node's own pushes (``own_pushes``: how many it
-        made so far), not with time: honest pushes arrive at about the rate a
-        node makes its own, however fast the swarm exchanges."""
-        if self.drift is None or self.drift_merges < self.settings.drift_warmup:
+        Until this core has made ``drift_warmup`` own training steps or
+        ``drift_warmup_pushes`` own pushes, the budget is at least ``drift_catchup``
+        x the norm of its own model before any merge: a newcomer catches up with a
+        trained swarm, and liars present from its start get that much about once
+        or twice (the warm-up lasts at most two half-lives), not more: neither the
+        steps, the pushes nor that norm are theirs to set.  The sums decay with
+        this node's own pushes (``own_pushes``: how many it made so far), not with
+        time: honest pushes arrive at about the rate a node makes its own, however
+        fast the swarm exchanges."""
+        if self.drift is None:
             return 1.0
-        return self.drift.fit(movement, own_norm, own_pushes)
+        if self._catchup_norm is None:
+            self._catchup_norm = own_norm  # the first merge: nothing merged yet
+        s = self.settings
+        warm = self.drift_steps < s.drift_warmup and own_pushes < s.drift_warmup_pushes
+        extra = s.drift_catchup * self._catchup_norm if warm else 0.0
+        return self.drift.fit(movement, own_norm, own_pushes, extra)
 
-    def add_drift(self, movement: np.ndarray, own_pushes: float, merge: bool = True) -> None:
-        """A merge (``merge``; else a roll-back) moved our estimate by ``movement``
-        (sketched)."""
+    def add_drift(self, movement: np.ndarray, own_pushes: float) -> None:
+        """A merge (or a roll-back) moved our estimate by ``movement`` (sketched)."""
         if self.drift is not None:
             self.drift.add(movement, own_pushes)
-            self.drift_merges += merge
 
     def note_training(self, step: np.ndarray, values: np.ndarray, own_pushes: float) -> None:
         """This node trained ``step``, to ``values``: it floors the radius, sets the creep
@@ -558,7 +573,10 @@ class MergeGuard:
         norm = float(np.linalg.norm(step))
         self.clip.note_step(norm)
         if self.drift is not None and norm > 0:
+            if self._catchup_norm is None:  # trained before any merge: its own model
+                self._catchup_norm = float(np.linalg.norm(values - step))
             self.drift.note_training(self.drift.sketch(step), own_pushes)
+            self.drift_steps += 1
 
     def clip_charge(self, share: float, clipped_away: float) -> float:
         """The clip debt a clipped merge of ``share`` that handed back ``clipped_away``

@@ -371,7 +371,7 @@ class PushSum:
         if self._guard is not None:
             sketched = self._guard.drift_sketch(new - est.z)
             if sketched is not None:
-                self._guard.add_drift(sketched, float(self._parts.own_pushes), merge=False)
+                self._guard.add_drift(sketched, float(self._parts.own_pushes))
         est.reset(new)
         self._c["rolled_back"] += 1
 

@@ -47,8 +47,8 @@ def among_honest_partners(n: int) -> tuple[PushSum, list[PushSum], float,
     victim = guarded(x0, 1)
     honest = [guarded(x0, 10 + i) for i in range(6)]
     t = 0.0
-    for _ in range(4):  # honest partners, training between exchanges (48 merges: past
-        # the budget's warm-up, GuardSettings.drift_warmup)
+    for _ in range(4):  # honest partners, training between exchanges (24 own training
+        # steps: past the budget's warm-up, GuardSettings.drift_warmup)
         for i, h in enumerate(honest):
             for core in (victim, *honest):
                 core.set_values(core.values + rng.normal(0.0, 1e-3, n))

@@ -79,15 +79,28 @@ def test_identities_share_one_budget() -> None:
     assert guard.fit_drift(-step, 2.0, 0.0) == 1.0
 
 
-def test_a_newcomer_catches_up_before_the_budget_applies() -> None:
-    guard = MergeGuard(GuardSettings(drift_warmup=3), length=4)
-    big = guard.drift_sketch(np.full(4, 10.0))
-    assert big is not None
-    for _ in range(3):
-        assert guard.fit_drift(big, 1.0, 0.0) == 1.0
-        guard.add_drift(big, 0.0)
-    assert guard.fit_drift(big, 1.0, 0.0) < 0.01  # the way on is bounded from now
-    assert guard.fit_drift(-big, 1.0, 0.0) == 1.0  # the way back is not
+def test_a_newcomer_catches_up_within_its_own_warm_up() -> None:
+    # the budget applies from the first merge, at least drift_catchup x the norm of the
+    # node's own model before any merge, until its own steps or pushes end the warm-up
+    settings = GuardSettings(drift_warmup=3, drift_warmup_pushes=5, drift_catchup=1.0)
+    guard = MergeGuard(settings, length=4)
+    u = np.array([1.0, 0.0, 0.0, 0.0])
+    half = guard.drift_sketch(0.8 * u)
+    assert half is not None
+    for _ in range(3):  # 2.4 of the first norm, 2.0: two merges fit, the third half
+        share = guard.fit_drift(half, 2.0, 0.0)
+        guard.add_drift(half * share, 0.0)
+    assert share == pytest.approx(0.5, abs=1e-6)
+    # a liar that grew the model does not grow the catch-up: its reference is fixed
+    assert guard.fit_drift(half, 20.0, 0.0) < 0.01
+    assert guard.fit_drift(-half, 2.0, 0.0) == 1.0  # the way back always fits
+    for _ in range(3):  # the node's own training ends the warm-up ...
+        guard.note_training(np.array([0.0, 0.01, 0.0, 0.0]), np.ones(4), 0.0)
+    assert guard.fit_drift(-half, 2.0, 0.0) == 1.0
+    assert guard.fit_drift(half, 2.0, 0.0) < 0.01  # ... the way on is bounded by it
+    idle = MergeGuard(settings, length=4)  # ... or its own pushes, if it does not train
+    assert idle.fit_drift(half, 2.0, 4.0) == 1.0
+    assert idle.fit_drift(half, 2.0, 5.0) < 0.1
 
 
 def test_settings_are_checked() -> None:
@@ -95,6 +108,8 @@ def test_settings_are_checked() -> None:
         GuardSettings(drift_cap=-1.0)
     with pytest.raises(InvalidValues, match="drift_warmup"):
         GuardSettings(drift_warmup=-1)
+    with pytest.raises(InvalidValues, match="drift_catchup"):
+        GuardSettings(drift_catchup=float("nan"))
     with pytest.raises(InvalidValues, match="clip_jitter"):
         GuardSettings(clip_jitter=1.0)
     with pytest.raises(InvalidValues, match="weight_ceiling"):

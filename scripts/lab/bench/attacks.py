@@ -214,6 +214,44 @@ def learning_main(args: argparse.Namespace) -> int:
     return 0
 
 
+def compare_main(path: Path) -> int:
+    """``--compare``: every honest node against itself in the no-attack run of the same
+    seed, at the same evaluation (``--json`` lines with per-node records), in points."""
+    runs: dict[tuple[str, int], dict[str, Any]] = {}
+    for line in path.read_text().splitlines():
+        record = json.loads(line)
+        for one in record["runs"]:
+            runs[(record["attack"], one["seed"])] = one
+    print("| attack | seed | median honest node, attack - none, per evaluation | "
+          "worst honest node | roll-backs (none / attack) |")
+    print("|---|---|---|---|---|")
+    ends: dict[str, list[tuple[float, float]]] = {}
+    for (attack, seed), one in sorted(runs.items()):
+        base = runs.get(("none", seed))
+        if attack == "none" or base is None or "per_node" not in one:
+            continue
+        mine = {p["index"]: p["accuracy"] for p in base["per_node"]}
+        medians, worst = [], []
+        for k in range(max(len(p["accuracy"]) for p in one["per_node"])):
+            pairs = [(p["accuracy"][k], mine[p["index"]][k]) for p in one["per_node"]
+                     if len(p["accuracy"]) > k and len(mine.get(p["index"], [])) > k]
+            if not pairs:
+                break
+            medians.append(100 * (statistics.median(a for a, _ in pairs)
+                                  - statistics.median(b for _, b in pairs)))
+            worst.append(100 * (min(a for a, _ in pairs) - min(b for _, b in pairs)))
+        ends.setdefault(attack, []).append((medians[-1], worst[-1]))
+        print(f"| {attack} | {seed} | {' / '.join(f'{v:+.1f}' for v in medians)} | "
+              f"{' / '.join(f'{v:+.1f}' for v in worst)} | {base['rollbacks']} / "
+              f"{one['rollbacks']} |")
+    for attack, pairs in ends.items():
+        m, w = [a for a, _ in pairs], [b for _, b in pairs]
+        print(f"{attack}: at the last evaluation, median of {len(pairs)} seeds: median node "
+              f"{statistics.median(m):+.1f} ({min(m):+.1f} to {max(m):+.1f}), worst node "
+              f"{statistics.median(w):+.1f} ({min(w):+.1f} to {max(w):+.1f})")
+    return 0
+
+
 def _median_pct(values: list[float]) -> str:
     return "-" if not values else f"{100 * statistics.median(values):.1f}"
 
@@ -256,11 +294,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sim-flags", default="",
                     help="with --learning: more flags of scripts/simulate.py")
     ap.add_argument("--json", type=Path, help="with --learning: append every run here")
+    ap.add_argument("--compare", type=Path, metavar="JSONL",
+                    help="print each honest node against itself in the no-attack run of "
+                         "the same seed, per evaluation, from --json lines (runs nothing)")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=JSON",
                     help="with --learning: a [gossip] setting of every node, e.g. "
                          "recovery=false (repeatable)")
     args = ap.parse_args(argv)
     logging.disable(logging.WARNING)  # one line per refused push otherwise
+    if args.compare:
+        return compare_main(args.compare)
     if args.learning:
         args.attacks = args.attacks or ",".join(LEARNING_ATTACKS)
         return learning_main(args)

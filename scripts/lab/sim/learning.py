@@ -23,6 +23,7 @@ from typing import Any
 import trio
 
 from gossip import Push, PushAck, PushSum
+from gossip.recovery import Verdict
 from lab.sim.adversaries import Direction, ReplyPoisoner
 from p2p.simulation.cli import build_parser, plan_simulation
 
@@ -52,6 +53,22 @@ def _lie(core: PushSum, poisoner: ReplyPoisoner, active: Callable[[], bool]) -> 
     core.make_pushes = make_pushes  # type: ignore[method-assign]
 
 
+def _watch(node: Any, out: list[tuple[float, Verdict]]) -> None:
+    """Record every roll-back verdict of ``node``'s recovery (per-node diagnosis)."""
+    recovery = getattr(node, "recovery", None)
+    if recovery is None:
+        return
+    judge = recovery.judge.judge
+
+    def judged(own: float, merged: float, moved: Any) -> Verdict:
+        verdict = judge(own, merged, moved)
+        if verdict.roll_back:
+            out.append((trio.current_time(), verdict))
+        return verdict
+
+    recovery.judge.judge = judged
+
+
 def run(flags: list[str], *, liars: float, norm: float, turn: float = 0.0,
         honest_for: int = 0, start: int = 20, stop: int | None = None,
         gossip: Mapping[str, Any] | None = None) -> dict[str, Any]:
@@ -78,6 +95,8 @@ def run(flags: list[str], *, liars: float, norm: float, turn: float = 0.0,
     state: dict[str, Any] = {"active": False, "started": None, "stopped": None,
                              "installed": False}
     poisoners: dict[str, ReplyPoisoner] = {}
+    liar_ids: set[bytes] = set()
+    verdicts: dict[int, list[tuple[float, Verdict]]] = {}  # honest node -> its roll-backs
     sim: Simulation | None = None
 
     def honest_round() -> float:
@@ -88,13 +107,18 @@ def run(flags: list[str], *, liars: float, norm: float, turn: float = 0.0,
 
     def on_sample(_: SimProgress) -> None:
         assert sim is not None
-        if not state["installed"] and lying:
+        if not state["installed"]:  # the first sample: every node is built
             for slot in sim.slots:
                 if slot.index in lying and slot.node is not None:
                     for name, core in slot.node.cores.items():
                         p = poisoners.setdefault(name, ReplyPoisoner(
                             Direction(core.length, args.seed + 1, turn), norm, honest_for))
                         _lie(core, p, lambda: bool(state["active"]))
+            liar_ids.update(s.node.identity.node_id for s in sim.slots
+                            if s.index in lying and s.node is not None)
+            for slot in sim.slots:
+                if slot.index not in lying and slot.node is not None:
+                    _watch(slot.node, verdicts.setdefault(slot.index, []))
             state["installed"] = True
         # the same reading points without liars: the no-attack reference
         r = honest_round()
@@ -127,6 +151,21 @@ def run(flags: list[str], *, liars: float, norm: float, turn: float = 0.0,
                 for key, value in s.node.model_counters(name).items():
                     counters[key] = counters.get(key, 0) + value
         recovery = [getattr(s.node, "recovery", None) for s in honest]
+
+        def per_node(s: Any) -> dict[str, Any]:
+            mine = verdicts.get(s.index, [])
+            during = [v for t, v in mine if state["started"] is not None and t >= state["started"]
+                      and (state["stopped"] is None or t <= state["stopped"])]
+            return {"index": s.index, "accuracy": [a for (_, _, a) in s.history],
+                    "rollbacks": len(mine), "rollbacks_during": len(during),
+                    "blamed_liars": sum(p in liar_ids for _, v in mine for p in v.blamed),
+                    "blamed_honest": sum(p not in liar_ids for _, v in mine for p in v.blamed),
+                    "struck_liars": sum(p in liar_ids for _, v in mine for p in v.struck),
+                    "struck_honest": sum(p not in liar_ids for _, v in mine for p in v.struck),
+                    "counters": {k: sum(s.node.model_counters(m).get(k, 0)
+                                        for m in s.node.learning.layout.shared_models)
+                                 for k in ("replies_received", "clipped_replies", "clipped",
+                                           "guard_refused", "rolled_back")}}
         return {
             "nodes": n, "liars": sorted(lying), "norm": norm, "turn": turn,
             "honest_for": honest_for, "start": start, "stop": stop,
@@ -137,6 +176,7 @@ def run(flags: list[str], *, liars: float, norm: float, turn: float = 0.0,
             "accuracy_end": accuracy_at(None),
             "rollbacks": sum(r.rollbacks for r in recovery if r is not None),
             "struck": sum(r.struck for r in recovery if r is not None),
+            "per_node": [per_node(s) for s in honest],
             "counters": {k: counters.get(k, 0) for k in (
                 "pushes_sent", "pushes_received", "replies_received", "guard_refused",
                 "clipped", "clipped_replies", "rejected", "unreciprocated")},
