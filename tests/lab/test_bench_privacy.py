@@ -43,12 +43,14 @@ def test_real_observer_sees_the_model_in_clear_and_noise_inside_epochs(
     # sender's values as small as the push's own deviation from the average reads high
     own = masked["own_part_inside"]
     assert {"count", "mean", "null_mean", "leak_mean", "deviation_rms", "own_rms"} <= set(own)
+    # A leak that size reads about 0.7 x corr(values, own part), 0.46-0.6 in these runs,
+    # and a push inside an epoch reads at the null (about 0.02): the bounds keep margins
     if own["count"]:
-        assert own["mean"] < 0.5 < own["leak_mean"]
+        assert own["mean"] < 0.1 < 0.3 < own["leak_mean"]
     if own["count"] and own["attributed_leak_mean"] == own["attributed_leak_mean"]:  # not NaN
         # with the other holders' clear training attributed to them the positive
         # control still reads the sender's values
-        assert own["attributed_mean"] < 0.5 < own["attributed_leak_mean"]
+        assert own["attributed_mean"] < 0.1 < 0.3 < own["attributed_leak_mean"]
     assert masked["replies_merged"] == 0  # masked cores make one-way pushes only
     assert {"outliers", "rest"} == set(masked["deviating_pushes"])
     assert {"merges", "let_through_bounded", "let_through_unbounded",
