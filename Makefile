@@ -30,8 +30,10 @@ lint: $(STAMP)
 browser:
 	sh .ci/browser.sh
 
+# two pytest-xdist workers, each test file whole on one (its module fixtures built
+# once, its tests in order); docs/results/suite.md has the figures
 pytest: $(STAMP) browser
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile
 
 test: lint docs pytest
 

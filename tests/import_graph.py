@@ -11,12 +11,25 @@ is not an edge (every package that re-exports its modules would be a cycle);
 from __future__ import annotations
 
 import ast
+import functools
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 #: The product's packages: what ships in the wheel.
 PRODUCT = ("p2p", "gossip", "peersampling", "learner", "common")
+
+
+def parse(path: Path) -> ast.Module:
+    """``path``'s syntax tree, parsed once per process while the file is unchanged
+    (several layering and size tests read every source file; do not modify the tree)."""
+    stat = path.stat()
+    return _parse(path, stat.st_mtime_ns, stat.st_size)
+
+
+@functools.cache
+def _parse(path: Path, mtime_ns: int, size: int) -> ast.Module:
+    return ast.parse(path.read_text(), filename=str(path))
 
 
 def _modules(root: Path, packages: Iterable[str]) -> dict[str, tuple[Path, bool]]:
@@ -47,7 +60,7 @@ def module_graph(root: Path, packages: Iterable[str]) -> dict[str, set[str]]:
     graph: dict[str, set[str]] = {}
     for name, (path, is_package) in modules.items():
         targets: set[str] = set()
-        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        for node in ast.walk(parse(path)):
             if isinstance(node, ast.Import):
                 for alias in node.names:
                     targets.add(_known(alias.name, modules) or "")

@@ -23,7 +23,7 @@ import ast
 from pathlib import Path
 
 import pytest
-from import_graph import PRODUCT, ROOT, module_graph, reachable
+from import_graph import PRODUCT, ROOT, module_graph, parse, reachable
 
 from p2p.strategies import STRATEGIES
 
@@ -54,7 +54,7 @@ ENTRY_POINTS = (
 
 
 def imported_roots(path: Path) -> set[str]:
-    tree = ast.parse(path.read_text(), filename=str(path))
+    tree = parse(path)
     roots: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
@@ -109,7 +109,7 @@ STRATEGY_FOLDERS = sorted(p.name for p in (ROOT / "p2p" / "strategies").iterdir(
 def _type_checking_imports(path: Path) -> set[str]:
     """Modules imported under ``if TYPE_CHECKING:`` in ``path``."""
     found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in ast.walk(parse(path)):
         if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
             for inner in ast.walk(node):
                 if isinstance(inner, ast.ImportFrom) and inner.module:
@@ -200,7 +200,7 @@ def registry_edges(graph: dict[str, set[str]]) -> dict[str, set[str]]:
     for name in graph:
         path = ROOT / Path(*name.split("."))
         path = path / "__init__.py" if path.is_dir() else path.with_suffix(".py")
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in ast.walk(parse(path)):
             if isinstance(node, ast.Constant) and isinstance(node.value, str):
                 module, colon, attr = node.value.partition(":")
                 if colon and attr.isidentifier() and module in graph:

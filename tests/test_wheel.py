@@ -49,13 +49,14 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
          "-w", str(top / "dist"), str(source)], cwd=top)
     wheel = next((top / "dist").glob("*.whl"))
     env = top / "env"
-    run([sys.executable, "-m", "venv", str(env)], cwd=top)
+    # no pip of its own (ensurepip costs seconds): this environment's pip installs into it
+    run([sys.executable, "-m", "venv", "--without-pip", str(env)], cwd=top)
     python = env / "bin" / "python"
     env_site = Path(run([str(python), "-c", "import site; print(site.getsitepackages()[0])"],
                         cwd=top).stdout.strip())
     (env_site / "dependencies.pth").write_text(site.getsitepackages()[0] + "\n")
-    run([str(python), "-m", "pip", "install", "-q", "--no-deps", "--no-index", str(wheel)],
-        cwd=top)
+    run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-deps",
+         "--no-index", str(wheel)], cwd=top)
     work = top / "work"
     work.mkdir()
     return python, work

@@ -26,6 +26,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -186,9 +187,10 @@ def test_readme_tutorial_runs(tmp_path: Path) -> None:
     if not (venv_bin / "p2p").exists():
         pytest.skip(f"no `p2p` next to {sys.executable}: run the suite from the built .venv")
     copy = tmp_path / "clone"
-    work = tmp_path / "w"
     copy.mkdir()
-    work.mkdir()
+    # short: the swarm's admin sockets lie under it, and a Unix socket path has at most
+    # 107 bytes (pytest-xdist's basetemp adds popen-gwN/ to tmp_path)
+    work = Path(tempfile.mkdtemp(prefix="readme-", dir="/tmp"))
     copy_tree(copy)
     blocks = localize(tutorial_blocks((copy / "README.md").read_text()), work)
     env = environment(copy, venv_bin, work)
@@ -221,3 +223,4 @@ def test_readme_tutorial_runs(tmp_path: Path) -> None:
                             pytrace=False)
     finally:
         stop_everything(work, env, groups)
+        shutil.rmtree(work, ignore_errors=True)

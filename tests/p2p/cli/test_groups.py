@@ -116,7 +116,10 @@ class _GroupsHandler:
 
 
 async def test_groups_verb_and_status_line_over_a_live_socket(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # the lines below hold at the piped default width; pytest-xdist's workers set COLUMNS=80
+    monkeypatch.setenv("COLUMNS", "120")
     async with trio.open_nursery() as nursery:
         path = admin_socket_path(tmp_path)
         await nursery.start(serve_admin, path, _GroupsHandler())

@@ -8,7 +8,6 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -103,14 +102,12 @@ def test_sigterm_checkpoints_and_exits_zero_then_resumes(swarm: Swarm) -> None:
     assert d.status["round"] >= rounds
 
 
-def test_every_process_is_gone_after_the_swarm(tmp_path: Path) -> None:
-    spec = SwarmSpec(nodes=2, rounds=2, scheme="full", round_interval=0.0)
-    with Swarm(spec, workdir=tmp_path) as s:
-        s.start()
-        pids = [d.process.pid for d in s.daemons if d.process is not None]
-        s.run_until_done(timeout=120)
-        # every daemon stops on SIGTERM by itself, cleanly (None would mean killed)
-        assert s.stop(grace=60) == [0, 0]
+def test_every_process_is_gone_after_the_swarm(swarm: Swarm) -> None:
+    # last in this file: it stops the module's swarm (node 3 included, restarted above)
+    pids = [d.process.pid for d in swarm.daemons if d.process is not None]
+    assert len(pids) == 4
+    # every daemon stops on SIGTERM by itself, cleanly (None would mean killed)
+    assert swarm.stop(grace=60) == [0, 0, 0, 0]
     for pid in pids:
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
