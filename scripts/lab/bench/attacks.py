@@ -233,11 +233,12 @@ def node_differences(run: dict[str, Any], base: dict[str, Any]) -> list[dict[str
     return out
 
 
-def compare_main(path: Path, null: Path | None = None) -> int:
+def compare_main(path: Path, null: Path | None = None,
+                 null_label: str = "none again (noise floor)") -> int:
     """``--compare``: every honest node against itself in the no-attack run of the same
     seed, at the same evaluation (``--json`` lines with per-node records), in points;
-    ``null``: second no-attack runs of the same seeds, compared the same way (the noise
-    floor: what two runs without an attack differ by)."""
+    ``null``: other no-attack runs of the same seeds (a second run: the noise floor, what
+    two runs without an attack differ by; or other settings), called ``null_label``."""
     runs: dict[tuple[str, int], dict[str, Any]] = {}
     for line in path.read_text().splitlines():
         record = json.loads(line)
@@ -246,7 +247,7 @@ def compare_main(path: Path, null: Path | None = None) -> int:
     if null is not None:
         for line in null.read_text().splitlines():
             for one in json.loads(line)["runs"]:
-                runs[("none again (noise floor)", one["seed"])] = one
+                runs[(null_label, one["seed"])] = one
     print("| attack | seed | median honest node, attack - none, per evaluation | "
           "worst honest node | largest drop of one node | roll-backs (none / attack) |")
     print("|---|---|---|---|---|---|")
@@ -330,13 +331,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--null", type=Path, metavar="JSONL",
                     help="with --compare: second no-attack runs of the same seeds, compared "
                          "with the first the same way (the noise floor)")
+    ap.add_argument("--null-label", default="none again (noise floor)",
+                    help="with --null: what its runs are called (e.g. the defences before)")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=JSON",
                     help="with --learning: a [gossip] setting of every node, e.g. "
                          "recovery=false (repeatable)")
     args = ap.parse_args(argv)
     logging.disable(logging.WARNING)  # one line per refused push otherwise
     if args.compare:
-        return compare_main(args.compare, args.null)
+        return compare_main(args.compare, args.null, args.null_label)
     if args.learning:
         args.attacks = args.attacks or ",".join(LEARNING_ATTACKS)
         return learning_main(args)
