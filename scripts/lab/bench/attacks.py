@@ -273,7 +273,8 @@ def compare_main(path: Path, null: Path | None = None,
             parts.append(f"{name} {statistics.median(v):+.1f} ({min(v):+.1f} to {max(v):+.1f})")
         print(f"{attack}: at the last evaluation, median of {len(last)} seeds: "
               + ", ".join(parts))
-        for key, name in (("median", "median node"), ("worst", "worst node")):
+        for key, name in (("median", "median node"), ("worst", "worst node"),
+                          ("drop", "largest drop of one node")):
             cells = []
             for k in range(min(len(d) for d in seeds)):
                 v = [d[k][key] for d in seeds]
