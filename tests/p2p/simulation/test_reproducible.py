@@ -30,7 +30,7 @@ def _simulate(tmp_path: Path, name: str, seed: int, *flags: str) -> dict[str, An
 
 @pytest.mark.parametrize("lockstep", ["off", "batched"])
 def test_one_seed_gives_one_run_and_another_seed_another(tmp_path: Path, lockstep: str) -> None:
-    # each node's accuracies, losses, pushes and bytes; on main before issue 32 two runs
+    # each node's accuracies, losses, pushes and bytes; before runs were seeded, two runs
     # differed from the first evaluation on (trio's order of the tasks of an instant,
     # push ids and partner choices from the OS)
     flags = ("--lockstep", lockstep)
