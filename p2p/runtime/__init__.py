@@ -11,9 +11,10 @@ from p2p.runtime.admin_server import (
     admin_socket_path,
     serve_admin,
 )
+from p2p.runtime.entropy import Entropy
 from p2p.runtime.protocol import NODE_MESSAGES, register_node_messages
 
 __all__ = [
-    "NODE_MESSAGES", "AdminError", "AdminHandler", "AdminServer", "admin_socket_path",
+    "NODE_MESSAGES", "AdminError", "AdminHandler", "AdminServer", "Entropy", "admin_socket_path",
     "register_node_messages", "serve_admin",
 ]

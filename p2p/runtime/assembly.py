@@ -263,7 +263,7 @@ def _check_private(config: NodeConfig, network: nn.Module) -> None:
 
 def _trainer(config: NodeConfig, overrides: Overrides, network: nn.Module,
              data: NodeData | DatasetData, device: torch.device,
-             loss: Callable[..., Any] | None) -> Trainer:
+             loss: Callable[..., Any] | None, noise_seed: int | None) -> Trainer:
     t = config.training
     train_config = t.train_config(seed=config.node.seed)
     optimizer_fn, optimizer_text = _hook(t.optimizer_factory, overrides.optimizer,
@@ -291,11 +291,11 @@ def _trainer(config: NodeConfig, overrides: Overrides, network: nn.Module,
             data.train, t.batch_size, seed=config.node.seed, num_workers=config.data.num_workers,
             start=config.data.worker_start, pin_memory=device.type == "cuda")
     shard = len(y) if y is not None else options["batches"].size
-    # DP noise and sampling come from the operating system (noise_seed None): a seed
-    # others could guess would let them subtract the noise
+    # DP noise and sampling come from the operating system (noise_seed None, as in every
+    # daemon): a seed others could guess would let them subtract the noise
     try:
         return Trainer(network, x, y, train_config, dp=private_training(config, shard),
-                       **options)
+                       noise_seed=noise_seed, **options)
     except ValueError as exc:
         if isinstance(exc, FieldError):
             raise
@@ -325,8 +325,10 @@ def _first_batch(trainer: Trainer, loss_text: str, config: NodeConfig) -> None:
         check_loss(value, loss_text)
 
 
-def build_learning(config: NodeConfig, overrides: Overrides | None = None) -> AnyLearning:
+def build_learning(config: NodeConfig, overrides: Overrides | None = None, *,
+                   noise_seed: int | None = None) -> AnyLearning:
     """Network, data and trainer for ``config``; every error is a ConfigError naming the key.
+    ``noise_seed``: DP-SGD's sampling and noise (None: the OS; a simulation's seed only).
 
     With the user's code (a factory, a hook, another device) the first training
     batch is run through the model and the loss, so that bad data or a bad hook
@@ -342,7 +344,7 @@ def build_learning(config: NodeConfig, overrides: Overrides | None = None) -> An
         data = _data(config, overrides, classes)
         network = _network(config, overrides, data, classes)
         _check_private(config, network)
-        trainer = _trainer(config, overrides, network, data, device, loss_fn)
+        trainer = _trainer(config, overrides, network, data, device, loss_fn, noise_seed)
         if isinstance(network, PartialModule) or isinstance(data, DatasetData) or loss_fn:
             _first_batch(trainer, loss_text, config)
     except (FactoryError, SpecError, DataError, DeviceError) as exc:

@@ -18,8 +18,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import os
-import random
 import signal
 import time
 from collections.abc import Mapping
@@ -52,6 +50,7 @@ from p2p.runtime.connectivity import NodeConnectivity, ReachabilityStatus
 from p2p.runtime.connectivity.dialback import DialBackRequest
 from p2p.runtime.connectivity.puncher import NodePunch
 from p2p.runtime.datadir_lock import DataDirLock
+from p2p.runtime.entropy import Entropy, generator_for, random_for, seed_for
 from p2p.runtime.finite_guard import FiniteGuard
 from p2p.runtime.grouping.agreement import FindGroups, JoinGroup
 from p2p.runtime.grouping.driver import NodeGrouping
@@ -99,6 +98,8 @@ class Node:
     else built here from ``config`` and ``overrides`` (the Python API's model, data
     and hooks) before anything is created on disk: a bad factory, dataset or device
     fails with a ConfigError and leaves no identity, lock or checkpoint behind.
+    ``entropy``: where its random choices come from (a simulation's seeded streams);
+    None, as every daemon: the operating system (:mod:`p2p.runtime.entropy`).
     """
 
     def __init__(self, config: NodeConfig, *, transport: NodeTransport | None = None,
@@ -108,13 +109,15 @@ class Node:
                  train_runner: TrainRunner | None = None,
                  standalone: bool = True, in_process_peers: bool = False,
                  learning: AnyLearning | None = None,
-                 overrides: Overrides | None = None) -> None:
+                 overrides: Overrides | None = None,
+                 entropy: Entropy | None = None) -> None:
         if config.node.data_dir is None:
             raise ConfigError("node.data_dir: required (set it in the file or pass --data-dir)")
         self.config = config
         # the data directory's lock when the Python API took it (p2p.api.build_node):
         # released when run() returns
         self.lock: DataDirLock | None = None
+        self.entropy = entropy
         self._build_models(learning, overrides)
         self.data_dir = check_data_dir_writable(config.node.data_dir)
         self.identity = Identity.load_or_create(self.data_dir)
@@ -151,7 +154,8 @@ class Node:
         self.relay = NodeRelay(self.transport, self.requests, config.relay, self.identity.node_id,
                                on_change=self._relays_changed)
         self.connectivity = NodeConnectivity(self.transport, advertise=config.node.advertise,
-                                             bootstrap=config.node.bootstrap, relay=self.relay)
+                                             bootstrap=config.node.bootstrap, relay=self.relay,
+                                             seed=seed_for(entropy, "connectivity"))
         self.connectivity.on_tags = self.retag
         self.requests.add(DialBackRequest, self.connectivity.serve_dial_back)
         self.punch = NodePunch.for_node(self.transport, self.connectivity, self.requests,
@@ -185,7 +189,8 @@ class Node:
         self.gossip = gossip_driver(config.gossip, self.cores, self.transport, self.peers,
                                     on_outcome=self.collaboration_watch.pushed,
                                     push_durations=self.timings["push"],
-                                    epochs=self.masking_host.masking)
+                                    epochs=self.masking_host.masking,
+                                    rng=random_for(entropy, "partner-choice"))
         self._stop = trio.Event()
         self.trainer = TrainerLoop(self, self._stop)  # SGD rounds, their sync and evaluations
         self._closing = False  # set at shutdown: no merges after the final snapshot
@@ -206,11 +211,14 @@ class Node:
 
     def _build_models(self, learning: AnyLearning | None, overrides: Overrides | None) -> None:
         """Fresh network, trainer and push-sum cores from the configuration."""
-        self.learning: AnyLearning = learning or build_learning(self.config, overrides)
+        self.learning: AnyLearning = learning or build_learning(
+            self.config, overrides, noise_seed=seed_for(self.entropy, "dp-noise"))
         self.cores: dict[str, PushSum] = {
-            name: new_core(self.config.gossip, fp, self.learning.network.extract(name))
-            for name, fp in self.learning.fingerprints.items()
-        }
+            name: self._new_core(name, fp) for name, fp in self.learning.fingerprints.items()}
+
+    def _new_core(self, name: str, fingerprint: bytes) -> PushSum:
+        return new_core(self.config.gossip, fingerprint, self.learning.network.extract(name),
+                        rng=generator_for(self.entropy, f"push-sum:{name}"))
 
     # ------------------------------------------------------------------ groups
     # Automatic grouping lives in grouping_host; these read it for the admin commands
@@ -295,8 +303,7 @@ class Node:
         self.learning = dataclasses.replace(self.learning, layout=layout,
                                             fingerprints=fingerprints)
         for name in added:
-            self.cores[name] = new_core(self.config.gossip, fingerprints[name],
-                                        self.learning.network.extract(name))
+            self.cores[name] = self._new_core(name, fingerprints[name])
             self.by_fingerprint[fingerprints[name]] = name
         self.retag()
         return spec.name
@@ -452,7 +459,7 @@ class Node:
         # lines (docs/design/peer-sampling.md), as every process of a swarm runs them.
         sampler = signed_sampler(
             self.identity, address, self.advertised_tags(),
-            rng=random.Random(int.from_bytes(os.urandom(8), "big")),
+            rng=random_for(self.entropy, "peer-sampling"),
             c=ps.view_size, l=ps.shuffle_length, in_process=self.in_process_peers,
         )
         self.peers.start(sampler)
@@ -469,9 +476,12 @@ class Node:
 
     async def _peer_sampling(self) -> None:
         shuffles = ShuffleOverTransport(self.transport, self.collaboration_watch.contacts)
+        # the back-off's jitter: run_peer_sampling's own generator in a daemon (None)
+        backoff = None if self.entropy is None else self.entropy.random("shuffle-backoff")
         await run_peer_sampling(self.sampler, shuffles,
                                 period=self.config.peer_sampling.period,
-                                timeout=self.shuffle_timeout)
+                                timeout=self.shuffle_timeout,
+                                rng=backoff)
 
     @property
     def shuffle_timeout(self) -> float:

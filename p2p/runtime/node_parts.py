@@ -9,7 +9,6 @@ composes them. See docs/design/architecture.md.
 
 from __future__ import annotations
 
-import os
 import random
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
@@ -31,11 +30,14 @@ if TYPE_CHECKING:
 __all__ = ["gossip_driver", "new_core"]
 
 
-def new_core(g: GossipConfig, fingerprint: bytes, values: np.ndarray) -> PushSum:
-    """A push-sum core for the shared model ``fingerprint``, starting from ``values``."""
+def new_core(g: GossipConfig, fingerprint: bytes, values: np.ndarray, *,
+             rng: np.random.Generator | None = None) -> PushSum:
+    """A push-sum core for the shared model ``fingerprint``, starting from ``values``;
+    ``rng``: its push ids, masks and guard draws (None: the OS, as a daemon)."""
     return PushSum(
         fingerprint,
         values,
+        rng=rng,
         fanout=g.fanout,
         privacy=g.masking,
         masked_pushes=0,  # "masked": the noise comes from epochs' pairs (NodeMasking)
@@ -55,9 +57,11 @@ def new_core(g: GossipConfig, fingerprint: bytes, values: np.ndarray) -> PushSum
 def gossip_driver(g: GossipConfig, cores: Mapping[str, PushSum], transport: NodeTransport,
                   peers: PeerBook, *,
                   on_outcome: Callable[[Push, str | None], None],
-                  push_durations: DurationSink, epochs: EpochHook | None) -> GossipDriver:
+                  push_durations: DurationSink, epochs: EpochHook | None,
+                  rng: random.Random) -> GossipDriver:
     """The driver pushing ``cores`` to holders ``peers`` samples, over ``transport``;
-    ``on_outcome``: told how each push went (the collaboration watcher)."""
+    ``on_outcome``: told how each push went (the collaboration watcher); ``rng``: the
+    partner choice's draws."""
     return GossipDriver(
         cores,
         PushOverTransport(transport, peers.addresses, timeout=g.push_timeout,
@@ -67,8 +71,7 @@ def gossip_driver(g: GossipConfig, cores: Mapping[str, PushSum], transport: Node
         pushes_per_round=g.pushes_per_round,
         push_durations=push_durations,
         # push targets: holders that gave weight back first (docs/design/trust.md, "Partner choice")
-        partners=(PartnerChoice(random.Random(int.from_bytes(os.urandom(8), "big")),
-                                on_strike=peers.distrust)
+        partners=(PartnerChoice(rng, on_strike=peers.distrust)
                   if g.partner_choice == "reciprocity" else None),
         epochs=epochs,
     )

@@ -10,8 +10,6 @@ it starts in a fraction of a second. See docs/guide/deployment.md#relays.
 from __future__ import annotations
 
 import logging
-import os
-import random
 import signal
 import time
 from dataclasses import replace
@@ -34,6 +32,7 @@ from p2p.runtime.admin_server import (
 from p2p.runtime.connectivity import NodeConnectivity
 from p2p.runtime.connectivity.dialback import DialBackRequest
 from p2p.runtime.data_dir import check_data_dir_writable
+from p2p.runtime.entropy import Entropy, random_for, seed_for
 from p2p.runtime.node_transport import tcp_transport
 from p2p.runtime.protocol import register_node_messages
 from p2p.runtime.relay.book import RELAY_TAG
@@ -60,7 +59,7 @@ class RelayNode:
     """A node that only relays and serves peer sampling (see the module docstring)."""
 
     def __init__(self, config: NodeConfig, *, transport: Transport | None = None,
-                 standalone: bool = True) -> None:
+                 standalone: bool = True, entropy: Entropy | None = None) -> None:
         if config.node.data_dir is None:
             raise ConfigError("node.data_dir: required (set it in the file or pass --data-dir)")
         self.data_dir = check_data_dir_writable(config.node.data_dir)
@@ -68,6 +67,8 @@ class RelayNode:
         self.config = config
         self.identity = Identity.load_or_create(self.data_dir)
         self.started = time.time()
+        # its random choices: the OS (None, as every daemon) or a test's seeded streams
+        self.entropy = entropy
         register_node_messages()
         self.requests = RequestDispatcher(on_unknown=self._not_served)
         self.requests.add(ShuffleRequest, self._serve_shuffle)
@@ -79,7 +80,8 @@ class RelayNode:
         self.relay = NodeRelay(self.transport, self.requests, config.relay,
                                self.identity.node_id, on_change=lambda: None)
         self.connectivity = NodeConnectivity(self.transport, advertise=config.node.advertise,
-                                             bootstrap=config.node.bootstrap, relay=self.relay)
+                                             bootstrap=config.node.bootstrap, relay=self.relay,
+                                             seed=seed_for(entropy, "connectivity"))
         self.connectivity.on_tags = self._retag
         self.requests.add(DialBackRequest, self.connectivity.serve_dial_back)
         self.sampler: PeerSampler | None = None
@@ -101,7 +103,7 @@ class RelayNode:
             ps = self.config.peer_sampling
             self.sampler = signed_sampler(
                 self.identity, address, self.relay.tags(),
-                rng=random.Random(int.from_bytes(os.urandom(8), "big")),
+                rng=random_for(self.entropy, "peer-sampling"),
                 c=ps.view_size, l=ps.shuffle_length)
             self.connectivity.attach(self.sampler)
             self.relay.attach(self.sampler)
@@ -122,8 +124,11 @@ class RelayNode:
 
     async def _peer_sampling(self, sampler: PeerSampler) -> None:
         ps = self.config.peer_sampling
+        # the back-off's jitter: run_peer_sampling's own generator in a daemon (None)
+        backoff = None if self.entropy is None else self.entropy.random("shuffle-backoff")
         await run_peer_sampling(sampler, ShuffleOverTransport(self.transport),
-                                period=ps.period, timeout=max(ps.period, 1.0))
+                                period=ps.period, timeout=max(ps.period, 1.0),
+                                rng=backoff)
 
     async def _watch_signals(self) -> None:
         with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:

@@ -29,6 +29,7 @@ from gossip import InvalidValues, PushSum, RejectedPush
 from gossip.messages import Push, PushAck
 from gossip.validation import MAX_ABS_VALUE, validate_push
 from p2p.config.schema import push_frame_bytes
+from p2p.runtime.entropy import generator_for
 from p2p.runtime.node_transport import node_frame_limit
 from p2p.strategies import OutOfStep, Strategy, ValueCheck, build_strategy
 from p2p.wire.codec import Message
@@ -38,6 +39,7 @@ if TYPE_CHECKING:
     from gossip import GossipDriver
     from p2p.config import NodeConfig
     from p2p.runtime.assembly import LearningSetup
+    from p2p.runtime.entropy import Entropy
     from p2p.runtime.node_transport import NodeTransport
     from p2p.runtime.peer_book import PeerBook
     from p2p.runtime.train_runner import TrainRunner
@@ -134,6 +136,7 @@ class HostedNode(Protocol):
     transport: NodeTransport
     gossip: GossipDriver
     peers: PeerBook
+    entropy: Entropy | None
 
     @property
     def model_lock(self) -> trio.Lock: ...
@@ -232,18 +235,20 @@ class NodeStrategyHost:
         # contribution that jumps (a new Fisher estimate) is a legitimate large update,
         # and a clipped reply's excess is dropped, which would make the sums inexact.
         guard = None if g.guard is None else dataclasses.replace(g.guard, clip_factor=0.0)
+        # push ids and guard draws: the OS's in a daemon, the node's streams in a simulation
+        rng = generator_for(node.entropy, f"gossiped:{name}")
         core: PushSum
         if check is None:
             core = PushSum(fingerprint, vector, fanout=g.fanout, exchange=g.exchange,
                            encoding=GOSSIPED_ENCODING, delta_encoding=GOSSIPED_ENCODING,
                            max_in_flight=g.max_in_flight, guard=guard,
-                           max_abs_value=MAX_ABS_VALUE)
+                           max_abs_value=MAX_ABS_VALUE, rng=rng)
         else:
             core = CheckedPushSum(fingerprint, vector, check=check, fanout=g.fanout,
                                   exchange=g.exchange, encoding=GOSSIPED_ENCODING,
                                   delta_encoding=GOSSIPED_ENCODING,
                                   max_in_flight=g.max_in_flight, guard=guard,
-                                  max_abs_value=MAX_ABS_VALUE)
+                                  max_abs_value=MAX_ABS_VALUE, rng=rng)
         node.gossiped[name] = core
         node.by_fingerprint[fingerprint] = name
         # exchanged after every round: the adaptive rule spaces out the rounds of a core

@@ -24,6 +24,7 @@ from p2p.simulation.network import (
     SimTransport,
     parse_distribution,
 )
+from p2p.simulation.scheduling import seeded_scheduler
 
 if TYPE_CHECKING:
     from p2p.simulation.host import SimProgress, Simulation
@@ -59,4 +60,5 @@ __all__ = [
     "parse_churn_script",
     "parse_distribution",
     "random_churn",
+    "seeded_scheduler",
 ]

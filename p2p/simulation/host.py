@@ -8,6 +8,9 @@ handler. Run it under a virtual clock (:func:`p2p.testing.clock.virtual_clock`):
 everything in it then costs simulated time only. Churn events
 (:mod:`p2p.simulation.churn`) crash, stop, start and restart nodes while it
 runs; a crashed node restarted on its data directory resumes its checkpoint.
+A run repeats for one seed: each node life draws from its own streams of the
+seed (:class:`~p2p.runtime.entropy.Entropy`) and trio's scheduler is seeded
+(:mod:`p2p.simulation.scheduling`); docs/guide/simulation.md, "Reproducible runs".
 """
 
 from __future__ import annotations
@@ -24,11 +27,13 @@ from typing import Any
 import trio
 
 from p2p.config import NodeConfig
+from p2p.runtime.entropy import Entropy
 from p2p.runtime.node import Node
 from p2p.runtime.node_transport import node_admission, node_frame_limit
 from p2p.runtime.train_runner import TrainRunner
 from p2p.simulation.churn import ChurnEvent
 from p2p.simulation.network import SimNetwork, SimTransport
+from p2p.simulation.scheduling import seeded_scheduler
 from p2p.swarm import SwarmSpec, node_config
 from p2p.testing.nodes import memory_addresses
 from p2p.wire.identity import IDENTITY_FILE, Identity
@@ -80,6 +85,7 @@ class NodeSlot:
     state: str = "absent"
     crashes: int = 0
     restarts: int = 0
+    lives: int = 0  # nodes built in this slot so far
     wire_bytes_before: int = 0  # written by the node's earlier lives
     view: ViewStats = field(default_factory=ViewStats)
     # (simulated seconds, round, accuracy) at each evaluation seen
@@ -191,9 +197,15 @@ class Simulation:
             max_messages_per_second=limits.max_messages_per_second,
             admission=node_admission(config, simulated=True), cipher=config.security.cipher)
         node = Node(config, transport=transport, train_runner=self.runner_for(slot.index),
-                    standalone=False, in_process_peers=self.in_process_peers)
+                    standalone=False, in_process_peers=self.in_process_peers,
+                    entropy=self.entropy(slot))
         transport.tags = node.advertised_tags()  # known once the models are built
         return node, transport
+
+    def entropy(self, slot: NodeSlot) -> Entropy:
+        """The random streams of node ``slot``'s current life: the swarm's seed, its index
+        and life (a restarted node draws new push ids, as a daemon would)."""
+        return Entropy(self.spec.seed, "node", slot.index, "life", slot.lives)
 
     def bootstrap_of(self, index: int) -> int:
         """The node ``index`` first contacts: node 0, as in a local swarm, for the first
@@ -220,6 +232,7 @@ class Simulation:
         if slot.state == "up":
             raise RuntimeError(f"node {slot.index} is already up")
         slot.wire_bytes_before = slot.wire_bytes()
+        slot.lives += 1
         slot.node, slot.transport = self._build(slot)
         slot.state = "up"
         await self._nursery.start(self._run_node, slot)
@@ -278,6 +291,10 @@ class Simulation:
 
     async def run(self) -> None:
         """Start the nodes (those that ``join`` later excepted), run until done, stop all."""
+        with seeded_scheduler(self.spec.seed):
+            await self._run()
+
+    async def _run(self) -> None:
         joining = {e.node for e in self.churn if e.action == "join"}
         self._started_at = trio.current_time()
         self._cpu_at_start = time.process_time()

@@ -159,3 +159,17 @@ def test_keys_worked_out_by_the_caller_are_used() -> None:
     _assert_same(loop, batched)
     with pytest.raises(ValueError, match="3 keys for 4 trainers"):
         train_steps_batched(batched, 1, keys=keys[:3])
+
+
+def test_a_trainers_steps_do_not_depend_on_the_rest_of_its_batch() -> None:
+    # a simulation's batches follow the scheduler; a node's result must not (bit for bit)
+    alone = _trainers(5)
+    train_steps_batched(alone, 6)
+    shuffled = _trainers(5)
+    train_steps_batched([shuffled[i] for i in (3, 0, 4, 1, 2)], 6)
+    fewer = _trainers(5)[:2]
+    train_steps_batched(fewer, 6)
+    for a, b in zip(alone, shuffled, strict=True):
+        assert torch.equal(_flat(a), _flat(b))
+    for a, b in zip(alone, fewer, strict=False):
+        assert torch.equal(_flat(a), _flat(b))

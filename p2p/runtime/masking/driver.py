@@ -26,6 +26,7 @@ from gossip import PushSum
 from gossip.driver import Holders
 from gossip.errors import InvalidValues, PushRefused, PushUndelivered
 from gossip.masking.epochs import EpochSettings, MaskEpochs, PairAccept, PairOffer, hiding_warning
+from p2p.runtime.entropy import Entropy, generator_for
 from p2p.runtime.node_transport import Requester
 from p2p.runtime.transport_adapters import request_as_gossip
 
@@ -67,15 +68,17 @@ class NodeMasking:
 
     def __init__(self, node_id: bytes, settings: EpochSettings, cores: Mapping[str, PushSum],
                  holders: Holders, send_offer: SendOffer,
-                 holder_count: Callable[[bytes], int]) -> None:
+                 holder_count: Callable[[bytes], int], *, entropy: Entropy | None = None) -> None:
         """``holders``: sampled holders of a model (as the driver's);
-        ``holder_count``: how many holders of a model the node knows (itself excluded)."""
+        ``holder_count``: how many holders of a model the node knows (itself excluded);
+        ``entropy``: the ephemeral keys' source (None: the OS, as a daemon)."""
         self.node_id = node_id
         self.settings = settings
         self._cores = cores
         self._holders = holders
         self._send_offer = send_offer
         self._holder_count = holder_count
+        self._entropy = entropy
         self._epochs: dict[str, MaskEpochs] = {}
         self._unmasks: dict[str, int] = {}  # each core's fold count at the last settle
         self._names = {core.fingerprint: name for name, core in cores.items()}
@@ -85,7 +88,8 @@ class NodeMasking:
         ep = self._epochs.get(name)
         if ep is None:
             core = self._cores[name]
-            ep = MaskEpochs(self.node_id, core.fingerprint, core.length, self.settings)
+            ep = MaskEpochs(self.node_id, core.fingerprint, core.length, self.settings,
+                            generator_for(self._entropy, f"masking:{name}"))
             core.boundary_fold_age = self.settings.boundary_fold_age
             self._epochs[name] = ep
             self._names[core.fingerprint] = name

@@ -26,6 +26,7 @@ from p2p.wire.messages import ERROR_REJECTED, Error
 if TYPE_CHECKING:
     from gossip import GossipDriver, PushSum
     from p2p.config import NodeConfig
+    from p2p.runtime.entropy import Entropy
     from p2p.runtime.node_transport import NodeTransport
     from p2p.runtime.peer_book import PeerBook
     from p2p.wire.dispatch import RequestDispatcher
@@ -48,6 +49,7 @@ class MaskedNode(Protocol):
     requests: RequestDispatcher
     transport: NodeTransport
     gossip: GossipDriver
+    entropy: Entropy | None
 
     @property
     def closing(self) -> bool: ...
@@ -66,7 +68,7 @@ class NodeMaskingHost:
                                     node.peers.holders,
                                     OfferOverTransport(node.transport, node.peers.addresses,
                                                        timeout=g.push_timeout),
-                                    node.peers.holder_count)
+                                    node.peers.holder_count, entropy=node.entropy)
                         if g.masking == "masked" else None)
         node.requests.add(PairOffer, self._serve_offer)
 

@@ -214,41 +214,73 @@ def learning_main(args: argparse.Namespace) -> int:
     return 0
 
 
-def compare_main(path: Path) -> int:
+def node_differences(run: dict[str, Any], base: dict[str, Any]) -> list[dict[str, float]]:
+    """Each honest node of ``run`` against itself in ``base`` (another run of the same
+    seed), per evaluation, in points: the median nodes' difference, the worst nodes'
+    (min against min) and the largest single node's drop (min over nodes of its own
+    difference: "every honest node within 2 points" reads this one)."""
+    mine = {p["index"]: p["accuracy"] for p in base["per_node"]}
+    out = []
+    for k in range(max((len(p["accuracy"]) for p in run["per_node"]), default=0)):
+        pairs = [(p["accuracy"][k], mine[p["index"]][k]) for p in run["per_node"]
+                 if len(p["accuracy"]) > k and len(mine.get(p["index"], [])) > k]
+        if not pairs:
+            break
+        out.append({"median": 100 * (statistics.median(a for a, _ in pairs)
+                                     - statistics.median(b for _, b in pairs)),
+                    "worst": 100 * (min(a for a, _ in pairs) - min(b for _, b in pairs)),
+                    "drop": 100 * min(a - b for a, b in pairs)})
+    return out
+
+
+def compare_main(path: Path, null: Path | None = None,
+                 null_label: str = "none again (noise floor)") -> int:
     """``--compare``: every honest node against itself in the no-attack run of the same
-    seed, at the same evaluation (``--json`` lines with per-node records), in points."""
+    seed, at the same evaluation (``--json`` lines with per-node records), in points;
+    ``null``: other no-attack runs of the same seeds (a second run: the noise floor, what
+    two runs without an attack differ by; or other settings), called ``null_label``."""
     runs: dict[tuple[str, int], dict[str, Any]] = {}
     for line in path.read_text().splitlines():
         record = json.loads(line)
         for one in record["runs"]:
             runs[(record["attack"], one["seed"])] = one
+    if null is not None:
+        for line in null.read_text().splitlines():
+            for one in json.loads(line)["runs"]:
+                runs[(null_label, one["seed"])] = one
     print("| attack | seed | median honest node, attack - none, per evaluation | "
-          "worst honest node | roll-backs (none / attack) |")
-    print("|---|---|---|---|---|")
-    ends: dict[str, list[tuple[float, float]]] = {}
+          "worst honest node | largest drop of one node | roll-backs (none / attack) |")
+    print("|---|---|---|---|---|---|")
+    every: dict[str, list[list[dict[str, float]]]] = {}  # attack -> each seed's diffs
     for (attack, seed), one in sorted(runs.items()):
         base = runs.get(("none", seed))
         if attack == "none" or base is None or "per_node" not in one:
             continue
-        mine = {p["index"]: p["accuracy"] for p in base["per_node"]}
-        medians, worst = [], []
-        for k in range(max(len(p["accuracy"]) for p in one["per_node"])):
-            pairs = [(p["accuracy"][k], mine[p["index"]][k]) for p in one["per_node"]
-                     if len(p["accuracy"]) > k and len(mine.get(p["index"], [])) > k]
-            if not pairs:
-                break
-            medians.append(100 * (statistics.median(a for a, _ in pairs)
-                                  - statistics.median(b for _, b in pairs)))
-            worst.append(100 * (min(a for a, _ in pairs) - min(b for _, b in pairs)))
-        ends.setdefault(attack, []).append((medians[-1], worst[-1]))
-        print(f"| {attack} | {seed} | {' / '.join(f'{v:+.1f}' for v in medians)} | "
-              f"{' / '.join(f'{v:+.1f}' for v in worst)} | {base['rollbacks']} / "
+        diffs = node_differences(one, base)
+        if not diffs:
+            continue
+        every.setdefault(attack, []).append(diffs)
+        cells = [" / ".join(f"{d[key]:+.1f}" for d in diffs)
+                 for key in ("median", "worst", "drop")]
+        print(f"| {attack} | {seed} | {' | '.join(cells)} | {base['rollbacks']} / "
               f"{one['rollbacks']} |")
-    for attack, pairs in ends.items():
-        m, w = [a for a, _ in pairs], [b for _, b in pairs]
-        print(f"{attack}: at the last evaluation, median of {len(pairs)} seeds: median node "
-              f"{statistics.median(m):+.1f} ({min(m):+.1f} to {max(m):+.1f}), worst node "
-              f"{statistics.median(w):+.1f} ({min(w):+.1f} to {max(w):+.1f})")
+    for attack, seeds in every.items():
+        last = [d[-1] for d in seeds]
+        parts = []
+        for key, name in (("median", "median node"), ("worst", "worst node"),
+                          ("drop", "largest drop of one node")):
+            v = [d[key] for d in last]
+            parts.append(f"{name} {statistics.median(v):+.1f} ({min(v):+.1f} to {max(v):+.1f})")
+        print(f"{attack}: at the last evaluation, median of {len(last)} seeds: "
+              + ", ".join(parts))
+        for key, name in (("median", "median node"), ("worst", "worst node"),
+                          ("drop", "largest drop of one node")):
+            cells = []
+            for k in range(min(len(d) for d in seeds)):
+                v = [d[k][key] for d in seeds]
+                cells.append(f"{statistics.median(v):+.1f} ({min(v):+.1f} to {max(v):+.1f})")
+            print(f"{attack}: {name}, per evaluation, median of the seeds (min to max): "
+                  + " / ".join(cells))
     return 0
 
 
@@ -297,13 +329,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--compare", type=Path, metavar="JSONL",
                     help="print each honest node against itself in the no-attack run of "
                          "the same seed, per evaluation, from --json lines (runs nothing)")
+    ap.add_argument("--null", type=Path, metavar="JSONL",
+                    help="with --compare: second no-attack runs of the same seeds, compared "
+                         "with the first the same way (the noise floor)")
+    ap.add_argument("--null-label", default="none again (noise floor)",
+                    help="with --null: what its runs are called (e.g. the defences before)")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=JSON",
                     help="with --learning: a [gossip] setting of every node, e.g. "
                          "recovery=false (repeatable)")
     args = ap.parse_args(argv)
     logging.disable(logging.WARNING)  # one line per refused push otherwise
     if args.compare:
-        return compare_main(args.compare)
+        return compare_main(args.compare, args.null, args.null_label)
     if args.learning:
         args.attacks = args.attacks or ",".join(LEARNING_ATTACKS)
         return learning_main(args)
