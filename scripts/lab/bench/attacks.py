@@ -214,6 +214,11 @@ def learning_main(args: argparse.Namespace) -> int:
     return 0
 
 
+#: what --compare reads of each evaluation (node_differences' keys) and calls it
+_READINGS = (("median", "median node"), ("worst", "worst node"),
+             ("drop", "largest drop of one node"))
+
+
 def node_differences(run: dict[str, Any], base: dict[str, Any]) -> list[dict[str, float]]:
     """Each honest node of ``run`` against itself in ``base`` (another run of the same
     seed), per evaluation, in points: the median nodes' difference, the worst nodes'
@@ -260,21 +265,18 @@ def compare_main(path: Path, null: Path | None = None,
         if not diffs:
             continue
         every.setdefault(attack, []).append(diffs)
-        cells = [" / ".join(f"{d[key]:+.1f}" for d in diffs)
-                 for key in ("median", "worst", "drop")]
+        cells = [" / ".join(f"{d[key]:+.1f}" for d in diffs) for key, _ in _READINGS]
         print(f"| {attack} | {seed} | {' | '.join(cells)} | {base['rollbacks']} / "
               f"{one['rollbacks']} |")
     for attack, seeds in every.items():
         last = [d[-1] for d in seeds]
         parts = []
-        for key, name in (("median", "median node"), ("worst", "worst node"),
-                          ("drop", "largest drop of one node")):
+        for key, name in _READINGS:
             v = [d[key] for d in last]
             parts.append(f"{name} {statistics.median(v):+.1f} ({min(v):+.1f} to {max(v):+.1f})")
         print(f"{attack}: at the last evaluation, median of {len(last)} seeds: "
               + ", ".join(parts))
-        for key, name in (("median", "median node"), ("worst", "worst node"),
-                          ("drop", "largest drop of one node")):
+        for key, name in _READINGS:
             cells = []
             for k in range(min(len(d) for d in seeds)):
                 v = [d[k][key] for d in seeds]
