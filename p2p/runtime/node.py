@@ -476,12 +476,10 @@ class Node:
 
     async def _peer_sampling(self) -> None:
         shuffles = ShuffleOverTransport(self.transport, self.collaboration_watch.contacts)
-        # the back-off's jitter: run_peer_sampling's own generator in a daemon (None)
-        backoff = None if self.entropy is None else self.entropy.random("shuffle-backoff")
         await run_peer_sampling(self.sampler, shuffles,
                                 period=self.config.peer_sampling.period,
                                 timeout=self.shuffle_timeout,
-                                rng=backoff)
+                                rng=random_for(self.entropy, "shuffle-backoff"))
 
     @property
     def shuffle_timeout(self) -> float:

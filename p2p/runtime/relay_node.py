@@ -124,11 +124,9 @@ class RelayNode:
 
     async def _peer_sampling(self, sampler: PeerSampler) -> None:
         ps = self.config.peer_sampling
-        # the back-off's jitter: run_peer_sampling's own generator in a daemon (None)
-        backoff = None if self.entropy is None else self.entropy.random("shuffle-backoff")
         await run_peer_sampling(sampler, ShuffleOverTransport(self.transport),
                                 period=ps.period, timeout=max(ps.period, 1.0),
-                                rng=backoff)
+                                rng=random_for(self.entropy, "shuffle-backoff"))
 
     async def _watch_signals(self) -> None:
         with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:

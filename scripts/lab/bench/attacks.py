@@ -270,20 +270,18 @@ def compare_main(path: Path, null: Path | None = None,
               f"{one['rollbacks']} |")
     for attack, seeds in every.items():
         last = [d[-1] for d in seeds]
-        parts = []
+        print(f"{attack}: at the last evaluation, median of {len(last)} seeds: " + ", ".join(
+            f"{name} {_points([d[key] for d in last])}" for key, name in _READINGS))
         for key, name in _READINGS:
-            v = [d[key] for d in last]
-            parts.append(f"{name} {statistics.median(v):+.1f} ({min(v):+.1f} to {max(v):+.1f})")
-        print(f"{attack}: at the last evaluation, median of {len(last)} seeds: "
-              + ", ".join(parts))
-        for key, name in _READINGS:
-            cells = []
-            for k in range(min(len(d) for d in seeds)):
-                v = [d[k][key] for d in seeds]
-                cells.append(f"{statistics.median(v):+.1f} ({min(v):+.1f} to {max(v):+.1f})")
+            cells = [_points([d[k][key] for d in seeds]) for k in range(min(map(len, seeds)))]
             print(f"{attack}: {name}, per evaluation, median of the seeds (min to max): "
                   + " / ".join(cells))
     return 0
+
+
+def _points(values: list[float]) -> str:
+    """``median (min to max)`` of differences in points."""
+    return f"{statistics.median(values):+.1f} ({min(values):+.1f} to {max(values):+.1f})"
 
 
 def _median_pct(values: list[float]) -> str:
