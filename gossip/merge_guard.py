@@ -82,7 +82,7 @@ class GuardSettings:
     # the movement all merges made here, own training taken back, stays within this
     # many times the norm of this node's own training over the same horizon (decaying
     # with drift_halflife own pushes; 0: no such bound); see gossip.drift_budget
-    drift_cap: float = 2.0
+    drift_cap: float = 1.0
     drift_halflife: float = 20.0  # pushes this node makes (not time: its own exchange rate)
     drift_floor: float = 0.03  # the budget is at least this x the norm of own estimate
     # the budget applies from the first merge; until this node has made drift_warmup

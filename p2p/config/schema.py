@@ -204,7 +204,7 @@ class GossipConfig:
                                  "median of recent partners' update norms (peers that "
                                  "acknowledged a push of this node) and the median of this "
                                  "node's own recent training steps (0: no clipping)")
-    drift_cap: float = setting(2.0, Number(minimum=0),
+    drift_cap: float = setting(1.0, Number(minimum=0),
                                "with merge_guard: creep budget: the movement all merges "
                                "(pushes and replies, every sender together) made here, with "
                                "own training taken back, stays within this many times the "

@@ -68,7 +68,7 @@ def test_a_merge_is_scaled_to_what_is_left_and_one_back_always_fits() -> None:
 
 def test_identities_share_one_budget() -> None:
     # per identity a budget would multiply with identities: there is one for all
-    guard = MergeGuard(GuardSettings(drift_warmup=0), length=4)
+    guard = MergeGuard(GuardSettings(drift_warmup=0, drift_cap=2.0), length=4)
     assert guard.drift is not None
     guard.note_training(np.array([0.0, 0.0, 0.5, 0.0]), np.ones(4), 0.0)
     step = guard.drift_sketch(np.array([0.9, 0.0, 0.0, 0.0]))

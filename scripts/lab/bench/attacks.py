@@ -11,7 +11,7 @@ of the nodes that were honest at first, moved by the training drift), as
 medians over ``--seeds`` (the error and the refusals with their min-max over
 the seeds, the run-to-run spread); and how often the defences fired.  The
 defences are the node's defaults unless ``--drift-cap`` or ``--sender-share``
-say otherwise ("hardened": ``--drift-cap 1 --sender-share 3``).
+say otherwise ("hardened": ``--sender-share 3``, with the default ``drift_cap`` 1).
 
     .venv/bin/python scripts/bench/attacks.py            # the results table
     .venv/bin/python scripts/bench/attacks.py --rounds 60 --seeds 5
@@ -300,7 +300,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="per-round training drift per value (0: no training)")
     ap.add_argument("--drift-cap", type=float, default=None,
                     help="the guard's creep budget, times own training (GuardSettings."
-                         "drift_cap; default: the node's, 2; 0: off)")
+                         f"drift_cap; default: the node's, {GuardSettings().drift_cap:g}; 0: off)")
     ap.add_argument("--sender-share", type=float, default=0.0,
                     help="the guard's bound on one sender's share of the merges "
                          "(GuardSettings.sender_share; default 0: off, as the node's "
