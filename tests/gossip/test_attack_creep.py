@@ -77,10 +77,11 @@ def test_one_liar_cannot_walk_a_model_away_inside_the_radius(n: int, identities:
         except RefusedByGuard as exc:
             assert exc.rule == "clip_debt"  # clipped to the radius too often
     moved = float(np.linalg.norm(victim.estimate - start))
-    # within the bound: 2 x the node's own training (before: 180 radii); made-up
-    # identities share one budget
+    # within the bound: drift_cap x the node's own training (before: 180 radii);
+    # made-up identities share one budget
     trained = float(np.linalg.norm(victim._guard.drift.training(0.0)))  # type: ignore[union-attr]
-    assert moved < 2.0 * trained + 2 * tau, (
+    cap = victim._guard.settings.drift_cap
+    assert moved < cap * trained + 2 * tau, (
         f"moved {moved:.3g} = {moved / tau:.0f} radii (tau {tau:.3g}, own training "
         f"{trained:.3g})")
     assert victim.counters.clipped - clipped > 350  # each clipped to what is left
