@@ -134,6 +134,8 @@ NODE_PRIVACY_MODES: tuple[str, ...] = (
 
 #: What ``gossip.partner_choice`` accepts (gossip.partner_choice module).
 PARTNER_CHOICES = ("reciprocity", "uniform")
+#: the merge guard's defaults: the [gossip] keys below that configure it default to them
+_GUARD = GuardSettings()
 
 
 def _masking(privacy: str) -> str:
@@ -187,30 +189,30 @@ class GossipConfig:
                                 "merge defences against a lying holder (weight shares, net "
                                 "weight balances per peer, clipping, masked flags; "
                                 "docs/design/trust.md)")
-    share_ratio: float = setting(4.0, Number(above=0),
+    share_ratio: float = setting(_GUARD.share_ratio, Number(above=0),
                                  "with merge_guard: largest share a push may carry, times "
                                  "max(own weight, 1)")
-    balance_cap: float = setting(3.0, Number(above=0),
+    balance_cap: float = setting(_GUARD.balance_cap, Number(above=0),
                                  "with merge_guard: net weight a peer may hand this node "
                                  "beyond what it got back (and this node that peer)")
-    balance_halflife: float = setting(30.0, Number(above=0),
+    balance_halflife: float = setting(_GUARD.balance_halflife, Number(above=0),
                                       "with merge_guard: seconds in which a net balance "
                                       "decays by half")
-    sink_pause: float = setting(100.0, Number(above=0),
+    sink_pause: float = setting(_GUARD.sink_pause, Number(above=0),
                                 "with merge_guard: seconds without pushes to a peer that "
                                 "answered a push-pull request without a reply")
-    clip_factor: float = setting(4.0, Number(minimum=0),
+    clip_factor: float = setting(_GUARD.clip_factor, Number(minimum=0),
                                  "with merge_guard: clipping radius, times the larger of the "
                                  "median of recent partners' update norms (peers that "
                                  "acknowledged a push of this node) and the median of this "
                                  "node's own recent training steps (0: no clipping)")
-    drift_cap: float = setting(1.0, Number(minimum=0),
+    drift_cap: float = setting(_GUARD.drift_cap, Number(minimum=0),
                                "with merge_guard: creep budget: the movement all merges "
                                "(pushes and replies, every sender together) made here, with "
                                "own training taken back, stays within this many times the "
                                "norm of this node's own training over the same horizon "
                                "(0: off)")
-    sender_share: float = setting(0.0, Number(minimum=0),
+    sender_share: float = setting(_GUARD.sender_share, Number(minimum=0),
                                   "with merge_guard: one sender may hold at most this many "
                                   "times a fair share of the pushes merged here recently "
                                   "(and 6 in any case; replies to this node's requests are "
